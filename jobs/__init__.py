@@ -1,0 +1,1 @@
+"""The platform's jobs: one package per job, plus the catalog of the topics they share."""

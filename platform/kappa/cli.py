@@ -1,0 +1,171 @@
+"""`kappa`: the platform's command line. Settings are built once here and passed down.
+
+Every failure a user can act on is a KappaError: printed as one message, exit status 2, no stack trace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import time
+from collections.abc import Callable, Sequence
+
+from kappa.errors import KappaError
+from kappa.settings import KappaSettings, load_settings
+from kappa.topics import Topic
+
+
+def load_catalog(module: str = "jobs.catalog") -> tuple[Topic, ...]:
+    """The declared topics (the catalog module's TOPICS)."""
+    try:
+        topics: tuple[Topic, ...] = importlib.import_module(module).TOPICS
+    except (ImportError, AttributeError) as exc:
+        raise KappaError(f"cannot load the topic catalog {module}.TOPICS: {exc}") from None
+    return topics
+
+
+# ------------------------------------------------------------------------ commands -------------------
+
+
+def cmd_setup(settings: KappaSettings, _args: argparse.Namespace) -> int:
+    from kappa.stack.artifacts import ensure_jvm_artifacts
+
+    report = ensure_jvm_artifacts(settings)
+    if report.fetched:
+        print(f"fetched the JVM artifacts into {report.jars_dir} in {report.seconds:.1f} s")
+    else:
+        print(f"JVM artifacts already in {report.jars_dir}: nothing fetched")
+    return 0
+
+
+def cmd_up(settings: KappaSettings, args: argparse.Namespace) -> int:
+    from kappa.stack import LocalStack
+
+    started = time.monotonic()
+    timings = LocalStack(settings).up(brokers=args.brokers, with_registry=not args.no_registry)
+    for component, seconds in timings.items():
+        print(f"{component}: healthy after {seconds:.1f} s")
+    print(f"stack up in {time.monotonic() - started:.1f} s")
+    return cmd_status(settings, args)
+
+
+def cmd_down(settings: KappaSettings, args: argparse.Namespace) -> int:
+    from kappa.stack import LocalStack
+
+    stopped = LocalStack(settings).down(purge=args.purge)
+    print(f"stopped: {', '.join(stopped) if stopped else 'nothing was running'}")
+    if args.purge:
+        print(f"deleted {settings.stack_path}")
+    return 0
+
+
+def cmd_status(settings: KappaSettings, _args: argparse.Namespace) -> int:
+    from kappa.stack import LocalStack
+
+    rows = LocalStack(settings).status()
+    if not rows:
+        print(f"no stack in {settings.stack_path} (start one with `kappa up`)")
+        return 1
+    print(f"{'component':<10} {'address':<45} {'pid':>8}  health")
+    for row in rows:
+        health = "healthy" if row.healthy else ("running, not healthy" if row.running else "stopped")
+        print(f"{row.name:<10} {row.address:<45} {row.pid or '-':>8}  {health}")
+    return 0 if all(r.healthy for r in rows) else 1
+
+
+def cmd_topics_apply(settings: KappaSettings, args: argparse.Namespace) -> int:
+    from kappa import topics
+    from kappa.kafka_client import admin_client
+
+    changes = topics.apply(admin_client(settings), load_catalog(args.catalog))
+    for change in changes:
+        print(f"{change.topic:<30} {change.kind}")
+        for detail in change.details:
+            print(f"{'':<32}{detail}")
+    return 1 if any(c.kind is topics.ChangeKind.DRIFT for c in changes) else 0
+
+
+def cmd_topics_list(settings: KappaSettings, args: argparse.Namespace) -> int:
+    from kappa import topics
+    from kappa.kafka_client import admin_client
+
+    admin = admin_client(settings)
+    brokers = topics.broker_count(admin)
+    drifted = 0
+    print(f"{'topic':<28} {'partitions':>14} {'replicas':>10}  {'cleanup':<16} state")
+    for state in topics.describe(admin, load_catalog(args.catalog)):
+        t = state.topic
+        if state.partitions is None:
+            print(f"{t.name:<28} {'-/' + str(t.partitions):>14} {'-':>10}  {t.cleanup.value:<16} missing")
+            drifted += 1
+            continue
+        drift = state.config_drift(brokers)
+        issues = [f"{k}={a} (declared {w})" for k, (a, w) in drift.items()]
+        if state.partitions != t.partitions:
+            issues.append(f"partitions {state.partitions} (declared {t.partitions})")
+        drifted += bool(issues)
+        parts = f"{state.partitions}/{t.partitions}"
+        cleanup = state.configs.get("cleanup.policy", "?")
+        print(f"{t.name:<28} {parts:>14} {state.replication_factor:>10}  {cleanup:<16} {'; '.join(issues) or 'ok'}")
+    return 1 if drifted else 0
+
+
+def cmd_demo(settings: KappaSettings, args: argparse.Namespace) -> int:
+    from kappa.demo import run_demo
+
+    run_demo(settings, events=args.events, keep=args.keep)
+    return 0
+
+
+# ------------------------------------------------------------------------ parser ---------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kappa", description="Kappa-architecture platform")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="command")
+
+    def add(name: str, func: Callable[[KappaSettings, argparse.Namespace], int], help_: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_, description=help_)
+        p.set_defaults(func=func)
+        return p
+
+    add("setup", cmd_setup, "fetch the JVM artifacts (Kafka, registry, Spark connectors) once")
+    up = add("up", cmd_up, "start the local stack (Kafka KRaft + schema registry) and wait until healthy")
+    up.add_argument("--brokers", type=int, default=None, help="KRaft nodes (default: KAPPA_BROKERS, 1)")
+    up.add_argument("--no-registry", action="store_true", help="start only Kafka")
+    down = add("down", cmd_down, "stop what `kappa up` started")
+    down.add_argument("--purge", action="store_true", help="also delete the stack's data and logs")
+    add("status", cmd_status, "show each component, its address, pid and health")
+
+    topics = sub.add_parser("topics", help="declared topics versus the cluster")
+    topics_sub = topics.add_subparsers(dest="topics_command", required=True, metavar="action")
+    for name, func, help_ in (
+        ("apply", cmd_topics_apply, "create missing topics and repair drifted configs"),
+        ("list", cmd_topics_list, "show declared versus actual"),
+    ):
+        p = topics_sub.add_parser(name, help=help_, description=help_)
+        p.set_defaults(func=func)
+        p.add_argument("--catalog", default="jobs.catalog", help="module with the TOPICS declarations")
+
+    demo = add("demo", cmd_demo, "run the demo on a fresh embedded stack and print what landed in Delta")
+    demo.add_argument("--events", type=int, default=5000)
+    demo.add_argument("--keep", action="store_true", help="leave the demo stack running")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        settings = load_settings()
+        return int(args.func(settings, args))
+    except KappaError as exc:
+        print(f"kappa: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("kappa: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

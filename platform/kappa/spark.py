@@ -1,0 +1,90 @@
+"""The Spark session factory: Delta, Kafka and Avro from local jar files, tuned for a small machine.
+
+`local[*]` by default; any master by setting (spark://, k8s://, yarn: the connector jars ship with the job).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kappa.errors import StackError
+from kappa.settings import KappaSettings
+from kappa.stack.artifacts import artifacts_present
+from kappa.stack.java import spark_java
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+_STATE_STORES = {
+    "rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+    "hdfs": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
+}
+_VERSIONED_JAR = re.compile(r"^(?P<artifact>.+?)-\d[\w.\-]*\.jar$")
+
+
+def artifact_name(jar: str) -> str:
+    """`jackson-core-2.13.5.jar` -> `jackson-core`."""
+    match = _VERSIONED_JAR.match(jar)
+    return match.group("artifact") if match else jar.removesuffix(".jar")
+
+
+def connector_jars(connector_dir: Path, spark_jars_dir: Path) -> list[Path]:
+    """The connector jars Spark does not already have.
+
+    The connectors' transitive dependencies include libraries Spark ships in another version (Jackson, Hadoop,
+    Parquet, Scala); loading both invites NoSuchMethodError, so Spark's own copy wins.
+    """
+    bundled = {artifact_name(p.name) for p in spark_jars_dir.glob("*.jar")}
+    return sorted(p for p in connector_dir.glob("*.jar") if artifact_name(p.name) not in bundled)
+
+
+def spark_home_jars() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).parent / "jars"
+
+
+def spark_conf(settings: KappaSettings, app_name: str) -> dict[str, str]:
+    """The session's configuration, as a plain dict (also what `spark-submit --conf` would get)."""
+    if not artifacts_present(settings):
+        raise StackError(f"the Spark connector jars are missing from {settings.jars_path / 'spark'}: run `kappa setup`")
+    jars = connector_jars(settings.jars_path / "spark", spark_home_jars())
+    return {
+        "spark.master": settings.spark_master,
+        "spark.app.name": app_name,
+        "spark.jars": ",".join(str(j) for j in jars),
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.sql.shuffle.partitions": str(settings.spark_shuffle_partitions),
+        "spark.default.parallelism": str(settings.spark_shuffle_partitions),
+        "spark.driver.memory": settings.spark_driver_memory,
+        "spark.ui.enabled": str(settings.spark_ui).lower(),
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.streaming.stateStore.providerClass": _STATE_STORES[settings.spark_state_store],
+        # Event times are UTC everywhere; a session time zone must never change an answer.
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.adaptive.enabled": "true",
+        "spark.databricks.delta.schema.autoMerge.enabled": "false",
+        "spark.sql.warehouse.dir": str(settings.state_dir / "spark-warehouse"),
+        "spark.driver.extraJavaOptions": f"-Dderby.system.home={settings.state_dir / 'derby'}",
+    }
+
+
+def get_spark(settings: KappaSettings, app_name: str = "kappa") -> SparkSession:
+    """Build (or return the running) session. Starts offline: every jar is a local file."""
+    spark_java()  # a clear message instead of pyspark's "Java gateway process exited"
+    # Python workers must run this interpreter (the project's venv), whatever `python` is on PATH.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder
+    for key, value in spark_conf(settings, app_name).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark

@@ -1,0 +1,421 @@
+"""`kappa up | down | status`: the embedded stack on loopback, one folder of state, processes known by pid.
+
+Layout of the stack folder (KAPPA_STACK_DIR, default <state>/stack):
+
+    stack.json              what runs: cluster id, nodes, and per component its pid, ports, log, marker
+    kafka-<i>/server.properties, kafka-<i>/data/, kafka-<i>/kafka.log
+    registry/registry.log
+
+A component's JVM carries `-Dkappa.component=<name>@<stack folder>` on its command line, so `down` never
+signals a process that merely reuses an old pid.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import shutil
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from confluent_kafka.admin import AdminClient
+
+from kappa.errors import StackError
+from kappa.settings import KappaSettings, project_root
+from kappa.stack import process
+from kappa.stack.artifacts import ensure_jvm_artifacts
+from kappa.stack.java import stack_java
+
+STATE_FILE = "stack.json"
+REGISTRY = "registry"
+
+
+@dataclass
+class Component:
+    name: str
+    pid: int
+    marker: str
+    log: str
+    ports: dict[str, int]
+    address: str
+    started_at: float = field(default_factory=time.time)
+
+
+@dataclass(frozen=True)
+class ComponentStatus:
+    name: str
+    address: str
+    pid: int | None
+    running: bool
+    healthy: bool
+    log: str
+
+
+@dataclass
+class StackState:
+    cluster_id: str
+    brokers: int
+    components: dict[str, Component] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> StackState:
+        raw = json.loads(text)
+        comps = {name: Component(**c) for name, c in raw["components"].items()}
+        return cls(cluster_id=str(raw["cluster_id"]), brokers=int(raw["brokers"]), components=comps)
+
+
+def _node_name(index: int) -> str:
+    return f"kafka-{index}"
+
+
+class LocalStack:
+    """The local Kafka (KRaft) cluster and Apicurio Registry described by the settings."""
+
+    def __init__(self, settings: KappaSettings) -> None:
+        self.settings = settings
+        self.dir = settings.stack_path
+        self.state_file = self.dir / STATE_FILE
+
+    # ---------------------------------------------------------------- state -------------------------
+
+    def _load_state(self) -> StackState | None:
+        if not self.state_file.exists():
+            return None
+        try:
+            return StackState.from_json(self.state_file.read_text())
+        except (ValueError, KeyError, TypeError) as exc:
+            raise StackError(
+                f"the stack's state folder is corrupt: {self.state_file} cannot be read ({exc}); "
+                "stop any leftover processes and run `kappa down --purge` to start afresh"
+            ) from None
+
+    def _save_state(self, state: StackState) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(state.to_json())
+        tmp.replace(self.state_file)  # atomic: a crash never leaves half a file
+
+    def _marker(self, name: str) -> str:
+        return f"-Dkappa.component={name}@{self.dir}"
+
+    # ---------------------------------------------------------------- up ----------------------------
+
+    def up(self, brokers: int | None = None, with_registry: bool = True) -> dict[str, float]:
+        """Start what is not running and wait until healthy. Return seconds to healthy per component."""
+        brokers = brokers or self.settings.brokers
+        ensure_jvm_artifacts(self.settings)
+        java = stack_java(self.settings.stack_java)
+        state = self._load_state()
+        if state is None:
+            if any(self.dir.glob("kafka-*/data")):
+                raise StackError(
+                    f"the stack's state folder is corrupt: {self.dir} holds broker data but no {STATE_FILE}; "
+                    "run `kappa down --purge` to start afresh"
+                )
+            state = StackState(cluster_id=_new_cluster_id(), brokers=brokers)
+        elif state.brokers != brokers:
+            raise StackError(
+                f"{self.dir} holds a {state.brokers}-node cluster, not {brokers}: "
+                "`kappa down --purge` first, or use another KAPPA_STACK_DIR"
+            )
+        timings: dict[str, float] = {}
+        started: list[Component] = []
+        try:
+            nodes = [self._start_kafka_node(state, i, java, started) for i in range(1, brokers + 1)]
+            if any(n is not None for n in nodes):
+                timings["kafka"] = self._wait_kafka(state)
+            if with_registry and self._start_registry(state, java, started) is not None:
+                timings[REGISTRY] = self._wait_registry(state.components[REGISTRY])
+        except BaseException:
+            for comp in started:  # leave nothing half-started behind
+                process.stop(comp.pid, comp.marker)
+                state.components.pop(comp.name, None)
+            self._save_state(state)
+            raise
+        return timings
+
+    def _running(self, state: StackState, name: str) -> bool:
+        comp = state.components.get(name)
+        return comp is not None and process.is_running(comp.pid, comp.marker)
+
+    def _check_ports(self, ports: dict[str, int], settings_names: dict[str, str]) -> None:
+        for role, port in ports.items():
+            if process.port_in_use(port):
+                setting = settings_names[role]
+                raise StackError(
+                    f"port {port} ({role}) on 127.0.0.1 is already in use by another process: stop it, "
+                    f"or choose another port with {setting}"
+                )
+
+    def _start_kafka_node(self, state: StackState, index: int, java: str, started: list[Component]) -> Component | None:
+        name = _node_name(index)
+        if self._running(state, name):
+            return None
+        s = self.settings
+        client, controller = s.kafka_port + index - 1, s.controller_port + index - 1
+        self._check_ports(
+            {"Kafka client": client, "KRaft controller": controller},
+            {"Kafka client": "KAPPA_KAFKA_PORT", "KRaft controller": "KAPPA_CONTROLLER_PORT"},
+        )
+        node_dir = self.dir / name
+        data = node_dir / "data"
+        props = node_dir / "server.properties"
+        node_dir.mkdir(parents=True, exist_ok=True)
+        props.write_text(_server_properties(index, state.brokers, s.kafka_port, s.controller_port, data))
+        classpath = f"{s.jars_path / 'kafka'}/*"
+        meta = data / "meta.properties"
+        if not meta.exists():
+            if data.exists() and any(data.iterdir()):
+                raise StackError(
+                    f"the stack's state folder is corrupt: {data} has data but no meta.properties; "
+                    "run `kappa down --purge`"
+                )
+            _format_storage(java, classpath, props, state.cluster_id, node_dir / "format.log")
+        elif f"cluster.id={state.cluster_id}" not in meta.read_text():
+            raise StackError(
+                f"the stack's state folder is corrupt: {meta} belongs to another cluster than {STATE_FILE} "
+                f"({state.cluster_id}); run `kappa down --purge`"
+            )
+        log = node_dir / "kafka.log"
+        marker = self._marker(name)
+        argv = [
+            java,
+            marker,
+            "-Xms128m",
+            f"-Xmx{s.kafka_heap}",
+            "-XX:+UseG1GC",
+            "-XX:MaxGCPauseMillis=20",
+            "-Djava.awt.headless=true",
+            *_log4j_option(),
+            "-cp",
+            classpath,
+            "kafka.Kafka",
+            str(props),
+        ]
+        pid = process.spawn(argv, marker, log, cwd=node_dir)
+        comp = Component(
+            name=name,
+            pid=pid,
+            marker=marker,
+            log=str(log),
+            ports={"client": client, "controller": controller},
+            address=f"127.0.0.1:{client}",
+        )
+        state.components[name] = comp
+        started.append(comp)
+        self._save_state(state)
+        return comp
+
+    def _wait_kafka(self, state: StackState) -> float:
+        nodes = [state.components[_node_name(i)] for i in range(1, state.brokers + 1)]
+        bootstrap = ",".join(n.address for n in nodes)
+        deadline_total = 0.0
+        for node in nodes:
+            deadline_total = max(
+                deadline_total,
+                process.wait_healthy(
+                    f"Kafka broker {node.name}",
+                    lambda: _kafka_healthy(bootstrap, state.brokers),
+                    node.pid,
+                    node.marker,
+                    Path(node.log),
+                    self.settings.startup_timeout_s,
+                ),
+            )
+        return deadline_total
+
+    def _start_registry(self, state: StackState, java: str, started: list[Component]) -> Component | None:
+        if self._running(state, REGISTRY):
+            return None
+        s = self.settings
+        self._check_ports({"schema registry": s.registry_port}, {"schema registry": "KAPPA_REGISTRY_PORT"})
+        reg_dir = self.dir / REGISTRY
+        reg_dir.mkdir(parents=True, exist_ok=True)
+        log = reg_dir / "registry.log"
+        marker = self._marker(REGISTRY)
+        app = s.jars_path / "registry" / "quarkus-run.jar"
+        bootstrap = ",".join(f"127.0.0.1:{s.kafka_port + i}" for i in range(state.brokers))
+        argv = [
+            java,
+            marker,
+            "-Xms64m",
+            f"-Xmx{s.registry_heap}",
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",  # starts faster; the registry's load here is light
+            "-Dquarkus.http.host=127.0.0.1",
+            f"-Dquarkus.http.port={s.registry_port}",
+            "-Dquarkus.management.enabled=false",  # else it binds 0.0.0.0:9000
+            # Schemas live in a Kafka topic (kafkasql), so they survive a registry restart.
+            "-Dapicurio.storage.kind=kafkasql",
+            f"-Dapicurio.kafkasql.bootstrap.servers={bootstrap}",
+            "-Dquarkus.log.console.json=false",
+            "-jar",
+            str(app),
+        ]
+        pid = process.spawn(argv, marker, log, cwd=reg_dir)
+        comp = Component(
+            name=REGISTRY,
+            pid=pid,
+            marker=marker,
+            log=str(log),
+            ports={"http": s.registry_port},
+            address=f"http://127.0.0.1:{s.registry_port}/apis/ccompat/v7",
+        )
+        state.components[REGISTRY] = comp
+        started.append(comp)
+        self._save_state(state)
+        return comp
+
+    def _wait_registry(self, comp: Component) -> float:
+        return process.wait_healthy(
+            "schema registry",
+            lambda: _registry_healthy(comp.address),
+            comp.pid,
+            comp.marker,
+            Path(comp.log),
+            self.settings.startup_timeout_s,
+        )
+
+    # ---------------------------------------------------------------- down / restart -----------------
+
+    def down(self, purge: bool = False) -> list[str]:
+        """Stop exactly what `up` started (registry first, then brokers). Return the names stopped."""
+        state = self._load_state() if not purge else _load_state_leniently(self.state_file)
+        stopped: list[str] = []
+        if state is not None:
+            order = [REGISTRY, *sorted((n for n in state.components if n != REGISTRY), reverse=True)]
+            for name in order:
+                comp = state.components.get(name)
+                if comp is not None and process.stop(comp.pid, comp.marker):
+                    stopped.append(name)
+                state.components.pop(name, None)
+        if purge:
+            shutil.rmtree(self.dir, ignore_errors=True)
+        elif state is not None:
+            self._save_state(state)
+        return stopped
+
+    def restart(self, name: str) -> float:
+        """Stop one component and start it again (used to prove the registry keeps its schemas)."""
+        state = self._load_state()
+        if state is None or name not in state.components:
+            raise StackError(f"{name} is not part of a running stack in {self.dir}")
+        comp = state.components.pop(name)
+        process.stop(comp.pid, comp.marker)
+        self._save_state(state)
+        java = stack_java(self.settings.stack_java)
+        if name == REGISTRY:
+            new = self._start_registry(state, java, [])
+            assert new is not None
+            return self._wait_registry(new)
+        self._start_kafka_node(state, int(name.split("-")[1]), java, [])
+        return self._wait_kafka(state)
+
+    # ---------------------------------------------------------------- status -------------------------
+
+    def status(self) -> list[ComponentStatus]:
+        state = self._load_state()
+        if state is None:
+            return []
+        bootstrap = ",".join(c.address for n, c in sorted(state.components.items()) if n != REGISTRY)
+        kafka_ok = bool(bootstrap) and _safe(lambda: _kafka_healthy(bootstrap, state.brokers))
+        result = []
+        for name, comp in sorted(state.components.items()):
+            running = process.is_running(comp.pid, comp.marker)
+            healthy = running and (_safe(lambda c=comp: _registry_healthy(c.address)) if name == REGISTRY else kafka_ok)
+            result.append(ComponentStatus(name, comp.address, comp.pid, running, healthy, comp.log))
+        return result
+
+
+# -------------------------------------------------------------------- helpers -------------------------
+
+
+def _new_cluster_id() -> str:
+    # Kafka's cluster id: a base64url UUID without padding, as `kafka-storage random-uuid` prints it.
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def _load_state_leniently(path: Path) -> StackState | None:
+    with contextlib.suppress(Exception):
+        return StackState.from_json(path.read_text())
+    return None
+
+
+def _safe(check: Any) -> bool:
+    try:
+        return bool(check())
+    except Exception:
+        return False
+
+
+def _log4j_option() -> list[str]:
+    root = project_root()
+    config = root / "infra" / "kafka" / "log4j2.properties" if root else None
+    return [f"-Dlog4j2.configurationFile={config}"] if config and config.is_file() else []
+
+
+def _server_properties(index: int, nodes: int, kafka_port: int, controller_port: int, data: Path) -> str:
+    """A combined broker+controller of an n-node KRaft quorum on loopback, with static voters."""
+    client, controller = kafka_port + index - 1, controller_port + index - 1
+    voters = ",".join(f"{i}@127.0.0.1:{controller_port + i - 1}" for i in range(1, nodes + 1))
+    replication = min(3, nodes)
+    min_isr = min(2, nodes)
+    lines = {
+        "process.roles": "broker,controller",
+        "node.id": index,
+        "controller.quorum.voters": voters,
+        "listeners": f"PLAINTEXT://127.0.0.1:{client},CONTROLLER://127.0.0.1:{controller}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{client}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "log.dirs": data,
+        # Topics are declared in code and applied by `kappa topics apply`: a typo must not create a topic.
+        "auto.create.topics.enable": "false",
+        "num.partitions": 1,
+        "default.replication.factor": replication,
+        "offsets.topic.replication.factor": replication,
+        "transaction.state.log.replication.factor": replication,
+        "transaction.state.log.min.isr": min_isr,
+        "share.coordinator.state.topic.replication.factor": replication,
+        "share.coordinator.state.topic.min.isr": min_isr,
+        "group.initial.rebalance.delay.ms": 0,
+        # Small machine: fewer threads, and the cleaner looks for work often so compaction is visible soon.
+        "num.network.threads": 2,
+        "num.io.threads": 4,
+        "log.cleaner.threads": 1,
+        "log.cleaner.backoff.ms": 5000,
+        "log.cleaner.dedupe.buffer.size": 16 * 1024 * 1024,
+    }
+    return "".join(f"{k}={v}\n" for k, v in lines.items())
+
+
+def _format_storage(java: str, classpath: str, props: Path, cluster_id: str, log: Path) -> None:
+    import subprocess
+
+    command = [java, *_log4j_option(), "-cp", classpath, "kafka.tools.StorageTool", "format",
+               "-t", cluster_id, "-c", str(props)]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, check=False, timeout=120)
+    log.write_text(result.stdout + result.stderr)
+    if result.returncode != 0:
+        raise StackError(f"formatting KRaft storage failed (exit {result.returncode}); see {log}:\n"
+                         f"{process.log_tail(log)}")  # fmt: skip
+
+
+def _kafka_healthy(bootstrap: str, brokers: int) -> bool:
+    # log_level 0: while the broker starts, refused connections are expected, not worth a line each.
+    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 2000, "log_level": 0})
+    cluster = admin.describe_cluster(request_timeout=3).result(timeout=5)
+    return len(cluster.nodes) >= brokers
+
+
+def _registry_healthy(url: str) -> bool:
+    return httpx.get(f"{url}/subjects", timeout=3).status_code == 200

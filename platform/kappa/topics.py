@@ -1,0 +1,199 @@
+"""Topic declarations and `kappa topics apply | list`: make the cluster match the code, report drift.
+
+A topic is declared once, in code, with everything that makes it a retained, replayable log: partitions,
+cleanup policy, retention, compaction lag (the replay window of a compacted entity topic) and durability.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewPartitions,
+    NewTopic,
+)
+
+from kappa.errors import KappaError
+
+FOREVER = -1  # retention.ms = -1: a retained log keeps everything
+
+
+class Cleanup(StrEnum):
+    DELETE = "delete"  # time/size retention only
+    COMPACT = "compact"  # latest value per key, kept forever
+    COMPACT_DELETE = "compact,delete"  # compacted, and older than retention.ms deleted too
+
+
+@dataclass(frozen=True)
+class Topic:
+    """One Kafka topic as the platform wants it."""
+
+    name: str
+    partitions: int
+    cleanup: Cleanup
+    retention_ms: int = FOREVER
+    # A compacted topic keeps every version younger than this: the replay window it promises.
+    min_compaction_lag_ms: int = 0
+    replication_factor: int | None = None  # None: min(3, brokers in the cluster)
+    min_insync_replicas: int | None = None  # None: min(2, replication factor)
+    key_schema: str | None = None  # file in schemas/, when the key is structured
+    value_schema: str | None = None  # file in schemas/
+    doc: str = ""
+    extra_configs: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.partitions < 1:
+            raise KappaError(f"topic {self.name}: partitions must be >= 1 (got {self.partitions})")
+        if self.min_compaction_lag_ms and self.cleanup is Cleanup.DELETE:
+            raise KappaError(f"topic {self.name}: min_compaction_lag_ms only applies to compacted topics")
+
+    def replication(self, brokers: int) -> int:
+        return self.replication_factor or min(3, brokers)
+
+    def configs(self, brokers: int) -> dict[str, str]:
+        """The topic-level configs the declaration implies, as Kafka spells them."""
+        rf = self.replication(brokers)
+        wanted = {
+            "cleanup.policy": self.cleanup.value,
+            "retention.ms": str(self.retention_ms),
+            "min.insync.replicas": str(self.min_insync_replicas or min(2, rf)),
+        }
+        if self.cleanup is not Cleanup.DELETE:
+            wanted["min.compaction.lag.ms"] = str(self.min_compaction_lag_ms)
+        return {**wanted, **self.extra_configs}
+
+
+class ChangeKind(StrEnum):
+    CREATED = "created"
+    ALTERED = "altered"
+    PARTITIONS_ADDED = "partitions added"
+    UNCHANGED = "unchanged"
+    DRIFT = "drift"  # differs, and cannot be repaired automatically (e.g. fewer partitions wanted)
+
+
+@dataclass(frozen=True)
+class TopicChange:
+    topic: str
+    kind: ChangeKind
+    details: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class TopicState:
+    """What the cluster has for a declared topic (None: the topic does not exist)."""
+
+    topic: Topic
+    partitions: int | None
+    replication_factor: int | None
+    configs: dict[str, str]
+
+    def config_drift(self, brokers: int) -> dict[str, tuple[str | None, str]]:
+        """Config name -> (actual, wanted) for every declared config that differs."""
+        return {
+            name: (self.configs.get(name), value)
+            for name, value in self.topic.configs(brokers).items()
+            if self.configs.get(name) != value
+        }
+
+
+def _admin_error(action: str, exc: Exception) -> KappaError:
+    return KappaError(f"{action} failed: {exc}")
+
+
+def broker_count(admin: AdminClient) -> int:
+    try:
+        return len(admin.describe_cluster(request_timeout=10).result(timeout=15).nodes)
+    except KafkaException as exc:
+        raise _admin_error("describing the Kafka cluster", exc) from None
+
+
+def describe(admin: AdminClient, topics: Sequence[Topic]) -> list[TopicState]:
+    """The actual partitions, replication and topic configs of each declared topic."""
+    try:
+        metadata = admin.list_topics(timeout=15)
+    except KafkaException as exc:
+        raise _admin_error("listing topics", exc) from None
+    existing = [t for t in topics if t.name in metadata.topics]
+    configs: dict[str, dict[str, str]] = {}
+    if existing:
+        futures = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, t.name) for t in existing])
+        for resource, future in futures.items():
+            entries = future.result(timeout=15)
+            configs[resource.name] = {k: v.value for k, v in entries.items() if v.value is not None}
+    states = []
+    for topic in topics:
+        meta = metadata.topics.get(topic.name)
+        if meta is None:
+            states.append(TopicState(topic, None, None, {}))
+            continue
+        partitions = meta.partitions
+        rf = len(next(iter(partitions.values())).replicas) if partitions else None
+        states.append(TopicState(topic, len(partitions), rf, configs.get(topic.name, {})))
+    return states
+
+
+def apply(admin: AdminClient, topics: Iterable[Topic]) -> list[TopicChange]:
+    """Create missing topics, repair drifted configs, add partitions; report every topic's outcome."""
+    declared = list(topics)
+    _reject_duplicates(declared)
+    brokers = broker_count(admin)
+    changes: list[TopicChange] = []
+    to_create: list[Topic] = []
+    for state in describe(admin, declared):
+        topic = state.topic
+        if state.partitions is None:
+            to_create.append(topic)
+            continue
+        details: list[str] = []
+        kind = ChangeKind.UNCHANGED
+        drift = state.config_drift(brokers)
+        if drift:
+            ops = [
+                ConfigEntry(name, wanted, incremental_operation=AlterConfigOpType.SET)
+                for name, (_, wanted) in drift.items()
+            ]
+            resource = ConfigResource(ConfigResource.Type.TOPIC, topic.name, incremental_configs=ops)
+            for future in admin.incremental_alter_configs([resource]).values():
+                future.result(timeout=15)
+            details += [f"{name}: {actual} -> {wanted}" for name, (actual, wanted) in sorted(drift.items())]
+            kind = ChangeKind.ALTERED
+        if state.partitions < topic.partitions:
+            admin.create_partitions([NewPartitions(topic.name, topic.partitions)])[topic.name].result(timeout=15)
+            details.append(f"partitions: {state.partitions} -> {topic.partitions}")
+            kind = ChangeKind.PARTITIONS_ADDED if kind is ChangeKind.UNCHANGED else kind
+        elif state.partitions > topic.partitions:
+            details.append(
+                f"partitions: has {state.partitions}, declared {topic.partitions} (Kafka cannot remove partitions)"
+            )
+            kind = ChangeKind.DRIFT
+        if state.replication_factor != topic.replication(brokers):
+            details.append(
+                f"replication factor: has {state.replication_factor}, declared {topic.replication(brokers)} "
+                "(reassign partitions to change it)"
+            )
+            kind = ChangeKind.DRIFT
+        changes.append(TopicChange(topic.name, kind, tuple(details)))
+    if to_create:
+        new = [NewTopic(t.name, t.partitions, t.replication(brokers), config=t.configs(brokers)) for t in to_create]
+        for name, future in admin.create_topics(new, request_timeout=30).items():
+            try:
+                future.result(timeout=30)
+            except KafkaException as exc:
+                raise _admin_error(f"creating topic {name}", exc) from None
+            changes.append(TopicChange(name, ChangeKind.CREATED))
+    return changes
+
+
+def _reject_duplicates(topics: Sequence[Topic]) -> None:
+    seen: set[str] = set()
+    for topic in topics:
+        if topic.name in seen:
+            raise KappaError(f"topic {topic.name} is declared twice")
+        seen.add(topic.name)
