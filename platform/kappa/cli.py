@@ -76,9 +76,9 @@ def cmd_status(settings: KappaSettings, _args: argparse.Namespace) -> int:
 
 def cmd_topics_apply(settings: KappaSettings, args: argparse.Namespace) -> int:
     from kappa import topics
-    from kappa.kafka_client import admin_client
+    from kappa.kafka_client import require_kafka
 
-    changes = topics.apply(admin_client(settings), load_catalog(args.catalog))
+    changes = topics.apply(require_kafka(settings), load_catalog(args.catalog))
     for change in changes:
         print(f"{change.topic:<30} {change.kind}")
         for detail in change.details:
@@ -88,9 +88,9 @@ def cmd_topics_apply(settings: KappaSettings, args: argparse.Namespace) -> int:
 
 def cmd_topics_list(settings: KappaSettings, args: argparse.Namespace) -> int:
     from kappa import topics
-    from kappa.kafka_client import admin_client
+    from kappa.kafka_client import require_kafka
 
-    admin = admin_client(settings)
+    admin = require_kafka(settings)
     brokers = topics.broker_count(admin)
     drifted = 0
     print(f"{'topic':<28} {'partitions':>14} {'replicas':>10}  {'cleanup':<16} state")

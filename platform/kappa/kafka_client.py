@@ -14,7 +14,21 @@ from kappa.settings import KappaSettings
 
 
 def admin_client(settings: KappaSettings) -> AdminClient:
-    return AdminClient({"bootstrap.servers": settings.bootstrap, "socket.timeout.ms": 10_000})
+    # log_level 0: failures reach the caller as exceptions with context; librdkafka's own lines add noise.
+    return AdminClient({"bootstrap.servers": settings.bootstrap, "socket.timeout.ms": 10_000, "log_level": 0})
+
+
+def require_kafka(settings: KappaSettings, timeout_s: float = 15.0) -> AdminClient:
+    """An admin client for a Kafka that answers, or a clear message saying where none does."""
+    admin = admin_client(settings)
+    try:
+        admin.describe_cluster(request_timeout=timeout_s).result(timeout=timeout_s + 5)
+    except KafkaException as exc:
+        raise KappaError(
+            f"Kafka is not reachable at {settings.bootstrap} (KAPPA_BOOTSTRAP_SERVERS, or KAPPA_KAFKA_PORT for the "
+            f"local stack): start it with `kappa up`, or point the settings at your cluster ({exc.args[0].str()})"
+        ) from None
+    return admin
 
 
 def producer(settings: KappaSettings, **overrides: Any) -> Producer:

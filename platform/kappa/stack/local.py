@@ -236,7 +236,12 @@ class LocalStack:
         if self._running(state, REGISTRY):
             return None
         s = self.settings
-        self._check_ports({"schema registry": s.registry_port}, {"schema registry": "KAPPA_REGISTRY_PORT"})
+        management = s.registry_management_port
+        assert management is not None
+        self._check_ports(
+            {"schema registry": s.registry_port, "registry management": management},
+            {"schema registry": "KAPPA_REGISTRY_PORT", "registry management": "KAPPA_REGISTRY_MANAGEMENT_PORT"},
+        )
         reg_dir = self.dir / REGISTRY
         reg_dir.mkdir(parents=True, exist_ok=True)
         log = reg_dir / "registry.log"
@@ -252,7 +257,9 @@ class LocalStack:
             "-XX:TieredStopAtLevel=1",  # starts faster; the registry's load here is light
             "-Dquarkus.http.host=127.0.0.1",
             f"-Dquarkus.http.port={s.registry_port}",
-            "-Dquarkus.management.enabled=false",  # else it binds 0.0.0.0:9000
+            # Quarkus' management interface (health, metrics) is always on: keep it on loopback, on our port.
+            "-Dquarkus.management.host=127.0.0.1",
+            f"-Dquarkus.management.port={management}",
             # Schemas live in a Kafka topic (kafkasql), so they survive a registry restart.
             "-Dapicurio.storage.kind=kafkasql",
             f"-Dapicurio.kafkasql.bootstrap.servers={bootstrap}",
@@ -266,7 +273,7 @@ class LocalStack:
             pid=pid,
             marker=marker,
             log=str(log),
-            ports={"http": s.registry_port},
+            ports={"http": s.registry_port, "management": management},
             address=f"http://127.0.0.1:{s.registry_port}/apis/ccompat/v7",
         )
         state.components[REGISTRY] = comp

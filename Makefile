@@ -1,0 +1,66 @@
+# The platform's commands. `make help` lists them. Every target installs what it needs first.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+UV_VERSION := 0.13.8
+UV := uv
+KAPPA := $(UV) run --frozen kappa
+PYTEST := $(UV) run --frozen pytest
+# Never download a Python: the machine's 3.11 is the one the lock was made for.
+export UV_PYTHON_DOWNLOADS := never
+export UV_PYTHON := 3.11
+
+.PHONY: help setup system-packages demo test test-unit test-integration test-e2e lint format up down status topics ci clean
+
+help: ## list the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-18s %s\n", $$1, $$2}'
+
+system-packages: ## Debian packages the stack needs (Java 17 for Spark, Maven), installed only if missing
+	@command -v java >/dev/null && command -v mvn >/dev/null || { \
+	  echo "installing Java 17 and Maven with apt-get"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jdk-headless maven; }
+
+setup: system-packages ## install Python packages (uv, locked) and fetch the JVM artifacts (once)
+	@command -v $(UV) >/dev/null || python3 -m pip install --quiet "uv==$(UV_VERSION)"
+	$(UV) sync --frozen
+	$(KAPPA) setup
+
+demo: setup ## run the demo pipeline on a fresh embedded stack and print what landed in Delta
+	$(KAPPA) demo
+
+test: setup ## run every test: unit, integration (real Kafka, registry, Spark, Delta) and end-to-end
+	$(PYTEST)
+
+test-unit: setup ## pure logic and pure transforms only (no services)
+	$(PYTEST) -m unit
+
+test-integration: setup ## against one real stack started for the session
+	$(PYTEST) -m integration
+
+test-e2e: setup ## the CLI and whole flows, each stack on its own ports
+	$(PYTEST) -m e2e
+
+lint: setup ## ruff, ruff format --check, mypy
+	$(UV) run --frozen ruff check .
+	$(UV) run --frozen ruff format --check .
+	$(UV) run --frozen mypy
+
+format: setup ## apply ruff's fixes and formatting
+	$(UV) run --frozen ruff check --fix .
+	$(UV) run --frozen ruff format .
+
+up: setup ## start the local stack (Kafka KRaft + schema registry) on loopback
+	$(KAPPA) up
+	$(KAPPA) topics apply
+
+down: ## stop the local stack
+	$(KAPPA) down
+
+status: ## show the local stack's components and their health
+	$(KAPPA) status
+
+ci: lint test ## exactly what CI runs (.ci/run)
+
+clean: ## stop the stack and delete all state (jars, data, checkpoints)
+	-$(KAPPA) down --purge
+	rm -rf .state .venv

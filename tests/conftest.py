@@ -1,0 +1,83 @@
+"""Shared fixtures. The layers (a test's folder sets its marker):
+
+- tests/unit         pure logic, and pure transforms on the one shared local SparkSession
+- tests/integration  real Kafka, registry, Spark and Delta: one stack per test session (started here)
+- tests/e2e          the CLI and whole flows; tests that need their own stack give it its own ports
+
+One broker, one registry and one Spark session serve the whole test session (2 cores are shared), and each
+test names its topics uniquely.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from kappa.settings import KappaSettings, load_settings
+
+# Ports of the test session's stack: away from the defaults so a developer's own `kappa up` can keep running.
+TEST_PORTS = {"kafka_port": 39092, "controller_port": 39192, "registry_port": 38081}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        layer = Path(str(item.fspath)).relative_to(Path(__file__).parent).parts[0]
+        if layer in {"unit", "integration", "e2e"}:
+            item.add_marker(getattr(pytest.mark, layer))
+
+
+@pytest.fixture(scope="session")
+def state_dir() -> Path:
+    """The project's state folder: its fetched jars are shared; each stack gets its own folder below."""
+    return load_settings().state_dir
+
+
+@pytest.fixture(scope="session")
+def settings(tmp_path_factory: pytest.TempPathFactory) -> KappaSettings:
+    """Settings of the test session's stack (its own stack, Delta and checkpoint folders)."""
+    base = tmp_path_factory.mktemp("kappa")
+    return load_settings(
+        **TEST_PORTS,
+        stack_dir=base / "stack",
+        delta_root=str(base / "delta"),
+        checkpoint_root=str(base / "checkpoints"),
+        spark_shuffle_partitions=2,
+    )
+
+
+@pytest.fixture(scope="session")
+def stack(settings: KappaSettings) -> Iterator[KappaSettings]:
+    """The session's Kafka broker and registry, started once and stopped (purged) at the end."""
+    from kappa.stack import LocalStack
+
+    local = LocalStack(settings)
+    local.up()
+    try:
+        yield settings
+    finally:
+        if not os.environ.get("KAPPA_TEST_KEEP_STACK"):
+            local.down(purge=True)
+
+
+@pytest.fixture(scope="session")
+def spark(settings: KappaSettings):  # type: ignore[no-untyped-def]
+    from kappa.spark import get_spark
+
+    session = get_spark(settings, "kappa-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def unique_name(request: pytest.FixtureRequest) -> Callable[[str], str]:
+    """`unique_name("clicks")` -> `clicks-test_x-1a2b3c4d`: topics, tables and groups never collide."""
+
+    def make(base: str) -> str:
+        test = request.node.name.replace("[", "-").replace("]", "")[:40]
+        return f"{base}-{test}-{uuid.uuid4().hex[:8]}"
+
+    return make

@@ -1,0 +1,86 @@
+"""`kappa up | status | down` on a stack of the test's own, and schemas surviving a registry restart."""
+
+import json
+from pathlib import Path
+
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+from kappa.settings import load_settings
+from kappa.stack import LocalStack
+from kappa.stack.process import port_in_use
+from tests.e2e.stackctl import kappa, processes_with
+
+PORTS = {"KAPPA_KAFKA_PORT": "41092", "KAPPA_CONTROLLER_PORT": "41192", "KAPPA_REGISTRY_PORT": "41081"}
+
+
+def test_up_status_restart_down_leaves_nothing_behind(tmp_path: Path) -> None:
+    stack_dir = tmp_path / "stack"
+    env = {**PORTS, "KAPPA_STACK_DIR": str(stack_dir)}
+    try:
+        up = kappa("up", env=env)
+        assert up.code == 0, up.err
+        assert "kafka: healthy after" in up.out
+        assert "registry: healthy after" in up.out
+
+        status = kappa("status", env=env)
+        assert status.code == 0, status.err
+        lines = {line.split()[0]: line for line in status.out.splitlines()[1:]}
+        assert set(lines) == {"kafka-1", "registry"}
+        assert "127.0.0.1:41092" in lines["kafka-1"]
+        assert all(line.endswith("healthy") for line in lines.values())
+        state = json.loads((stack_dir / "stack.json").read_text())
+        assert {c["pid"] for c in state["components"].values()} <= set(processes_with(str(stack_dir)))
+
+        # A second `up` starts nothing new.
+        again = kappa("up", env=env)
+        assert again.code == 0
+        assert "healthy after" not in again.out
+
+        # Schemas are stored in Kafka (kafkasql): a registry restart keeps them, ids included.
+        settings = load_settings(kafka_port=41092, controller_port=41192, registry_port=41081, stack_dir=stack_dir)
+        schema = json.dumps({"type": "record", "name": "R", "fields": [{"name": "a", "type": "long"}]})
+        schema_id = SchemaRegistryClient({"url": settings.registry}).register_schema(
+            "survivor-value", Schema(schema, "AVRO")
+        )
+        LocalStack(settings).restart("registry")
+        fresh = SchemaRegistryClient({"url": settings.registry})
+        assert json.loads(fresh.get_schema(schema_id).schema_str) == json.loads(schema)
+        assert fresh.get_latest_version("survivor-value").schema_id == schema_id
+    finally:
+        down = kappa("down", env=env)
+    assert down.code == 0, down.err
+    assert set(down.out.removeprefix("stopped: ").strip().split(", ")) == {"kafka-1", "registry"}
+    assert processes_with(str(stack_dir)) == []
+    for port in (41092, 41192, 41081, 41082):
+        assert not port_in_use(port), f"port {port} still bound after `kappa down`"
+    assert (stack_dir / "kafka-1" / "data").is_dir()  # down keeps data; --purge deletes it
+
+    purge = kappa("down", "--purge", env=env)
+    assert purge.code == 0
+    assert not stack_dir.exists()
+
+
+def test_three_broker_kraft_cluster(tmp_path: Path) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    from kappa.topics import Cleanup, Topic, apply, describe
+
+    stack_dir = tmp_path / "cluster"
+    env = {"KAPPA_KAFKA_PORT": "42092", "KAPPA_CONTROLLER_PORT": "42192", "KAPPA_STACK_DIR": str(stack_dir)}
+    try:
+        up = kappa("up", "--brokers", "3", "--no-registry", env=env)
+        assert up.code == 0, up.err
+        admin = AdminClient({"bootstrap.servers": "127.0.0.1:42092,127.0.0.1:42093,127.0.0.1:42094"})
+        cluster = admin.describe_cluster().result(timeout=15)
+        assert sorted(n.port for n in cluster.nodes) == [42092, 42093, 42094]
+        topic = Topic("replicated", partitions=3, cleanup=Cleanup.COMPACT)
+        apply(admin, [topic])
+        [state] = describe(admin, [topic])
+        assert state.replication_factor == 3
+        assert state.configs["min.insync.replicas"] == "2"
+    finally:
+        down = kappa("down", "--purge", env=env)
+    assert down.code == 0, down.err
+    assert processes_with(str(stack_dir)) == []
+    for port in (42092, 42093, 42094, 42192, 42193, 42194):
+        assert not port_in_use(port)

@@ -1,0 +1,59 @@
+"""`kappa topics apply` against the real broker: create, detect drift, repair, report."""
+
+from collections.abc import Callable
+
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+from kappa.kafka_client import admin_client
+from kappa.settings import KappaSettings
+from kappa.topics import ChangeKind, Cleanup, Topic, apply, describe
+
+
+def _actual_configs(admin: AdminClient, name: str) -> dict[str, str]:
+    resource = ConfigResource(ConfigResource.Type.TOPIC, name)
+    entries = admin.describe_configs([resource])[resource].result(timeout=15)
+    return {k: v.value for k, v in entries.items()}
+
+
+def test_compacted_declaration_is_compacted_and_drift_is_repaired(
+    stack: KappaSettings, unique_name: Callable[[str], str]
+) -> None:
+    admin = admin_client(stack)
+    topic = Topic(unique_name("profiles"), partitions=3, cleanup=Cleanup.COMPACT, min_compaction_lag_ms=60_000)
+
+    assert [(c.topic, c.kind) for c in apply(admin, [topic])] == [(topic.name, ChangeKind.CREATED)]
+    configs = _actual_configs(admin, topic.name)
+    assert configs["cleanup.policy"] == "compact"
+    assert configs["min.compaction.lag.ms"] == "60000"
+    assert configs["retention.ms"] == "-1"
+
+    # Someone changes the topic by hand: drift is detected, repaired and reported.
+    drifted = ConfigResource(
+        ConfigResource.Type.TOPIC,
+        topic.name,
+        incremental_configs=[ConfigEntry("cleanup.policy", "delete", incremental_operation=AlterConfigOpType.SET)],
+    )
+    admin.incremental_alter_configs([drifted])[drifted].result(timeout=15)
+    assert describe(admin, [topic])[0].config_drift(brokers=1) == {"cleanup.policy": ("delete", "compact")}
+
+    [change] = apply(admin, [topic])
+    assert change.kind is ChangeKind.ALTERED
+    assert change.details == ("cleanup.policy: delete -> compact",)
+    assert _actual_configs(admin, topic.name)["cleanup.policy"] == "compact"
+
+    # Applying again changes nothing.
+    assert [c.kind for c in apply(admin, [topic])] == [ChangeKind.UNCHANGED]
+
+
+def test_partitions_grow_but_never_shrink(stack: KappaSettings, unique_name: Callable[[str], str]) -> None:
+    admin = admin_client(stack)
+    name = unique_name("events")
+    apply(admin, [Topic(name, partitions=2, cleanup=Cleanup.DELETE)])
+
+    [grown] = apply(admin, [Topic(name, partitions=4, cleanup=Cleanup.DELETE)])
+    assert grown.kind is ChangeKind.PARTITIONS_ADDED
+    assert describe(admin, [Topic(name, partitions=4, cleanup=Cleanup.DELETE)])[0].partitions == 4
+
+    [shrink] = apply(admin, [Topic(name, partitions=1, cleanup=Cleanup.DELETE)])
+    assert shrink.kind is ChangeKind.DRIFT
+    assert "Kafka cannot remove partitions" in shrink.details[0]

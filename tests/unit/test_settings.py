@@ -1,0 +1,83 @@
+from pathlib import Path
+
+import pytest
+
+from kappa.errors import SettingsError
+from kappa.settings import Profile, load_settings
+
+
+def test_local_profile_derives_addresses_from_ports(tmp_path: Path) -> None:
+    s = load_settings(state_dir=tmp_path, kafka_port=19092, controller_port=19192, registry_port=18081, brokers=3)
+    assert s.bootstrap == "127.0.0.1:19092,127.0.0.1:19093,127.0.0.1:19094"
+    assert s.registry == "http://127.0.0.1:18081/apis/ccompat/v7"
+    assert s.stack_path == tmp_path / "stack"
+    assert s.jars_path == tmp_path / "jars"
+    assert s.delta_root == str(tmp_path / "delta")
+
+
+def test_environment_overrides_defaults(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("KAPPA_KAFKA_PORT", "29092")
+    monkeypatch.setenv("KAPPA_SPARK_MASTER", "local[2]")
+    s = load_settings(state_dir=tmp_path)
+    assert s.kafka_port == 29092
+    assert s.bootstrap == "127.0.0.1:29092"
+    assert s.spark_master == "local[2]"
+
+
+def test_yaml_file_is_read_and_environment_wins(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    config = tmp_path / "kappa.yaml"
+    config.write_text("registry_port: 28081\nspark_shuffle_partitions: 8\n")
+    monkeypatch.setenv("KAPPA_CONFIG_FILE", str(config))
+    monkeypatch.setenv("KAPPA_SPARK_SHUFFLE_PARTITIONS", "3")
+    s = load_settings(state_dir=tmp_path)
+    assert s.registry_port == 28081
+    assert s.spark_shuffle_partitions == 3
+
+
+def test_cluster_profile_takes_external_addresses(tmp_path: Path) -> None:
+    s = load_settings(
+        state_dir=tmp_path,
+        profile="cluster",
+        bootstrap_servers="kafka-a:9092,kafka-b:9092",
+        registry_url="http://registry:8080/apis/ccompat/v7",
+        spark_master="spark://master:7077",
+    )
+    assert s.profile is Profile.CLUSTER
+    assert s.bootstrap == "kafka-a:9092,kafka-b:9092"
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"KAPPA_KAFKA_PORT": "abc"}, "KAPPA_KAFKA_PORT: Input should be a valid integer"),
+        ({"KAPPA_REGISTRY_PORT": "80"}, "KAPPA_REGISTRY_PORT: Input should be greater than or equal to 1024"),
+        ({"KAPPA_KAFKA_HEAP": "lots"}, "KAPPA_KAFKA_HEAP: String should match pattern"),
+        ({"KAPPA_PROFILE": "cloud"}, "KAPPA_PROFILE: Input should be 'local' or 'cluster'"),
+        ({"KAPPA_PROFILE": "cluster"}, "the cluster profile needs KAPPA_BOOTSTRAP_SERVERS, KAPPA_REGISTRY_URL"),
+        ({"KAPPA_CONTROLLER_PORT": "9092"}, "ports overlap"),
+        ({"KAPPA_NO_SUCH_SETTING": "1"}, None),  # unknown KAPPA_ variables are ignored by the env source
+    ],
+)
+def test_bad_settings_name_the_setting(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, env: dict[str, str], expected: str | None
+) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    if expected is None:
+        load_settings(state_dir=tmp_path)
+        return
+    with pytest.raises(SettingsError) as err:
+        load_settings(state_dir=tmp_path)
+    assert expected in str(err.value)
+    assert str(err.value).startswith("bad setting:")
+
+
+def test_missing_or_malformed_config_file_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("KAPPA_CONFIG_FILE", str(tmp_path / "absent.yaml"))
+    with pytest.raises(SettingsError, match="no such file"):
+        load_settings(state_dir=tmp_path)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- just\n- a list\n")
+    monkeypatch.setenv("KAPPA_CONFIG_FILE", str(bad))
+    with pytest.raises(SettingsError, match="expected a mapping"):
+        load_settings(state_dir=tmp_path)
