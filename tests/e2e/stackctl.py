@@ -31,8 +31,9 @@ def kappa(*args: str, env: dict[str, str], timeout: float = 300) -> Run:
     return Run(result.returncode, result.stdout, result.stderr)
 
 
-def processes_with(marker: str) -> list[int]:
-    """Pids whose command line contains `marker` (e.g. the stack folder every component carries)."""
+def stack_processes(stack_dir: Path) -> list[int]:
+    """Pids of every process that belongs to the stack in `stack_dir` (its JVMs carry that folder)."""
+    marker = f"@{stack_dir}"
     pids = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -41,6 +42,6 @@ def processes_with(marker: str) -> list[int]:
             cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if marker in cmdline and "pytest" not in cmdline:
+        if "-Dkappa.component=" in cmdline and marker in cmdline:
             pids.append(int(proc.name))
     return pids

@@ -8,7 +8,7 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from kappa.settings import load_settings
 from kappa.stack import LocalStack
 from kappa.stack.process import port_in_use
-from tests.e2e.stackctl import kappa, processes_with
+from tests.e2e.stackctl import kappa, stack_processes
 
 PORTS = {"KAPPA_KAFKA_PORT": "41092", "KAPPA_CONTROLLER_PORT": "41192", "KAPPA_REGISTRY_PORT": "41081"}
 
@@ -29,7 +29,7 @@ def test_up_status_restart_down_leaves_nothing_behind(tmp_path: Path) -> None:
         assert "127.0.0.1:41092" in lines["kafka-1"]
         assert all(line.endswith("healthy") for line in lines.values())
         state = json.loads((stack_dir / "stack.json").read_text())
-        assert {c["pid"] for c in state["components"].values()} <= set(processes_with(str(stack_dir)))
+        assert {c["pid"] for c in state["components"].values()} <= set(stack_processes(stack_dir))
 
         # A second `up` starts nothing new.
         again = kappa("up", env=env)
@@ -50,7 +50,7 @@ def test_up_status_restart_down_leaves_nothing_behind(tmp_path: Path) -> None:
         down = kappa("down", env=env)
     assert down.code == 0, down.err
     assert set(down.out.removeprefix("stopped: ").strip().split(", ")) == {"kafka-1", "registry"}
-    assert processes_with(str(stack_dir)) == []
+    assert stack_processes(stack_dir) == []
     for port in (41092, 41192, 41081, 41082):
         assert not port_in_use(port), f"port {port} still bound after `kappa down`"
     assert (stack_dir / "kafka-1" / "data").is_dir()  # down keeps data; --purge deletes it
@@ -81,6 +81,6 @@ def test_three_broker_kraft_cluster(tmp_path: Path) -> None:
     finally:
         down = kappa("down", "--purge", env=env)
     assert down.code == 0, down.err
-    assert processes_with(str(stack_dir)) == []
+    assert stack_processes(stack_dir) == []
     for port in (42092, 42093, 42094, 42192, 42193, 42194):
         assert not port_in_use(port)
