@@ -1,9 +1,10 @@
 """Every topic of the reference pipeline, declared once. Jobs, the CLI and the tests import these.
 
-Partitioning: events of one user go to one partition (keyed or explicitly partitioned by user id), so a
-user's order is the log's order in every run. Four partitions suit a 2-core machine; raise them on a cluster.
+Partitioning: events of one user go to one partition (explicitly partitioned by user id), so a user's order
+is the log's order in every run. Four partitions suit a 2-core machine; raise them on a cluster.
 """
 
+from kappa.deadletter import dlq_topic
 from kappa.topics import FOREVER, Cleanup, Topic
 
 DAY_MS = 24 * 60 * 60 * 1000
@@ -31,12 +32,34 @@ USER_PROFILES = Topic(
     doc="Profile versions keyed by user id (compacted entity topic; every version kept for 30 days).",
 )
 
-CLICKS_DLQ = Topic(
-    name="clicks.dlq",
-    partitions=1,
-    cleanup=Cleanup.DELETE,
-    retention_ms=DLQ_RETENTION_MS,
-    doc="Click records that could not be decoded or broke their contract, with headers naming the error.",
+ENRICHED_CLICKS = Topic(
+    name="enriched_clicks",
+    partitions=4,
+    cleanup=Cleanup.COMPACT,
+    value_schema="enriched_click.avsc",
+    doc="Clicks with the profile valid at their event time, keyed by event id (output of enrich_clicks).",
 )
 
-TOPICS: tuple[Topic, ...] = (CLICKS, USER_PROFILES, CLICKS_DLQ)
+SESSIONS = Topic(
+    name="sessions",
+    partitions=4,
+    cleanup=Cleanup.COMPACT,
+    value_schema="session.avsc",
+    doc="Event-time sessions keyed by session id; updated as they grow, tombstoned when merged away.",
+)
+
+DATASETS: tuple[Topic, ...] = (CLICKS, USER_PROFILES, ENRICHED_CLICKS, SESSIONS)
+
+
+def dead_letters_of(topic: Topic) -> Topic:
+    """The dead-letter topic of a dataset: original bytes plus headers naming the error; 30 days."""
+    return Topic(
+        name=dlq_topic(topic.name),
+        partitions=1,
+        cleanup=Cleanup.DELETE,
+        retention_ms=DLQ_RETENTION_MS,
+        doc=f"Records of {topic.name} that could not be decoded or broke their contract.",
+    )
+
+
+TOPICS: tuple[Topic, ...] = DATASETS + tuple(dead_letters_of(t) for t in DATASETS)

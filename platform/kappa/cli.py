@@ -111,10 +111,60 @@ def cmd_topics_list(settings: KappaSettings, args: argparse.Namespace) -> int:
     return 1 if drifted else 0
 
 
+def cmd_schemas_check(settings: KappaSettings, args: argparse.Namespace) -> int:
+    from kappa.avro.contracts import check_schemas
+
+    registry = None if args.offline else settings.registry
+    reports = check_schemas(settings.schemas_path, load_catalog(args.catalog), registry)
+    failed = 0
+    for report in reports:
+        subjects = f" ({', '.join(report.subjects)})" if report.subjects else " (no topic)"
+        print(f"{'FAIL' if report.problems else 'ok  '} {report.file}{subjects}")
+        for problem in report.problems:
+            print(f"       {problem}")
+        for note in report.notes:
+            print(f"       · {note}")
+        failed += bool(report.problems)
+    print(f"{len(reports) - failed} schema(s) ok, {failed} with problems")
+    return 1 if failed else 0
+
+
+def cmd_schemas_apply(settings: KappaSettings, args: argparse.Namespace) -> int:
+    from kappa.avro.contracts import apply_schemas
+
+    for applied in apply_schemas(settings.schemas_path, load_catalog(args.catalog), settings.registry):
+        state = "registered" if applied.new else "unchanged"
+        print(f"{applied.subject:<32} {state:<10} id {applied.schema_id}, version {applied.version}")
+    return 0
+
+
+def cmd_dlq_inspect(settings: KappaSettings, args: argparse.Namespace) -> int:
+    from kappa import dlq
+
+    report = dlq.inspect(settings, args.topic, samples=args.samples)
+    print(f"{report.topic}: {report.total} dead letter(s)")
+    for kind, count in report.by_kind.most_common():
+        print(f"  {kind:<24} {count}")
+        for letter in report.samples.get(kind, []):
+            print(f"      {dlq.describe(letter)}")
+    return 0
+
+
+def cmd_dlq_replay(settings: KappaSettings, args: argparse.Namespace) -> int:
+    from kappa import dlq
+
+    replayed, skipped = dlq.replay(settings, args.topic, kind=args.kind)
+    print(
+        f"re-injected {replayed} dead letter(s) of {args.topic}"
+        + (f", {skipped} of other kinds left" if skipped else "")
+    )
+    return 0
+
+
 def cmd_demo(settings: KappaSettings, args: argparse.Namespace) -> int:
     from kappa.demo import run_demo
 
-    run_demo(settings, events=args.events, keep=args.keep)
+    run_demo(settings, events=args.events, keep=args.keep, malformed_share=args.malformed_share)
     return 0
 
 
@@ -148,9 +198,31 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
         p.add_argument("--catalog", default="jobs.catalog", help="module with the TOPICS declarations")
 
+    schemas = sub.add_parser("schemas", help="Avro contracts: check and register the schemas in schemas/")
+    schemas_sub = schemas.add_subparsers(dest="schemas_command", required=True, metavar="action")
+    check = schemas_sub.add_parser("check", help="house rules, compatibility with git history and the registry")
+    check.set_defaults(func=cmd_schemas_check)
+    check.add_argument("--offline", action="store_true", help="do not ask the registry (CI without a stack)")
+    apply_ = schemas_sub.add_parser("apply", help="set each subject's compatibility level and register its schema")
+    apply_.set_defaults(func=cmd_schemas_apply)
+    for p in (check, apply_):
+        p.add_argument("--catalog", default="jobs.catalog", help="module with the TOPICS declarations")
+
+    dlq = sub.add_parser("dlq", help="dead-letter topics")
+    dlq_sub = dlq.add_subparsers(dest="dlq_command", required=True, metavar="action")
+    inspect = dlq_sub.add_parser("inspect", help="counts by error kind, with samples")
+    inspect.set_defaults(func=cmd_dlq_inspect)
+    inspect.add_argument("--samples", type=int, default=3)
+    replay = dlq_sub.add_parser("replay", help="re-inject dead letters into their source topic, each once")
+    replay.set_defaults(func=cmd_dlq_replay)
+    replay.add_argument("--kind", default=None, help="only this error kind (e.g. unknown-schema-id)")
+    for p in (inspect, replay):
+        p.add_argument("topic", help="the dataset topic (its dead letters are in <topic>.dlq)")
+
     demo = add("demo", cmd_demo, "run the demo on a fresh embedded stack and print what landed in Delta")
     demo.add_argument("--events", type=int, default=5000)
     demo.add_argument("--keep", action="store_true", help="leave the demo stack running")
+    demo.add_argument("--malformed-share", type=float, default=0.01, help="share of broken records (dead letters)")
     return parser
 
 

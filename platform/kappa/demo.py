@@ -6,20 +6,24 @@ repeatable: it purges that folder before and (unless --keep) after.
 
 from __future__ import annotations
 
-import json
+import shutil
 import time
 
+from kappa.avro.contracts import apply_schemas
+from kappa.avro.registry import Registry, value_subject
+from kappa.avro.schemas import topic_value_schema
+from kappa.avro.serde import AvroEncoder
+from kappa.dlq import inspect
 from kappa.errors import KappaError
-from kappa.generate import clicks
-from kappa.kafka_client import Outgoing, admin_client, produce_all
-from kappa.partitioning import partition_for
+from kappa.generate import click_messages, clicks
+from kappa.kafka_client import admin_client, produce_all
 from kappa.settings import KappaSettings
 from kappa.spark import get_spark
 from kappa.stack import LocalStack
 from kappa.topics import apply
 
 
-def run_demo(base: KappaSettings, events: int, keep: bool) -> None:
+def run_demo(base: KappaSettings, events: int, keep: bool, malformed_share: float = 0.01) -> None:
     from jobs.catalog import CLICKS, TOPICS
     from jobs.raw_clicks import job as raw_clicks
 
@@ -33,35 +37,40 @@ def run_demo(base: KappaSettings, events: int, keep: bool) -> None:
     )
     stack = LocalStack(settings)
     stack.down(purge=True)
+    shutil.rmtree(demo_dir, ignore_errors=True)  # tables and checkpoints of an earlier demo
     t0 = time.monotonic()
     timings = stack.up()
     detail = ", ".join(f"{k} {v:.1f} s" for k, v in timings.items())
     print(f"[1/5] stack healthy in {time.monotonic() - t0:.1f} s ({detail})")
     try:
-        for change in apply(admin_client(settings), TOPICS):
-            print(f"[2/5] topic {change.topic}: {change.kind}")
+        changes = apply(admin_client(settings), TOPICS)
+        print(f"[2/5] {len(changes)} topics created; ", end="")
+        registered = apply_schemas(settings.schemas_path, TOPICS, settings.registry)
+        print(f"{len(registered)} schemas registered (BACKWARD_TRANSITIVE)")
         t0 = time.monotonic()
-        records = (
-            Outgoing(
-                key=c.event_id.encode(),
-                value=json.dumps(c.as_json_dict()).encode(),
-                partition=partition_for(c.user_id, CLICKS.partitions),
-                timestamp_ms=c.event_time_ms,
-            )
-            for c in clicks(events)
+        with Registry(settings.registry) as registry:
+            schema = topic_value_schema(settings.schemas_path, CLICKS)
+            encoder = AvroEncoder(registry, value_subject(CLICKS.name), schema)
+            records = click_messages(clicks(events), encoder.encode, CLICKS.partitions, malformed_share)
+            sent = produce_all(settings, CLICKS.name, records)
+        print(
+            f"[3/5] produced {sent} Avro click events to '{CLICKS.name}' in {time.monotonic() - t0:.1f} s "
+            f"({malformed_share:.0%} malformed on purpose)"
         )
-        sent = produce_all(settings, CLICKS.name, records)
-        print(f"[3/5] produced {sent} click events to '{CLICKS.name}' in {time.monotonic() - t0:.1f} s")
 
         spark = get_spark(settings, "kappa-demo")
         t0 = time.monotonic()
-        raw_clicks.start(spark, settings, available_now=True).awaitTermination()
+        for query in raw_clicks.start(spark, settings, available_now=True):
+            query.awaitTermination()
         print(f"[4/5] Spark job raw_clicks v{raw_clicks.VERSION}: Kafka -> Delta in {time.monotonic() - t0:.1f} s")
 
         table = spark.read.format("delta").load(raw_clicks.table_path(settings))
         rows = table.count()
-        if rows != sent:
-            raise KappaError(f"the Delta table has {rows} rows but {sent} events were produced")
+        dead = inspect(settings, CLICKS.name, samples=1)
+        if rows + dead.total != sent:
+            raise KappaError(f"records in ({sent}) != rows in Delta ({rows}) + dead letters ({dead.total})")
+        kinds = ", ".join(f"{k} {n}" for k, n in dead.by_kind.most_common())
+        print(f"      reconciled: {sent} in = {rows} in Delta + {dead.total} dead-lettered ({kinds})")
         users = table.select("user_id").distinct().count()
         print(f"[5/5] Delta table {raw_clicks.table_path(settings)}: {rows} rows, {users} users. Top pages:")
         for row in table.groupBy("page").count().orderBy("count", "page", ascending=[False, True]).limit(5).collect():
@@ -72,4 +81,5 @@ def run_demo(base: KappaSettings, events: int, keep: bool) -> None:
             print(f"stack left running (`kappa down` with KAPPA_STACK_DIR={settings.stack_path} stops it)")
         else:
             stack.down(purge=True)
+            shutil.rmtree(demo_dir, ignore_errors=True)
             print("stack stopped and demo data removed")

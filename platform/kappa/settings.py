@@ -73,6 +73,7 @@ class KappaSettings(BaseSettings):
     state_dir: Path = Field(default_factory=_default_state_dir, description="jars, Maven cache, stack data")
     stack_dir: Path | None = Field(None, description="data, logs and pids of the local stack (state_dir/stack)")
     jars_dir: Path | None = Field(None, description="fetched JVM artifacts (default state_dir/jars)")
+    schemas_dir: Path | None = Field(None, description="the .avsc files (default: the checkout's schemas/)")
     delta_root: str | None = Field(None, description="root of the Delta tables (default state_dir/delta)")
     checkpoint_root: str | None = Field(None, description="root of streaming checkpoints (state_dir/checkpoints)")
 
@@ -109,6 +110,9 @@ class KappaSettings(BaseSettings):
             self.stack_dir = self.state_dir / "stack"
         if self.jars_dir is None:
             self.jars_dir = self.state_dir / "jars"
+        if self.schemas_dir is None:
+            root = project_root()
+            self.schemas_dir = root / "schemas" if root else self.state_dir / "schemas"
         if self.delta_root is None:
             self.delta_root = str(self.state_dir / "delta")
         if self.checkpoint_root is None:
@@ -165,6 +169,11 @@ class KappaSettings(BaseSettings):
     def jars_path(self) -> Path:
         assert self.jars_dir is not None
         return self.jars_dir
+
+    @property
+    def schemas_path(self) -> Path:
+        assert self.schemas_dir is not None
+        return self.schemas_dir
 
     @property
     def bootstrap(self) -> str:

@@ -6,6 +6,7 @@ cleanup policy, retention, compaction lag (the replay window of a compacted enti
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -20,6 +21,7 @@ from confluent_kafka.admin import (
     NewTopic,
 )
 
+from kappa.avro.compat import Compatibility
 from kappa.errors import KappaError
 
 FOREVER = -1  # retention.ms = -1: a retained log keeps everything
@@ -45,6 +47,8 @@ class Topic:
     min_insync_replicas: int | None = None  # None: min(2, replication factor)
     key_schema: str | None = None  # file in schemas/, when the key is structured
     value_schema: str | None = None  # file in schemas/
+    # How the value (and key) schema may evolve; the registry enforces it, `kappa schemas check` explains it.
+    compatibility: Compatibility = Compatibility.BACKWARD_TRANSITIVE
     doc: str = ""
     extra_configs: dict[str, str] = field(default_factory=dict)
 
@@ -188,7 +192,19 @@ def apply(admin: AdminClient, topics: Iterable[Topic]) -> list[TopicChange]:
             except KafkaException as exc:
                 raise _admin_error(f"creating topic {name}", exc) from None
             changes.append(TopicChange(name, ChangeKind.CREATED))
+        _wait_until_visible(admin, [t.name for t in to_create])
     return changes
+
+
+def _wait_until_visible(admin: AdminClient, names: list[str], timeout_s: float = 30.0) -> None:
+    """Return once every broker's metadata lists the new topics: the next caller may ask any broker."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        metadata = admin.list_topics(timeout=10)
+        if all(n in metadata.topics and metadata.topics[n].partitions for n in names):
+            return
+        time.sleep(0.2)
+    raise KappaError(f"created topics {names} but they did not appear in the metadata within {timeout_s:.0f} s")
 
 
 def _reject_duplicates(topics: Sequence[Topic]) -> None:

@@ -1,0 +1,33 @@
+"""Dead letters: what a record that could not be processed carries, in Python and in Spark alike.
+
+A dead letter keeps the original key and value bytes and says, in headers, why and where it came from. The
+`<topic>.dlq` topic of a dataset holds them; `kappa dlq inspect` counts them, `kappa dlq replay` re-injects them.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class DeadLetterKind(StrEnum):
+    NOT_CONFLUENT_FRAMED = "not-confluent-framed"  # too short, or the first byte is not the magic byte 0
+    UNKNOWN_SCHEMA_ID = "unknown-schema-id"  # the 4-byte id is not a registered version of the topic's subject
+    UNDECODABLE = "undecodable"  # the Avro body does not decode with its writer schema (truncated, garbage)
+    CONTRACT_VIOLATION = "contract-violation"  # decoded, but breaks a row-level data contract
+    LATE_EVENT = "late-event"  # beyond the allowed lateness
+
+
+# Header names, one place. Values are UTF-8 strings.
+H_KIND = "kappa.error.kind"
+H_MESSAGE = "kappa.error.message"
+H_SOURCE_TOPIC = "kappa.source.topic"
+H_SOURCE_PARTITION = "kappa.source.partition"
+H_SOURCE_OFFSET = "kappa.source.offset"
+H_JOB = "kappa.job"
+H_JOB_VERSION = "kappa.job.version"
+H_TIME = "kappa.dead-lettered.at"  # processing time: metadata, never compared
+HEADERS = (H_KIND, H_MESSAGE, H_SOURCE_TOPIC, H_SOURCE_PARTITION, H_SOURCE_OFFSET, H_JOB, H_JOB_VERSION, H_TIME)
+
+
+def dlq_topic(topic: str) -> str:
+    return f"{topic}.dlq"

@@ -1,0 +1,180 @@
+"""Read and write declared topics from Spark: one call each, Confluent Avro decoded and encoded in the JVM.
+
+    decoded = read_topic(spark, settings, CLICKS, job="raw_clicks", job_version=1)
+    decoded.records       # key, the reader schema's fields, kafka_partition, kafka_offset, kafka_timestamp
+    decoded.dead_letters  # key, value, headers: ready for the Kafka sink of clicks.dlq
+
+Every input row lands in exactly one of the two (tombstones, null values, are neither: see `tombstones`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming.readwriter import DataStreamWriter
+
+from kappa.avro.registry import Registry, value_subject
+from kappa.avro.schemas import topic_value_schema
+from kappa.avro.spark import DEAD_LETTER, RECORD, decode_confluent, encode_confluent, struct_for
+from kappa.deadletter import (
+    H_JOB,
+    H_JOB_VERSION,
+    H_KIND,
+    H_MESSAGE,
+    H_SOURCE_OFFSET,
+    H_SOURCE_PARTITION,
+    H_SOURCE_TOPIC,
+    H_TIME,
+    dlq_topic,
+)
+from kappa.errors import KappaError
+from kappa.settings import KappaSettings
+from kappa.topics import Topic
+
+KAFKA_META = ("kafka_partition", "kafka_offset", "kafka_timestamp")
+
+
+@dataclass(frozen=True)
+class DecodedTopic:
+    records: DataFrame
+    dead_letters: DataFrame
+    tombstones: DataFrame  # key, kafka metadata: deletes in a compacted topic
+
+
+def value_schema(settings: KappaSettings, topic: Topic) -> dict[str, Any]:
+    return topic_value_schema(settings.schemas_path, topic)
+
+
+def writer_schemas(registry: Registry, topic: Topic) -> dict[int, dict[str, Any]]:
+    """Every schema version registered for the topic's values, by id: what its records may be written with."""
+    return {v.schema_id: v.schema for v in registry.versions(value_subject(topic.name))}
+
+
+def kafka_options(settings: KappaSettings) -> dict[str, str]:
+    return {"kafka.bootstrap.servers": settings.bootstrap}
+
+
+def kafka_source(
+    spark: SparkSession,
+    settings: KappaSettings,
+    topic: Topic,
+    streaming: bool = True,
+    starting_offsets: str = "earliest",
+    max_offsets_per_trigger: int | None = None,
+) -> DataFrame:
+    reader: Any = spark.readStream if streaming else spark.read
+    reader = reader.format("kafka").options(**kafka_options(settings))
+    reader = reader.option("subscribe", topic.name).option("startingOffsets", starting_offsets)
+    # A retained log never loses data silently: fail if offsets vanished (e.g. retention overtook the job).
+    reader = reader.option("failOnDataLoss", "true")
+    if max_offsets_per_trigger and streaming:
+        reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
+    return reader.load()  # type: ignore[no-any-return]
+
+
+def decode_topic(
+    raw: DataFrame,
+    reader_schema: dict[str, Any],
+    writers: dict[int, dict[str, Any]],
+    job: str,
+    job_version: int,
+) -> DecodedTopic:
+    """Split raw Kafka rows into decoded records, dead letters and tombstones."""
+    decoded = decode_confluent(raw, reader_schema, writers)
+    meta = [
+        F.col("partition").alias("kafka_partition"),
+        F.col("offset").alias("kafka_offset"),
+        F.col("timestamp").alias("kafka_timestamp"),
+    ]
+    field_names = [f["name"] for f in reader_schema["fields"]]
+    # one row per decoded record
+    records = decoded.where(F.col(RECORD).isNotNull()).select(
+        F.col("key").cast("string").alias("key"), *[F.col(f"{RECORD}.{n}").alias(n) for n in field_names], *meta
+    )
+    # one row per record that could not be decoded, original bytes untouched
+    dead = decoded.where(F.col(DEAD_LETTER).isNotNull()).select(
+        "key", "value", dead_letter_headers(job, job_version).alias("headers")
+    )
+    tombstones = decoded.where(F.col("value").isNull()).select(F.col("key").cast("string").alias("key"), *meta)
+    return DecodedTopic(records, dead, tombstones)
+
+
+def dead_letter_headers(job: str, job_version: int) -> Column:
+    """Kafka headers of a dead letter (array<struct<key,value>>), from the decoded row's columns."""
+
+    def header(name: str, value: Column) -> Column:
+        return F.struct(F.lit(name).alias("key"), value.cast("string").cast("binary").alias("value"))
+
+    return F.array(
+        header(H_KIND, F.col(f"{DEAD_LETTER}.kind")),
+        header(H_MESSAGE, F.col(f"{DEAD_LETTER}.message")),
+        header(H_SOURCE_TOPIC, F.col("topic")),
+        header(H_SOURCE_PARTITION, F.col("partition")),
+        header(H_SOURCE_OFFSET, F.col("offset")),
+        header(H_JOB, F.lit(job)),
+        header(H_JOB_VERSION, F.lit(str(job_version))),
+        header(H_TIME, F.date_format(F.current_timestamp(), "yyyy-MM-dd'T'HH:mm:ss.SSSXXX")),
+    )
+
+
+def read_topic(
+    spark: SparkSession,
+    settings: KappaSettings,
+    topic: Topic,
+    *,
+    job: str,
+    job_version: int,
+    streaming: bool = True,
+    starting_offsets: str = "earliest",
+    max_offsets_per_trigger: int | None = None,
+) -> DecodedTopic:
+    """A declared topic, decoded into its declared schema from every writer version the registry knows."""
+    with Registry(settings.registry) as registry:
+        writers = writer_schemas(registry, topic)
+    raw = kafka_source(spark, settings, topic, streaming, starting_offsets, max_offsets_per_trigger)
+    return decode_topic(raw, value_schema(settings, topic), writers, job, job_version)
+
+
+def encode_for_topic(
+    df: DataFrame,
+    settings: KappaSettings,
+    topic: Topic,
+    key: Column,
+    partition: Column | None = None,
+) -> DataFrame:
+    """Rows with the value schema's fields as columns -> key, value (Confluent Avro)[, partition] for Kafka."""
+    schema = value_schema(settings, topic)
+    with Registry(settings.registry) as registry:
+        schema_id = registry.lookup(value_subject(topic.name), schema)
+    if schema_id is None:
+        raise KappaError(
+            f"schemas/{topic.value_schema} is not registered under {value_subject(topic.name)}: "
+            "run `kappa schemas apply` (the platform registers schemas on purpose, never on the fly)"
+        )
+    columns = [
+        key.cast("string").cast("binary").alias("key"),
+        encode_confluent(struct_for(schema), schema, schema_id).alias("value"),
+    ]
+    if partition is not None:
+        columns.append(partition.alias("partition"))
+    return df.select(*columns)
+
+
+def kafka_sink(df: DataFrame, settings: KappaSettings, topic_name: str) -> DataStreamWriter:
+    """A streaming writer to a topic, durable (acks=all, idempotent)."""
+    return (
+        df.writeStream.format("kafka")
+        .options(**kafka_options(settings))
+        .option("topic", topic_name)
+        .option("kafka.acks", "all")
+        .option("kafka.enable.idempotence", "true")
+        .option("kafka.compression.type", "lz4")
+        .option("kafka.linger.ms", "20")
+    )
+
+
+def dead_letter_sink(dead_letters: DataFrame, settings: KappaSettings, topic: Topic) -> DataStreamWriter:
+    return kafka_sink(dead_letters, settings, dlq_topic(topic.name))
