@@ -11,6 +11,7 @@ test names its topics uniquely.
 from __future__ import annotations
 
 import os
+import signal
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -37,16 +38,21 @@ def state_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def settings(tmp_path_factory: pytest.TempPathFactory) -> KappaSettings:
+def settings(tmp_path_factory: pytest.TempPathFactory, state_dir: Path) -> KappaSettings:
     """Settings of the test session's stack (its own stack, Delta and checkpoint folders)."""
     base = tmp_path_factory.mktemp("kappa")
     return load_settings(
         **TEST_PORTS,
-        stack_dir=base / "stack",
+        # A fixed folder: a session that was killed left its stack here, and the next one stops it first.
+        stack_dir=state_dir / "test-stack",
         delta_root=str(base / "delta"),
         checkpoint_root=str(base / "checkpoints"),
         spark_shuffle_partitions=2,
     )
+
+
+def _interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 @pytest.fixture(scope="session")
@@ -55,6 +61,9 @@ def stack(settings: KappaSettings) -> Iterator[KappaSettings]:
     from kappa.stack import LocalStack
 
     local = LocalStack(settings)
+    local.down(purge=True)  # whatever a killed earlier session left behind
+    # SIGTERM (CI's timeout, a developer's kill) must still run the teardown below.
+    signal.signal(signal.SIGTERM, _interrupt)
     local.up()
     try:
         yield settings

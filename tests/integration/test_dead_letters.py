@@ -1,0 +1,103 @@
+"""Bad records go to <topic>.dlq with their reasons; counts reconcile; `kappa dlq` inspects and replays."""
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from kappa import dlq
+from kappa.avro.registry import Registry, value_subject
+from kappa.avro.schemas import topic_value_schema
+from kappa.avro.serde import AvroDecoder, AvroEncoder
+from kappa.avro.wire import WireFormatError, frame
+from kappa.deadletter import H_JOB, H_JOB_VERSION, H_SOURCE_OFFSET, H_SOURCE_TOPIC, DeadLetterKind
+from kappa.generate import Click
+from kappa.kafka_client import Outgoing, produce_all
+from kappa.settings import KappaSettings
+from kappa.topic_io import dead_letter_sink, read_topic
+from kappa.topics import Topic
+
+
+def test_bad_records_are_dead_lettered_counted_and_replayable(
+    stack: KappaSettings, spark: SparkSession, avro_topic: Callable[..., Topic], tmp_path: Path
+) -> None:
+    topic = avro_topic("with-bad", partitions=1)  # one partition: offsets follow the produce order
+    click = Click("e-good", "u1", "/p", None, 1767225600000, "DESKTOP")
+    with Registry(stack.registry) as registry:
+        encoder = AvroEncoder(registry, value_subject(topic.name), topic_value_schema(stack.schemas_path, topic))
+        good = encoder.encode(click.as_avro())
+    bad = {
+        b"random": b"\x17\x99\x03",
+        b"truncated": good[: len(good) // 2],
+        b"wrong-magic": b"\x05" + good[1:],
+        b"unknown-id": frame(987654, good[5:]),
+    }
+    records = [Outgoing(f"g{i}".encode(), good) for i in range(10)] + [Outgoing(k, v) for k, v in bad.items()]
+    produce_all(stack, topic.name, records)
+
+    decoded = read_topic(spark, stack, topic, job="dlq_test", job_version=3)
+    records_query = (
+        decoded.records.writeStream.format("memory")
+        .queryName("dlq_test_records")
+        .option("checkpointLocation", str(tmp_path / "records"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    dead_query = (
+        dead_letter_sink(decoded.dead_letters, stack, topic)
+        .option("checkpointLocation", str(tmp_path / "dlq"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    records_query.awaitTermination(300)
+    dead_query.awaitTermination(300)
+    decoded_count = spark.table("dlq_test_records").count()
+
+    report = dlq.inspect(stack, topic.name, samples=5)
+    # Reconciliation: records in = records out + records dead-lettered.
+    assert decoded_count + report.total == len(records)
+    assert decoded_count == 10
+    assert dict(report.by_kind) == {
+        DeadLetterKind.NOT_CONFLUENT_FRAMED: 2,
+        DeadLetterKind.UNDECODABLE: 1,
+        DeadLetterKind.UNKNOWN_SCHEMA_ID: 1,
+    }
+    letters = {d.key: d for samples in report.samples.values() for d in samples}
+    assert {k: letters[k].value for k in bad} == bad  # original bytes, untouched
+    unknown = letters[b"unknown-id"]
+    assert unknown.headers[H_SOURCE_TOPIC] == topic.name
+    assert unknown.headers[H_JOB] == "dlq_test"
+    assert unknown.headers[H_JOB_VERSION] == "3"
+    assert int(unknown.headers[H_SOURCE_OFFSET]) == 13
+    assert "schema id 987654" in dlq.describe(unknown)
+
+    # Replay re-injects into the source topic, each dead letter once.
+    assert dlq.replay(stack, topic.name, kind=DeadLetterKind.UNKNOWN_SCHEMA_ID) == (1, 3)
+    assert dlq.replay(stack, topic.name, kind=DeadLetterKind.UNKNOWN_SCHEMA_ID) == (0, 0)
+    assert dlq.replay(stack, topic.name) == (4, 0)
+    assert dlq.replay(stack, topic.name) == (0, 0)
+    again = read_topic(spark, stack, topic, job="dlq_test", job_version=3, streaming=False)
+    assert again.records.count() == 10
+    assert again.dead_letters.count() == 4 + 1 + 4  # the originals, plus what the two replays re-injected
+
+
+def test_python_decoder_names_each_failure(stack: KappaSettings, avro_topic: Callable[..., Topic]) -> None:
+    topic = avro_topic("py-bad")
+    schema = topic_value_schema(stack.schemas_path, topic)
+    with Registry(stack.registry) as registry:
+        encoder = AvroEncoder(registry, value_subject(topic.name), schema)
+        good = encoder.encode(Click("e", "u", "/p", None, 0).as_avro())
+        decoder = AvroDecoder(registry, schema)
+        assert decoder.decode(good)["event_id"] == "e"
+        cases = {
+            b"\x01\x02": DeadLetterKind.NOT_CONFLUENT_FRAMED,
+            b"\x07" + good[1:]: DeadLetterKind.NOT_CONFLUENT_FRAMED,
+            frame(424242, good[5:]): DeadLetterKind.UNKNOWN_SCHEMA_ID,
+            good[:-3]: DeadLetterKind.UNDECODABLE,
+            good + b"\x00\x00": DeadLetterKind.UNDECODABLE,  # trailing bytes: not one record
+        }
+        for value, kind in cases.items():
+            with pytest.raises(WireFormatError) as err:
+                decoder.decode(value)
+            assert err.value.kind is kind, value

@@ -1,0 +1,63 @@
+"""Every schema in schemas/ parses, follows the house rules, and is compatible with its git history."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from jobs.catalog import TOPICS
+from kappa.avro.contracts import check_schemas
+from kappa.avro.schemas import house_rules, load
+from kappa.settings import project_root
+
+SCHEMAS = project_root() / "schemas" if project_root() else Path("schemas")
+FILES = sorted(SCHEMAS.glob("*.avsc"))
+
+
+def test_there_is_a_schema_for_every_declared_topic_value() -> None:
+    declared = {t.value_schema for t in TOPICS if t.value_schema}
+    assert declared <= {f.name for f in FILES}
+    assert {"click_event.avsc", "user_profile.avsc", "enriched_click.avsc", "session.avsc"} <= declared
+
+
+@pytest.mark.parametrize("path", FILES, ids=[f.name for f in FILES])
+def test_schema_parses_and_follows_house_rules(path: Path) -> None:
+    assert house_rules(load(path)) == []
+
+
+def test_every_schema_is_compatible_with_its_git_history() -> None:
+    reports = check_schemas(SCHEMAS, TOPICS, registry_url=None)
+    assert {r.file for r in reports} == {f.name for f in FILES}
+    assert [(r.file, r.problems) for r in reports if r.problems] == []
+
+
+def test_house_rules_catch_missing_docs_namespaces_and_closed_enums(tmp_path: Path) -> None:
+    schema = {
+        "type": "record",
+        "name": "Bad",
+        "namespace": "elsewhere",
+        "fields": [
+            {"name": "a", "type": "string"},
+            {"name": "e", "type": {"type": "enum", "name": "E", "symbols": ["X"]}, "doc": "an enum"},
+        ],
+    }
+    path = tmp_path / "bad.avsc"
+    path.write_text(json.dumps(schema))
+    assert house_rules(load(path)) == [
+        "Bad: namespace must be io.kappa.clickstream (got elsewhere)",
+        "Bad: the record has no doc",
+        "Bad.a: the field has no doc",
+        "Bad.e: the enum has no doc",
+        "Bad.e: enum E has no default, so it can never gain a symbol",
+    ]
+
+
+def test_invalid_schema_files_are_clear_errors(tmp_path: Path) -> None:
+    from kappa.avro.schemas import SchemaFileError
+
+    (tmp_path / "nojson.avsc").write_text("{")
+    (tmp_path / "noavro.avsc").write_text('{"type": "record", "name": "X", "fields": [{"name": "a", "type": "strin"}]}')
+    with pytest.raises(SchemaFileError, match="not valid JSON"):
+        load(tmp_path / "nojson.avsc")
+    with pytest.raises(SchemaFileError, match="not a valid Avro schema"):
+        load(tmp_path / "noavro.avsc")
