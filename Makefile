@@ -10,7 +10,7 @@ PYTEST := $(UV) run --frozen pytest
 export UV_PYTHON_DOWNLOADS := never
 export UV_PYTHON := 3.11
 
-.PHONY: help setup system-packages demo test test-unit test-integration test-e2e lint format up down status topics ci clean
+.PHONY: help setup system-packages demo test test-unit test-integration test-e2e lint format up down status topics bench-avro ci clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-18s %s\n", $$1, $$2}'
@@ -40,10 +40,11 @@ test-integration: setup ## against one real stack started for the session
 test-e2e: setup ## the CLI and whole flows, each stack on its own ports
 	$(PYTEST) -m e2e
 
-lint: setup ## ruff, ruff format --check, mypy
+lint: setup ## ruff, ruff format --check, mypy, and the schemas against their git history (no registry needed)
 	$(UV) run --frozen ruff check .
 	$(UV) run --frozen ruff format --check .
 	$(UV) run --frozen mypy
+	$(KAPPA) schemas check --offline
 
 format: setup ## apply ruff's fixes and formatting
 	$(UV) run --frozen ruff check --fix .
@@ -58,6 +59,9 @@ down: ## stop the local stack
 
 status: ## show the local stack's components and their health
 	$(KAPPA) status
+
+bench-avro: setup ## benchmark: Spark decoding Confluent Avro from Kafka (1 vs 3 writer schemas vs plain from_avro)
+	$(UV) run --frozen python -m tests.benchmarks.bench_avro_decode
 
 ci: lint test ## exactly what CI runs (.ci/run)
 

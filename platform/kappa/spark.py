@@ -54,7 +54,10 @@ def spark_conf(settings: KappaSettings, app_name: str) -> dict[str, str]:
     if not artifacts_present(settings):
         raise StackError(f"the Spark connector jars are missing from {settings.jars_path / 'spark'}: run `kappa setup`")
     jars = connector_jars(settings.jars_path / "spark", spark_home_jars())
-    return {
+    local = settings.spark_master.startswith("local")
+    # A local session stays on loopback (Spark would otherwise pick the first non-loopback interface).
+    network = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"} if local else {}
+    return network | {
         "spark.master": settings.spark_master,
         "spark.app.name": app_name,
         "spark.jars": ",".join(str(j) for j in jars),

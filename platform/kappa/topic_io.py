@@ -3,6 +3,7 @@
     decoded = read_topic(spark, settings, CLICKS, job="raw_clicks", job_version=1)
     decoded.records       # key, the reader schema's fields, kafka_partition, kafka_offset, kafka_timestamp
     decoded.dead_letters  # key, value, headers: ready for the Kafka sink of clicks.dlq
+    write_topic(rows, settings, ENRICHED_CLICKS, key=F.col("event_id"))  # a DataStreamWriter
 
 Every input row lands in exactly one of the two (tombstones, null values, are neither: see `tombstones`).
 """
@@ -174,6 +175,17 @@ def kafka_sink(df: DataFrame, settings: KappaSettings, topic_name: str) -> DataS
         .option("kafka.compression.type", "lz4")
         .option("kafka.linger.ms", "20")
     )
+
+
+def write_topic(
+    df: DataFrame,
+    settings: KappaSettings,
+    topic: Topic,
+    key: Column,
+    partition: Column | None = None,
+) -> DataStreamWriter:
+    """The one call a job uses to publish: encode to the topic's registered schema, then a durable sink."""
+    return kafka_sink(encode_for_topic(df, settings, topic, key, partition), settings, topic.name)
 
 
 def dead_letter_sink(dead_letters: DataFrame, settings: KappaSettings, topic: Topic) -> DataStreamWriter:
