@@ -161,6 +161,43 @@ def cmd_dlq_replay(settings: KappaSettings, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_jobs_list(settings: KappaSettings, args: argparse.Namespace) -> int:
+    from kappa.runtime.declaration import DeltaTable
+    from kappa.runtime.discovery import discover
+
+    print(f"{'job':<20} {'version':>7}  {'inputs':<28} output")
+    for spec in discover().values():
+        output = f"delta:{spec.output.name}" if isinstance(spec.output, DeltaTable) else f"topic:{spec.output.name}"
+        print(f"{spec.name:<20} {spec.version:>7}  {','.join(t.name for t in spec.inputs):<28} {output}")
+    return 0
+
+
+def cmd_jobs_run(settings: KappaSettings, args: argparse.Namespace) -> int:
+    import logging
+
+    from kappa.runtime.declaration import Starting
+    from kappa.runtime.discovery import get_job
+    from kappa.runtime.runner import run_job
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stdout)
+    try:
+        starting = Starting.parse(args.start_from)
+    except ValueError as exc:
+        raise KappaError(str(exc)) from None
+    report = run_job(
+        get_job(args.job),
+        settings,
+        version=args.version,
+        available_now=args.available_now,
+        starting=starting,
+        max_offsets_per_trigger=args.max_offsets_per_trigger,
+    )
+    how = "stopped by signal" if report.stopped_by_signal else "done"
+    rows = sum(report.input_rows.values())
+    print(f"{report.job} v{report.version}: {how} after {report.seconds:.1f} s, {rows} input rows")
+    return 0
+
+
 def cmd_demo(settings: KappaSettings, args: argparse.Namespace) -> int:
     from kappa.demo import run_demo
 
@@ -218,6 +255,19 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--kind", default=None, help="only this error kind (e.g. unknown-schema-id)")
     for p in (inspect, replay):
         p.add_argument("topic", help="the dataset topic (its dead letters are in <topic>.dlq)")
+
+    jobs = sub.add_parser("jobs", help="the streaming jobs in jobs/")
+    jobs_sub = jobs.add_subparsers(dest="jobs_command", required=True, metavar="action")
+    jobs_sub.add_parser("list", help="every job: version, inputs, output").set_defaults(func=cmd_jobs_list)
+    run = jobs_sub.add_parser("run", help="run a job until stopped (SIGTERM stops it after its current batch)")
+    run.set_defaults(func=cmd_jobs_run)
+    run.add_argument("job")
+    run.add_argument("--version", type=int, default=None, help="physical version label (default: the declared)")
+    run.add_argument("--available-now", action="store_true", help="process what is there, then stop")
+    run.add_argument(
+        "--from", dest="start_from", default="earliest", help="earliest | latest | ISO timestamp (no checkpoint yet)"
+    )
+    run.add_argument("--max-offsets-per-trigger", type=int, default=None, help="cap each micro-batch")
 
     demo = add("demo", cmd_demo, "run the demo on a fresh embedded stack and print what landed in Delta")
     demo.add_argument("--events", type=int, default=5000)

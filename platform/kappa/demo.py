@@ -17,6 +17,7 @@ from kappa.dlq import inspect
 from kappa.errors import KappaError
 from kappa.generate import click_messages, clicks
 from kappa.kafka_client import admin_client, produce_all
+from kappa.runtime.runner import run_job
 from kappa.settings import KappaSettings
 from kappa.spark import get_spark
 from kappa.stack import LocalStack
@@ -25,7 +26,7 @@ from kappa.topics import apply
 
 def run_demo(base: KappaSettings, events: int, keep: bool, malformed_share: float = 0.01) -> None:
     from jobs.catalog import CLICKS, TOPICS
-    from jobs.raw_clicks import job as raw_clicks
+    from jobs.raw_clicks.declaration import JOB as RAW_CLICKS
 
     demo_dir = base.state_dir / "demo"
     settings = base.model_copy(
@@ -58,13 +59,12 @@ def run_demo(base: KappaSettings, events: int, keep: bool, malformed_share: floa
             f"({malformed_share:.0%} malformed on purpose)"
         )
 
-        spark = get_spark(settings, "kappa-demo")
-        t0 = time.monotonic()
-        for query in raw_clicks.start(spark, settings, available_now=True):
-            query.awaitTermination()
-        print(f"[4/5] Spark job raw_clicks v{raw_clicks.VERSION}: Kafka -> Delta in {time.monotonic() - t0:.1f} s")
+        run = run_job(RAW_CLICKS, settings, available_now=True)
+        print(f"[4/5] Spark job {run.job} v{run.version}: Kafka -> Delta in {run.seconds:.1f} s")
 
-        table = spark.read.format("delta").load(raw_clicks.table_path(settings))
+        spark = get_spark(settings, "kappa-demo")
+        table_path = RAW_CLICKS.output.path(settings, RAW_CLICKS.version)  # type: ignore[union-attr]
+        table = spark.read.format("delta").load(table_path)
         rows = table.count()
         dead = inspect(settings, CLICKS.name, samples=1)
         if rows + dead.total != sent:
@@ -72,7 +72,7 @@ def run_demo(base: KappaSettings, events: int, keep: bool, malformed_share: floa
         kinds = ", ".join(f"{k} {n}" for k, n in dead.by_kind.most_common())
         print(f"      reconciled: {sent} in = {rows} in Delta + {dead.total} dead-lettered ({kinds})")
         users = table.select("user_id").distinct().count()
-        print(f"[5/5] Delta table {raw_clicks.table_path(settings)}: {rows} rows, {users} users. Top pages:")
+        print(f"[5/5] Delta table {table_path}: {rows} rows, {users} users. Top pages:")
         for row in table.groupBy("page").count().orderBy("count", "page", ascending=[False, True]).limit(5).collect():
             print(f"        {row['page']:<14} {row['count']:>6} views")
         spark.stop()

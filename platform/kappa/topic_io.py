@@ -65,10 +65,17 @@ def kafka_source(
     streaming: bool = True,
     starting_offsets: str = "earliest",
     max_offsets_per_trigger: int | None = None,
+    starting_timestamp_ms: int | None = None,
 ) -> DataFrame:
+    """Raw Kafka rows of a topic. `starting_offsets="timestamp"` starts at `starting_timestamp_ms` (record time)."""
     reader: Any = spark.readStream if streaming else spark.read
-    reader = reader.format("kafka").options(**kafka_options(settings))
-    reader = reader.option("subscribe", topic.name).option("startingOffsets", starting_offsets)
+    reader = reader.format("kafka").options(**kafka_options(settings)).option("subscribe", topic.name)
+    if starting_offsets == "timestamp":
+        if starting_timestamp_ms is None:
+            raise KappaError("starting at a timestamp needs the timestamp")
+        reader = reader.option("startingTimestamp", str(starting_timestamp_ms))
+    else:
+        reader = reader.option("startingOffsets", starting_offsets)
     # A retained log never loses data silently: fail if offsets vanished (e.g. retention overtook the job).
     reader = reader.option("failOnDataLoss", "true")
     if max_offsets_per_trigger and streaming:
@@ -131,11 +138,14 @@ def read_topic(
     streaming: bool = True,
     starting_offsets: str = "earliest",
     max_offsets_per_trigger: int | None = None,
+    starting_timestamp_ms: int | None = None,
 ) -> DecodedTopic:
     """A declared topic, decoded into its declared schema from every writer version the registry knows."""
     with Registry(settings.registry) as registry:
         writers = writer_schemas(registry, topic)
-    raw = kafka_source(spark, settings, topic, streaming, starting_offsets, max_offsets_per_trigger)
+    raw = kafka_source(
+        spark, settings, topic, streaming, starting_offsets, max_offsets_per_trigger, starting_timestamp_ms
+    )
     return decode_topic(raw, value_schema(settings, topic), writers, job, job_version)
 
 

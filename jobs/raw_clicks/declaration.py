@@ -1,0 +1,49 @@
+"""raw_clicks: Kafka `clicks` (Confluent Avro) -> Delta `raw_clicks`; undecodable records -> `clicks.dlq`.
+
+Two streaming queries over the same topic, each with its own checkpoint: the table append (the job's one
+output) and the dead-letter sink. Every input record lands in exactly one of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pyspark.sql.streaming.query import StreamingQuery
+
+from jobs.catalog import CLICKS
+from jobs.raw_clicks.transforms import click_rows
+from kappa.runtime import DeltaTable, JobContext, JobSpec
+from kappa.topic_io import dead_letter_sink
+
+TABLE = DeltaTable("raw_clicks", doc="Every decodable click, one row each, with its Kafka position.")
+
+
+def start(ctx: JobContext) -> Sequence[StreamingQuery]:
+    clicks = ctx.read(CLICKS)
+    table = (
+        click_rows(clicks.records)
+        .writeStream.format("delta")
+        .queryName(ctx.query_name())
+        .option("checkpointLocation", ctx.checkpoint())
+        .outputMode("append")
+        .trigger(**ctx.trigger())
+        .start(ctx.output_path())
+    )
+    dead = (
+        dead_letter_sink(clicks.dead_letters, ctx.settings, CLICKS)
+        .queryName(ctx.query_name("dlq"))
+        .option("checkpointLocation", ctx.checkpoint("dlq"))
+        .trigger(**ctx.trigger())
+        .start()
+    )
+    return [table, dead]
+
+
+JOB = JobSpec(
+    name="raw_clicks",
+    version=1,
+    description="The clicks topic as a Delta table (append), dead letters to clicks.dlq.",
+    inputs=(CLICKS,),
+    output=TABLE,
+    start=start,
+)

@@ -1,0 +1,125 @@
+"""What a job declares (one `JOB = JobSpec(...)` in jobs/<name>/declaration.py), and what it gets to run.
+
+The runtime, the replay engine, Dagster and the tests all read the declaration; nothing repeats it. The
+checkpoint, query name and progress consumer group derive from the job's name and logic version, so a new
+version never reuses an old version's state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from kappa.settings import KappaSettings
+from kappa.topics import Topic
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
+    from kappa.topic_io import DecodedTopic
+
+
+@dataclass(frozen=True)
+class DeltaTable:
+    """A Delta table output; its physical path is versioned: <delta_root>/<name>/v<version>."""
+
+    name: str
+    doc: str = ""
+
+    def path(self, settings: KappaSettings, version: int) -> str:
+        return f"{settings.delta_root}/{self.name}/v{version}"
+
+
+@dataclass(frozen=True)
+class Starting:
+    """Where a job starts reading when it has no checkpoint: `earliest`, `latest` or an event timestamp."""
+
+    offsets: str = "earliest"
+    timestamp_ms: int | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> Starting:
+        if text in ("earliest", "latest"):
+            return cls(offsets=text)
+        from datetime import datetime
+
+        try:
+            moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError(f"--from expects earliest, latest or an ISO timestamp with zone, got {text!r}") from None
+        if moment.tzinfo is None:
+            raise ValueError(f"--from {text}: give a time zone (e.g. {text}Z): event times are UTC")
+        return cls(offsets="timestamp", timestamp_ms=int(moment.timestamp() * 1000))
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A single-step streaming job: inputs (topics), exactly one output (a topic or a Delta table)."""
+
+    name: str
+    version: int  # the logic version: bump it when the output would change for the same input
+    description: str
+    inputs: tuple[Topic, ...]
+    output: Topic | DeltaTable
+    # Builds and starts the job's queries from the context (the output query, plus a dead-letter query).
+    start: Callable[[JobContext], Sequence[StreamingQuery]]
+    processing_interval: str = "5 seconds"
+    settings: dict[str, Any] = field(default_factory=dict)  # job-specific knobs, documented in the job
+
+    def __post_init__(self) -> None:
+        if not self.name.isidentifier():
+            raise ValueError(f"job name {self.name!r} must be an identifier (it names folders and queries)")
+        if self.version < 1:
+            raise ValueError(f"job {self.name}: version must be >= 1")
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """Everything a job's `start` needs, derived once by the runner."""
+
+    spark: SparkSession
+    settings: KappaSettings
+    spec: JobSpec
+    version: int
+    available_now: bool = False
+    starting: Starting = field(default_factory=Starting)
+    max_offsets_per_trigger: int | None = None
+
+    @property
+    def id(self) -> str:
+        return f"{self.spec.name}_v{self.version}"
+
+    def checkpoint(self, part: str = "output") -> str:
+        return f"{self.settings.checkpoint_root}/{self.spec.name}/v{self.version}/{part}"
+
+    def query_name(self, part: str = "output") -> str:
+        return self.id if part == "output" else f"{self.id}_{part}"
+
+    @property
+    def consumer_group(self) -> str:
+        """The group under which the runner records this version's progress (Kafka's tools show its lag)."""
+        return f"kappa.{self.spec.name}.v{self.version}"
+
+    def trigger(self) -> dict[str, Any]:
+        return {"availableNow": True} if self.available_now else {"processingTime": self.spec.processing_interval}
+
+    def output_path(self) -> str:
+        if not isinstance(self.spec.output, DeltaTable):
+            raise TypeError(f"job {self.spec.name} writes a topic, not a Delta table")
+        return self.spec.output.path(self.settings, self.version)
+
+    def read(self, topic: Topic) -> DecodedTopic:
+        from kappa.topic_io import read_topic
+
+        return read_topic(
+            self.spark,
+            self.settings,
+            topic,
+            job=self.spec.name,
+            job_version=self.version,
+            starting_offsets=self.starting.offsets,
+            starting_timestamp_ms=self.starting.timestamp_ms,
+            max_offsets_per_trigger=self.max_offsets_per_trigger,
+        )

@@ -1,0 +1,93 @@
+"""Per-batch progress: a log line per micro-batch, and the job version's progress as Kafka group offsets.
+
+Spark commits no offsets to Kafka (its checkpoint is the truth). After each batch the runner records the
+batch's end offsets under the consumer group `kappa.<job>.v<version>`, so `kafka-consumer-groups` and every
+lag dashboard show how far each job version is behind.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka.admin import AdminClient
+from pyspark.sql.streaming import StreamingQueryListener
+
+log = logging.getLogger("kappa.progress")
+
+
+def end_offsets(progress: dict[str, Any]) -> dict[str, dict[int, int]]:
+    """topic -> partition -> next offset to read, from a StreamingQueryProgress (as JSON dict)."""
+    result: dict[str, dict[int, int]] = {}
+    for source in progress.get("sources", []):
+        end = source.get("endOffset")
+        if isinstance(end, str):
+            try:
+                end = json.loads(end)
+            except json.JSONDecodeError:
+                continue
+        if not isinstance(end, dict):
+            continue
+        for topic, partitions in end.items():
+            if isinstance(partitions, dict):
+                result.setdefault(topic, {}).update({int(p): int(o) for p, o in partitions.items()})
+    return result
+
+
+def describe_batch(progress: dict[str, Any]) -> str:
+    rows = progress.get("numInputRows", 0)
+    rate = progress.get("processedRowsPerSecond") or 0.0
+    duration = (progress.get("durationMs") or {}).get("triggerExecution", 0)
+    lag = []
+    for source in progress.get("sources", []):
+        metrics = source.get("metrics") or {}
+        if "avgOffsetsBehindLatest" in metrics:
+            lag.append(f"behind≈{float(metrics['avgOffsetsBehindLatest']):.0f}/partition")
+    return (
+        f"{progress.get('name')} batch {progress.get('batchId')}: {rows} rows, {rate:,.0f} rows/s, "
+        f"{duration} ms{(', ' + ', '.join(lag)) if lag else ''}"
+    )
+
+
+class ProgressRecorder(StreamingQueryListener):
+    """Logs each batch of the job's queries and commits the output query's offsets to its group."""
+
+    def __init__(self, bootstrap: str, groups: dict[str, str]) -> None:
+        """`groups`: query name -> consumer group to record that query's progress under."""
+        self._admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+        self._groups = groups
+        self.batches: dict[str, int] = {}
+        self.rows: dict[str, int] = {}
+
+    def onQueryStarted(self, event: Any) -> None:  # noqa: N802 (Spark's listener API)
+        log.info("query %s started (run %s)", event.name, event.runId)
+
+    def onQueryProgress(self, event: Any) -> None:  # noqa: N802 (Spark's listener API)
+        progress = json.loads(event.progress.json)
+        name = progress.get("name") or ""
+        self.batches[name] = self.batches.get(name, 0) + 1
+        self.rows[name] = self.rows.get(name, 0) + int(progress.get("numInputRows", 0))
+        log.info(describe_batch(progress))
+        group = self._groups.get(name)
+        if group:
+            self.commit(group, end_offsets(progress))
+
+    def commit(self, group: str, offsets: dict[str, dict[int, int]]) -> None:
+        partitions = [TopicPartition(t, p, o) for t, parts in offsets.items() for p, o in sorted(parts.items())]
+        if not partitions:
+            return
+        try:
+            futures = self._admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, partitions)])
+            for future in futures.values():
+                future.result(timeout=15)
+        except Exception as exc:  # progress reporting must never stop the job; the checkpoint is the truth
+            log.warning("could not record progress of %s: %s", group, exc)
+
+    def onQueryIdle(self, event: Any) -> None:  # noqa: N802 (Spark's listener API)
+        return None
+
+    def onQueryTerminated(self, event: Any) -> None:  # noqa: N802 (Spark's listener API)
+        if event.exception:
+            log.error("query %s failed: %s", event.id, event.exception.splitlines()[0])

@@ -1,0 +1,90 @@
+"""`kappa jobs run`: start a job version's queries, report progress, stop gracefully on SIGTERM."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from types import FrameType
+
+from kappa.errors import KappaError
+from kappa.runtime.declaration import JobContext, JobSpec, Starting
+from kappa.runtime.progress import ProgressRecorder
+from kappa.settings import KappaSettings
+
+log = logging.getLogger("kappa.runner")
+
+
+@dataclass(frozen=True)
+class RunReport:
+    job: str
+    version: int
+    seconds: float
+    batches: dict[str, int]
+    input_rows: dict[str, int]
+    stopped_by_signal: bool
+
+
+def run_job(
+    spec: JobSpec,
+    settings: KappaSettings,
+    *,
+    version: int | None = None,
+    available_now: bool = False,
+    starting: Starting | None = None,
+    max_offsets_per_trigger: int | None = None,
+) -> RunReport:
+    """Run until the input is drained (available_now) or until SIGTERM/SIGINT; return what was done."""
+    from kappa.spark import get_spark
+
+    spark = get_spark(settings, f"kappa-{spec.name}")
+    context = JobContext(
+        spark=spark,
+        settings=settings,
+        spec=spec,
+        version=version or spec.version,
+        available_now=available_now,
+        starting=starting or Starting(),
+        max_offsets_per_trigger=max_offsets_per_trigger,
+    )
+    recorder = ProgressRecorder(settings.bootstrap, {context.query_name(): context.consumer_group})
+    spark.streams.addListener(recorder)
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("received %s: stopping %s after its current batch", signal.Signals(signum).name, context.id)
+        stop.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    started = time.monotonic()
+    queries = list(spec.start(context))
+    try:
+        while not stop.is_set():
+            if all(not q.isActive for q in queries):
+                break
+            failed = [q for q in queries if q.exception() is not None]
+            if failed:
+                break
+            stop.wait(0.5)
+        for query in queries:
+            if query.isActive:
+                query.stop()  # finishes the running batch's commit; the checkpoint resumes exactly after it
+        errors = [(q.name, q.exception()) for q in queries if q.exception() is not None]
+        if errors:
+            name, error = errors[0]
+            first_line = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+            raise KappaError(f"job {context.id}: query {name} failed: {first_line}")
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        spark.streams.removeListener(recorder)
+    return RunReport(
+        job=spec.name,
+        version=context.version,
+        seconds=time.monotonic() - started,
+        batches=dict(recorder.batches),
+        input_rows=dict(recorder.rows),
+        stopped_by_signal=stop.is_set(),
+    )
