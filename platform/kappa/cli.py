@@ -198,6 +198,28 @@ def cmd_jobs_run(settings: KappaSettings, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_generate(settings: KappaSettings, args: argparse.Namespace) -> int:
+    from jobs.catalog import CLICKS, USER_PROFILES
+    from kappa.generate import StreamConfig
+    from kappa.produce_stream import generate
+
+    config = StreamConfig(
+        events=args.events,
+        users=args.users,
+        pages=args.pages,
+        seed=args.seed,
+        late_share=args.late_share,
+        late_by_ms=int(args.late_by_minutes * 60_000),
+        malformed_share=args.malformed_share,
+    )
+    report = generate(settings, config, CLICKS, USER_PROFILES, rate=args.rate)
+    print(
+        f"produced {report.clicks} clicks ({report.malformed} malformed) and {report.profiles} profile versions "
+        f"in {report.seconds:.1f} s ({report.clicks / max(report.seconds, 1e-9):,.0f} clicks/s)"
+    )
+    return 0
+
+
 def cmd_demo(settings: KappaSettings, args: argparse.Namespace) -> int:
     from kappa.demo import run_demo
 
@@ -268,6 +290,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--from", dest="start_from", default="earliest", help="earliest | latest | ISO timestamp (no checkpoint yet)"
     )
     run.add_argument("--max-offsets-per-trigger", type=int, default=None, help="cap each micro-batch")
+
+    gen = add("generate", cmd_generate, "produce a seeded clickstream (clicks + user_profiles) into the topics")
+    gen.add_argument("--events", type=int, default=10_000, help="number of clicks")
+    gen.add_argument("--users", type=int, default=500)
+    gen.add_argument("--pages", type=int, default=200)
+    gen.add_argument("--seed", type=int, default=7, help="same seed, same stream")
+    gen.add_argument("--rate", type=float, default=None, help="records per second (default: as fast as possible)")
+    gen.add_argument("--late-share", type=float, default=0.01, help="share of clicks that arrive very late")
+    gen.add_argument("--late-by-minutes", type=float, default=45.0, help="how late the late clicks are")
+    gen.add_argument("--malformed-share", type=float, default=0.0, help="share of clicks broken on purpose")
 
     demo = add("demo", cmd_demo, "run the demo on a fresh embedded stack and print what landed in Delta")
     demo.add_argument("--events", type=int, default=5000)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,23 +54,20 @@ class Outgoing:
     timestamp_ms: int | None = None
 
 
-def produce_all(
-    settings: KappaSettings,
-    topic: str,
-    records: Iterable[Outgoing],
-    on_progress: Callable[[int], None] | None = None,
-) -> int:
-    """Produce every record and wait for all acknowledgements; fail loudly if any was not delivered."""
-    prod = producer(settings)
-    failures: list[KafkaError] = []
+class Publisher:
+    """A producer that counts what it sent and fails loudly on close if anything was not delivered."""
 
-    def delivered(err: KafkaError | None, _msg: Any) -> None:
+    def __init__(self, settings: KappaSettings, **overrides: Any) -> None:
+        self._producer = producer(settings, **overrides)
+        self._failures: list[KafkaError] = []
+        self.sent = 0
+
+    def _delivered(self, err: KafkaError | None, _msg: Any) -> None:
         if err is not None:
-            failures.append(err)
+            self._failures.append(err)
 
-    sent = 0
-    for rec in records:
-        kwargs: dict[str, Any] = {"key": rec.key, "value": rec.value, "on_delivery": delivered}
+    def send(self, topic: str, rec: Outgoing) -> None:
+        kwargs: dict[str, Any] = {"key": rec.key, "value": rec.value, "on_delivery": self._delivered}
         if rec.partition is not None:
             kwargs["partition"] = rec.partition
         if rec.headers:
@@ -79,20 +76,29 @@ def produce_all(
             kwargs["timestamp"] = rec.timestamp_ms
         while True:
             try:
-                prod.produce(topic, **kwargs)
+                self._producer.produce(topic, **kwargs)
                 break
             except BufferError:  # local queue full: let deliveries drain, then retry
-                prod.poll(0.5)
+                self._producer.poll(0.5)
             except KafkaException as exc:
                 raise KappaError(f"producing to {topic} failed: {exc}") from None
-        sent += 1
-        if sent % 10_000 == 0:
-            prod.poll(0)
-            if on_progress:
-                on_progress(sent)
-    remaining = prod.flush(120)
-    if remaining:
-        raise KappaError(f"{remaining} record(s) to {topic} were not delivered within 120 s (is Kafka up?)")
-    if failures:
-        raise KappaError(f"{len(failures)} record(s) to {topic} failed: {failures[0]}")
-    return sent
+        self.sent += 1
+        if self.sent % 10_000 == 0:
+            self._producer.poll(0)
+
+    def close(self, timeout_s: float = 120) -> int:
+        """Wait for every acknowledgement; return how many records were sent."""
+        remaining = self._producer.flush(timeout_s)
+        if remaining:
+            raise KappaError(f"{remaining} record(s) were not delivered within {timeout_s:.0f} s (is Kafka up?)")
+        if self._failures:
+            raise KappaError(f"{len(self._failures)} record(s) failed: {self._failures[0]}")
+        return self.sent
+
+
+def produce_all(settings: KappaSettings, topic: str, records: Iterable[Outgoing]) -> int:
+    """Produce every record to one topic and wait for all acknowledgements."""
+    publisher = Publisher(settings)
+    for rec in records:
+        publisher.send(topic, rec)
+    return publisher.close()

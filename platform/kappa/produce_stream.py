@@ -1,0 +1,90 @@
+"""`kappa generate`: the seeded clickstream, Avro-encoded, into `clicks` and `user_profiles`, in log order."""
+
+from __future__ import annotations
+
+import random
+import sys
+import time
+from dataclasses import dataclass
+from typing import TextIO
+
+from kappa.avro.registry import Registry, value_subject
+from kappa.avro.schemas import topic_value_schema
+from kappa.avro.serde import AvroEncoder
+from kappa.generate import Click, StreamConfig, clickstream, malformed_value
+from kappa.kafka_client import Outgoing, Publisher
+from kappa.partitioning import partition_for
+from kappa.settings import KappaSettings
+from kappa.topics import Topic
+
+
+@dataclass(frozen=True)
+class GenerateReport:
+    clicks: int
+    profiles: int
+    malformed: int
+    seconds: float
+
+
+def generate(
+    settings: KappaSettings,
+    config: StreamConfig,
+    clicks_topic: Topic,
+    profiles_topic: Topic,
+    rate: float | None = None,
+    progress: TextIO | None = sys.stderr,
+) -> GenerateReport:
+    """Produce the stream; `rate` caps records per second (None: as fast as possible)."""
+    rng = random.Random(config.seed * 31)
+    with Registry(settings.registry) as registry:
+        click_encoder = AvroEncoder(
+            registry, value_subject(clicks_topic.name), topic_value_schema(settings.schemas_path, clicks_topic)
+        )
+        profile_encoder = AvroEncoder(
+            registry, value_subject(profiles_topic.name), topic_value_schema(settings.schemas_path, profiles_topic)
+        )
+    publisher = Publisher(settings)
+    counts = {"clicks": 0, "profiles": 0, "malformed": 0}
+    started = time.monotonic()
+    step = max(1, config.events // 50)
+    for n, emission in enumerate(clickstream(config)):
+        record = emission.record
+        if isinstance(record, Click):
+            value = click_encoder.encode(record.as_avro())
+            if config.malformed_share and rng.random() < config.malformed_share:
+                value = malformed_value(rng, value)
+                counts["malformed"] += 1
+            publisher.send(
+                clicks_topic.name,
+                Outgoing(
+                    record.event_id.encode(),
+                    value,
+                    partition=partition_for(record.user_id, clicks_topic.partitions),
+                    timestamp_ms=record.event_time_ms,
+                ),
+            )
+            counts["clicks"] += 1
+            if progress is not None and counts["clicks"] % step == 0:
+                done = counts["clicks"] / config.events
+                bar = "#" * int(done * 30)
+                elapsed = time.monotonic() - started
+                print(f"\r[{bar:<30}] {done:4.0%} {counts['clicks'] / elapsed:,.0f} clicks/s", end="", file=progress)
+        else:
+            publisher.send(
+                profiles_topic.name,
+                Outgoing(
+                    record.user_id.encode(),
+                    profile_encoder.encode(record.as_avro()),
+                    partition=partition_for(record.user_id, profiles_topic.partitions),
+                    timestamp_ms=record.valid_from_ms,
+                ),
+            )
+            counts["profiles"] += 1
+        if rate:
+            ahead = (n + 1) / rate - (time.monotonic() - started)
+            if ahead > 0:
+                time.sleep(ahead)
+    publisher.close()
+    if progress is not None:
+        print(file=progress)
+    return GenerateReport(counts["clicks"], counts["profiles"], counts["malformed"], time.monotonic() - started)
