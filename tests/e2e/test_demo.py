@@ -1,0 +1,21 @@
+"""The README's `make demo` path: `kappa demo` on its own stack (own ports), start to finish."""
+
+import re
+
+from tests.e2e.stackctl import kappa
+
+DEMO_PORTS = {"KAPPA_KAFKA_PORT": "46092", "KAPPA_CONTROLLER_PORT": "46192", "KAPPA_REGISTRY_PORT": "46081"}
+
+
+def test_demo_runs_the_job_and_reconciles() -> None:
+    run = kappa("demo", "--events", "3000", "--malformed-share", "0.02", env=DEMO_PORTS, timeout=600)
+    assert run.code == 0, run.err[-3000:]
+    reconciled = re.search(r"reconciled: (\d+) in = (\d+) in Delta \+ (\d+) dead-lettered", run.out)
+    assert reconciled, run.out
+    sent, rows, dead = map(int, reconciled.groups())
+    assert sent == 3000
+    assert rows + dead == sent
+    assert 0 < dead < 150
+    assert "Top pages:" in run.out
+    assert "/page/0000" in run.out  # the Zipf head is the most viewed page
+    assert "stack stopped and demo data removed" in run.out
