@@ -21,7 +21,9 @@ import pytest
 from kappa.settings import KappaSettings, load_settings
 
 # Ports of the test session's stack: away from the defaults so a developer's own `kappa up` can keep running.
-TEST_PORTS = {"kafka_port": 39092, "controller_port": 39192, "registry_port": 38081}
+# Every port the tests use is below 32768, outside Linux's ephemeral range: a client retrying a stopped
+# broker can otherwise be handed the broker's own port and connect to itself, blocking the next start.
+TEST_PORTS = {"kafka_port": 19092, "controller_port": 19192, "registry_port": 18081}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -78,6 +78,8 @@ class KappaSettings(BaseSettings):
     checkpoint_root: str | None = Field(None, description="root of streaming checkpoints (state_dir/checkpoints)")
 
     # --- local stack ---------------------------------------------------------------------------------
+    # Keep ports below the ephemeral range (32768+ on Linux): a client retrying a stopped broker may be given
+    # the broker's own port as its source port, connect to itself, and block the port's next bind.
     kafka_port: int = Field(9092, ge=1024, le=65535, description="client port of broker 1 (broker i: +i-1)")
     controller_port: int = Field(9192, ge=1024, le=65535, description="KRaft controller port of node 1 (+i-1)")
     registry_port: int = Field(8081, ge=1024, le=65535, description="HTTP port of the schema registry")

@@ -12,7 +12,7 @@ from typing import Any
 from kappa.settings import KappaSettings, load_settings
 from kappa.stack import LocalStack
 
-BENCH_PORTS = {"kafka_port": 47092, "controller_port": 47192, "registry_port": 47081}
+BENCH_PORTS = {"kafka_port": 27092, "controller_port": 27192, "registry_port": 27081}
 
 
 @contextmanager

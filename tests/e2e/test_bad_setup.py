@@ -64,7 +64,7 @@ def test_corrupt_state_folder(tmp_path: Path) -> None:
 def test_broker_data_without_state_file_is_corrupt(tmp_path: Path) -> None:
     stack_dir = tmp_path / "s"
     (stack_dir / "kafka-1" / "data").mkdir(parents=True)
-    run = kappa("up", env={"KAPPA_STACK_DIR": str(stack_dir), "KAPPA_KAFKA_PORT": "43092"})
+    run = kappa("up", env={"KAPPA_STACK_DIR": str(stack_dir), "KAPPA_KAFKA_PORT": "23092"})
     assert run.code == 2
     _assert_clear_error(run.err, "state folder is corrupt", "holds broker data")
 
@@ -76,6 +76,6 @@ def test_bad_setting_is_named(tmp_path: Path) -> None:
 
 
 def test_unreachable_kafka_is_a_clear_error(tmp_path: Path) -> None:
-    run = kappa("topics", "list", env={"KAPPA_KAFKA_PORT": "44092"}, timeout=120)
+    run = kappa("topics", "list", env={"KAPPA_KAFKA_PORT": "24092"}, timeout=120)
     assert run.code == 2
-    _assert_clear_error(run.err, "Kafka is not reachable at 127.0.0.1:44092", "kappa up")
+    _assert_clear_error(run.err, "Kafka is not reachable at 127.0.0.1:24092", "kappa up")

@@ -4,7 +4,7 @@ import re
 
 from tests.e2e.stackctl import kappa
 
-DEMO_PORTS = {"KAPPA_KAFKA_PORT": "46092", "KAPPA_CONTROLLER_PORT": "46192", "KAPPA_REGISTRY_PORT": "46081"}
+DEMO_PORTS = {"KAPPA_KAFKA_PORT": "26092", "KAPPA_CONTROLLER_PORT": "26192", "KAPPA_REGISTRY_PORT": "26081"}
 
 
 def test_demo_runs_the_job_and_reconciles() -> None:

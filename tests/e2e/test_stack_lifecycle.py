@@ -10,7 +10,7 @@ from kappa.stack import LocalStack
 from kappa.stack.process import port_in_use
 from tests.e2e.stackctl import kappa, stack_processes
 
-PORTS = {"KAPPA_KAFKA_PORT": "41092", "KAPPA_CONTROLLER_PORT": "41192", "KAPPA_REGISTRY_PORT": "41081"}
+PORTS = {"KAPPA_KAFKA_PORT": "21092", "KAPPA_CONTROLLER_PORT": "21192", "KAPPA_REGISTRY_PORT": "21081"}
 
 
 def test_up_status_restart_down_leaves_nothing_behind(tmp_path: Path) -> None:
@@ -26,7 +26,7 @@ def test_up_status_restart_down_leaves_nothing_behind(tmp_path: Path) -> None:
         assert status.code == 0, status.err
         lines = {line.split()[0]: line for line in status.out.splitlines()[1:]}
         assert set(lines) == {"kafka-1", "registry"}
-        assert "127.0.0.1:41092" in lines["kafka-1"]
+        assert "127.0.0.1:21092" in lines["kafka-1"]
         assert all(line.endswith("healthy") for line in lines.values())
         state = json.loads((stack_dir / "stack.json").read_text())
         assert {c["pid"] for c in state["components"].values()} <= set(stack_processes(stack_dir))
@@ -37,7 +37,7 @@ def test_up_status_restart_down_leaves_nothing_behind(tmp_path: Path) -> None:
         assert "healthy after" not in again.out
 
         # Schemas are stored in Kafka (kafkasql): a registry restart keeps them, ids included.
-        settings = load_settings(kafka_port=41092, controller_port=41192, registry_port=41081, stack_dir=stack_dir)
+        settings = load_settings(kafka_port=21092, controller_port=21192, registry_port=21081, stack_dir=stack_dir)
         schema = json.dumps({"type": "record", "name": "R", "fields": [{"name": "a", "type": "long"}]})
         schema_id = SchemaRegistryClient({"url": settings.registry}).register_schema(
             "survivor-value", Schema(schema, "AVRO")
@@ -51,7 +51,7 @@ def test_up_status_restart_down_leaves_nothing_behind(tmp_path: Path) -> None:
     assert down.code == 0, down.err
     assert set(down.out.removeprefix("stopped: ").strip().split(", ")) == {"kafka-1", "registry"}
     assert stack_processes(stack_dir) == []
-    for port in (41092, 41192, 41081, 41082):
+    for port in (21092, 21192, 21081, 21082):
         assert not port_in_use(port), f"port {port} still bound after `kappa down`"
     assert (stack_dir / "kafka-1" / "data").is_dir()  # down keeps data; --purge deletes it
 
@@ -66,13 +66,13 @@ def test_three_broker_kraft_cluster(tmp_path: Path) -> None:
     from kappa.topics import Cleanup, Topic, apply, describe
 
     stack_dir = tmp_path / "cluster"
-    env = {"KAPPA_KAFKA_PORT": "42092", "KAPPA_CONTROLLER_PORT": "42192", "KAPPA_STACK_DIR": str(stack_dir)}
+    env = {"KAPPA_KAFKA_PORT": "22092", "KAPPA_CONTROLLER_PORT": "22192", "KAPPA_STACK_DIR": str(stack_dir)}
     try:
         up = kappa("up", "--brokers", "3", "--no-registry", env=env)
         assert up.code == 0, up.err
-        admin = AdminClient({"bootstrap.servers": "127.0.0.1:42092,127.0.0.1:42093,127.0.0.1:42094"})
+        admin = AdminClient({"bootstrap.servers": "127.0.0.1:22092,127.0.0.1:22093,127.0.0.1:22094"})
         cluster = admin.describe_cluster().result(timeout=15)
-        assert sorted(n.port for n in cluster.nodes) == [42092, 42093, 42094]
+        assert sorted(n.port for n in cluster.nodes) == [22092, 22093, 22094]
         topic = Topic("replicated", partitions=3, cleanup=Cleanup.COMPACT)
         apply(admin, [topic])
         [state] = describe(admin, [topic])
@@ -82,5 +82,5 @@ def test_three_broker_kraft_cluster(tmp_path: Path) -> None:
         down = kappa("down", "--purge", env=env)
     assert down.code == 0, down.err
     assert stack_processes(stack_dir) == []
-    for port in (42092, 42093, 42094, 42192, 42193, 42194):
+    for port in (22092, 22093, 22094, 22192, 22193, 22194):
         assert not port_in_use(port)

@@ -148,11 +148,16 @@ class LocalStack:
 
     def _check_ports(self, ports: dict[str, int], settings_names: dict[str, str]) -> None:
         for role, port in ports.items():
+            setting = settings_names[role]
             if process.port_in_use(port):
-                setting = settings_names[role]
                 raise StackError(
                     f"port {port} ({role}) on 127.0.0.1 is already in use by another process: stop it, "
                     f"or choose another port with {setting}"
+                )
+            if not process.wait_until_bindable(port):
+                raise StackError(
+                    f"port {port} ({role}) on 127.0.0.1 stayed blocked by closed connections for 90 s; "
+                    f"try again, or choose another port with {setting}"
                 )
 
     def _start_kafka_node(self, state: StackState, index: int, java: str, started: list[Component]) -> Component | None:

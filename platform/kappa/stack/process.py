@@ -15,17 +15,33 @@ from pathlib import Path
 from kappa.errors import StackError
 
 
-def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
-    """True when something listens on (or holds) host:port."""
+def _can_bind(port: int, host: str, reuse: bool) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
-                return True
+                return False
             raise
-    return False
+    return True
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    """True when a process holds host:port (listening or bound), not merely closed connections lingering."""
+    return not _can_bind(port, host, reuse=True)
+
+
+def wait_until_bindable(port: int, host: str = "127.0.0.1", timeout_s: float = 90.0) -> bool:
+    """Wait out connections of a stopped server lingering in TIME_WAIT on its port (the JVM servers bind
+    without SO_REUSEADDR, so they would fail). Return False if the port is still not free."""
+    deadline = time.monotonic() + timeout_s
+    while not _can_bind(port, host, reuse=False):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.5)
+    return True
 
 
 def spawn(argv: Sequence[str], marker: str, log_file: Path, cwd: Path, env: Mapping[str, str] | None = None) -> int:

@@ -1,0 +1,81 @@
+"""Exactly-once into Delta: SIGKILL a view job inside its batches, restart it, and nothing is lost or doubled."""
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from kappa.avro.registry import Registry, value_subject
+from kappa.avro.schemas import topic_value_schema
+from kappa.avro.serde import AvroEncoder
+from kappa.delta_sink import committed_batch
+from kappa.generate import click_messages, clicks
+from kappa.kafka_client import produce_all
+from kappa.settings import KappaSettings
+from kappa.topics import Topic
+from tests.integration.view_job_under_fire import APP_ID
+
+
+def _env(stack: KappaSettings) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KAPPA_")}
+    env.update(
+        KAPPA_KAFKA_PORT=str(stack.kafka_port),
+        KAPPA_CONTROLLER_PORT=str(stack.controller_port),
+        KAPPA_REGISTRY_PORT=str(stack.registry_port),
+        KAPPA_STACK_DIR=str(stack.stack_path),
+        KAPPA_SPARK_SHUFFLE_PARTITIONS="2",
+    )
+    return env
+
+
+def test_sigkill_inside_batches_neither_loses_nor_doubles(
+    stack: KappaSettings, spark: SparkSession, avro_topic: Callable[..., Topic], tmp_path: Path
+) -> None:
+    topic = avro_topic("under-fire", partitions=2)
+    events = list(clicks(3000, users=100, pages=40, seed=13))
+    with Registry(stack.registry) as registry:
+        encoder = AvroEncoder(registry, value_subject(topic.name), topic_value_schema(stack.schemas_path, topic))
+        produce_all(stack, topic.name, click_messages(events, encoder.encode, topic.partitions))
+    table, checkpoint = str(tmp_path / "page_views"), str(tmp_path / "checkpoint")
+    command = [sys.executable, "-m", "tests.integration.view_job_under_fire", topic.name, table, checkpoint]
+    rng = random.Random(2026)
+
+    kills = 0
+    # Three runs, each killed in one of its batches: once somewhere inside the MERGE, twice in the riskiest
+    # window, after the MERGE committed and before Spark recorded the batch as done (the job holds that
+    # window open for 2 s), so the restarted job runs the same batch id again.
+    for moment in ("inside", "after-commit", "after-commit"):
+        env = _env(stack) | {"PAUSE_AFTER_MERGE_S": "2"}
+        job = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        assert job.stdout is not None
+        target = rng.randint(1, 3)  # the how-manieth batch of this run to die in
+        marker = "START" if moment == "inside" else "DONE"
+        seen = 0
+        for line in job.stdout:
+            if line.startswith("BATCH") and line.rstrip().endswith(marker):
+                seen += 1
+                if seen == target:
+                    if moment == "inside":
+                        time.sleep(rng.uniform(0.0, 0.8))
+                    job.send_signal(signal.SIGKILL)
+                    kills += 1
+                    break
+        job.wait(timeout=60)
+    final = subprocess.run(command, env=_env(stack), capture_output=True, text=True, timeout=600)
+    assert final.returncode == 0, final.stderr[-2000:]
+    assert "DRAINED" in final.stdout
+    assert kills == 3
+
+    got = {r.page: r.views for r in spark.read.format("delta").load(table).collect()}
+    assert got == dict(Counter(e.page for e in events))  # every click counted once: no loss, no duplicate
+    assert sum(got.values()) == 3000
+    last = committed_batch(spark, table, APP_ID)
+    assert last is not None
+    assert last >= 11  # 3000 records / 250 per batch, batch ids from 0
