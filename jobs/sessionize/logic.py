@@ -1,0 +1,142 @@
+"""The sessionization rule, as a pure function of one user's events in log order.
+
+Why per user and in log order: a user's events share one partition, so their offset order is the same in
+every run (live with small batches, replay in one batch, restarts). Every decision below reads only that
+order and the events' own times, never Spark's global watermark or batch boundaries, so the final sessions
+are the same in every run.
+
+Rules (gap G, allowed lateness A):
+- An event is *late* when its time is more than A behind the latest event time already seen for the user;
+  it goes to the `.late` side output and changes nothing.
+- Otherwise it joins every session it is within G of: none -> a new session; one -> that session grows;
+  several -> they merge into the one created first (in log order) and the others are retracted.
+- A session id is the user id plus the event id that created it, so it never changes while the session grows.
+- State may forget a session once it ends more than A + G before the latest time seen: no event that is
+  not late can reach it any more. Forgetting it never changes an answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+MINUTE_MS = 60_000
+
+
+@dataclass(frozen=True)
+class Event:
+    event_id: str
+    event_time_ms: int
+    page: str
+
+
+@dataclass(frozen=True)
+class Session:
+    session_id: str
+    user_id: str
+    start_ms: int
+    end_ms: int
+    clicks: int
+    pages: frozenset[str]
+    entry_page: str
+    exit_page: str
+    created_seq: int  # position in the user's log of the event that created it: merge order
+
+    def absorb(self, event: Event) -> Session:
+        return replace(
+            self,
+            start_ms=min(self.start_ms, event.event_time_ms),
+            end_ms=max(self.end_ms, event.event_time_ms),
+            clicks=self.clicks + 1,
+            pages=self.pages | {event.page},
+            entry_page=event.page if event.event_time_ms < self.start_ms else self.entry_page,
+            exit_page=event.page if event.event_time_ms >= self.end_ms else self.exit_page,
+        )
+
+    def merge(self, other: Session) -> Session:
+        first = self if self.start_ms <= other.start_ms else other
+        latest = self if self.end_ms >= other.end_ms else other
+        return replace(
+            self,
+            start_ms=first.start_ms,
+            end_ms=latest.end_ms,
+            clicks=self.clicks + other.clicks,
+            pages=self.pages | other.pages,
+            entry_page=first.entry_page,
+            exit_page=latest.exit_page,
+        )
+
+
+@dataclass
+class UserState:
+    """What the job keeps per user between micro-batches."""
+
+    latest_ms: int | None = None
+    seen: int = 0  # events of this user processed so far (log position)
+    open_sessions: dict[str, Session] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Changes:
+    upserts: tuple[Session, ...]  # sessions created or changed (emit under their id)
+    retractions: tuple[str, ...]  # session ids merged away (emit tombstones)
+    late: tuple[Event, ...]  # events beyond the allowed lateness (to the .late topic)
+
+
+def sessionize(
+    user_id: str,
+    state: UserState,
+    events: list[Event],
+    gap_ms: int = 30 * MINUTE_MS,
+    lateness_ms: int = 120 * MINUTE_MS,
+) -> Changes:
+    """Apply one user's next events (in log order) to its state; return what to emit. Mutates `state`."""
+    changed: dict[str, Session] = {}
+    retracted: list[str] = []
+    late: list[Event] = []
+    for event in events:
+        seq = state.seen
+        state.seen += 1
+        if state.latest_ms is not None and event.event_time_ms < state.latest_ms - lateness_ms:
+            late.append(event)
+            continue
+        state.latest_ms = event.event_time_ms if state.latest_ms is None else max(state.latest_ms, event.event_time_ms)
+        touching = sorted(
+            (
+                s
+                for s in state.open_sessions.values()
+                if s.start_ms - gap_ms <= event.event_time_ms <= s.end_ms + gap_ms
+            ),
+            key=lambda s: s.created_seq,
+        )
+        if not touching:
+            session = Session(
+                session_id=f"{user_id}:{event.event_id}",
+                user_id=user_id,
+                start_ms=event.event_time_ms,
+                end_ms=event.event_time_ms,
+                clicks=1,
+                pages=frozenset({event.page}),
+                entry_page=event.page,
+                exit_page=event.page,
+                created_seq=seq,
+            )
+        else:
+            session = touching[0].absorb(event)
+            for other in touching[1:]:
+                session = session.merge(other)
+                del state.open_sessions[other.session_id]
+                changed.pop(other.session_id, None)
+                retracted.append(other.session_id)
+        state.open_sessions[session.session_id] = session
+        changed[session.session_id] = session
+    _forget_settled(state, gap_ms, lateness_ms)
+    retracted_final = tuple(r for r in retracted if r not in state.open_sessions)
+    return Changes(tuple(sorted(changed.values(), key=lambda s: s.created_seq)), retracted_final, tuple(late))
+
+
+def _forget_settled(state: UserState, gap_ms: int, lateness_ms: int) -> None:
+    if state.latest_ms is None:
+        return
+    horizon = state.latest_ms - lateness_ms - gap_ms
+    for session_id in [sid for sid, s in state.open_sessions.items() if s.end_ms < horizon]:
+        del state.open_sessions[session_id]

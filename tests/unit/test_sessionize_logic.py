@@ -1,0 +1,79 @@
+"""The sessionization rule on hand-made events, and its independence from batch boundaries."""
+
+import random
+
+from jobs.sessionize.logic import MINUTE_MS, Changes, Event, Session, UserState, sessionize
+
+T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+
+
+def ev(event_id: str, minute: float, page: str = "/p") -> Event:
+    return Event(event_id, T0 + int(minute * MINUTE_MS), page)
+
+
+def materialize(batches: list[list[Event]]) -> dict[str, Session]:
+    """Apply each batch's changes like a compacted topic would: upsert by id, tombstone deletes."""
+    state, table = UserState(), {}
+    for batch in batches:
+        changes = sessionize("u", state, batch)
+        for sid in changes.retractions:
+            table.pop(sid, None)
+        for session in changes.upserts:
+            table[session.session_id] = session
+    return table
+
+
+def summary(table: dict[str, Session]) -> list[tuple[str, int, int, int]]:
+    return sorted(
+        (s.session_id, (s.start_ms - T0) // MINUTE_MS, (s.end_ms - T0) // MINUTE_MS, s.clicks) for s in table.values()
+    )
+
+
+def test_gap_splits_sessions_and_out_of_order_event_joins_its_session() -> None:
+    events = [ev("a", 0), ev("b", 10), ev("c", 5), ev("d", 50)]  # c is out of order, inside a's session
+    assert summary(materialize([events])) == [("u:a", 0, 10, 3), ("u:d", 50, 50, 1)]
+
+
+def test_late_event_that_bridges_two_sessions_merges_them() -> None:
+    state = UserState()
+    first = sessionize("u", state, [ev("a", 0), ev("b", 60)])  # two sessions, 60 min apart
+    assert [s.session_id for s in first.upserts] == ["u:a", "u:b"]
+    bridge = sessionize("u", state, [ev("c", 30)])  # within 30 min of both: one session now
+    assert bridge == Changes(
+        upserts=(bridge.upserts[0],),
+        retractions=("u:b",),  # the younger session is merged away: a tombstone
+        late=(),
+    )
+    merged = bridge.upserts[0]
+    assert (merged.session_id, merged.clicks, merged.start_ms, merged.end_ms) == ("u:a", 3, T0, T0 + 60 * MINUTE_MS)
+    assert (merged.entry_page, merged.exit_page) == ("/p", "/p")
+
+
+def test_event_beyond_allowed_lateness_goes_to_late_and_changes_nothing() -> None:
+    state = UserState()
+    sessionize("u", state, [ev("a", 0), ev("b", 300)])
+    changes = sessionize("u", state, [ev("old", 100)])  # 200 min behind the latest, lateness is 120
+    assert changes.late == (ev("old", 100),)
+    assert changes.upserts == ()
+    assert changes.retractions == ()
+
+
+def test_settled_sessions_leave_the_state() -> None:
+    state = UserState()
+    sessionize("u", state, [ev("a", 0), ev("b", 400)])
+    assert list(state.open_sessions) == ["u:b"]  # u:a ended more than lateness + gap before 400
+
+
+def test_any_batching_gives_the_same_sessions() -> None:
+    rng = random.Random(4)
+    times, events = 0.0, []
+    for i in range(400):
+        times += rng.choice([0.5, 1, 2, 5, 45, 90])
+        jitter = -rng.choice([0, 0, 0, 3, 20, 40, 200])  # out of order, sometimes merging, sometimes late
+        events.append(ev(f"e{i:03d}", max(0.0, times + jitter), f"/p{rng.randrange(5)}"))
+    whole = materialize([events])
+    assert len(whole) > 10
+    for _ in range(20):  # live runs with arbitrary micro-batch boundaries
+        cuts = sorted(rng.sample(range(1, len(events)), rng.randrange(1, 60)))
+        batches = [events[a:b] for a, b in zip([0, *cuts], [*cuts, len(events)], strict=True)]
+        assert materialize(batches) == whole
