@@ -62,4 +62,15 @@ def dead_letters_of(topic: Topic) -> Topic:
     )
 
 
-TOPICS: tuple[Topic, ...] = DATASETS + tuple(dead_letters_of(t) for t in DATASETS)
+def late_events_of(topic: Topic) -> Topic:
+    """The side topic of events too late for a job's allowed lateness: original bytes plus headers."""
+    return Topic(
+        name=f"{topic.name}.late",
+        partitions=1,
+        cleanup=Cleanup.DELETE,
+        retention_ms=DLQ_RETENTION_MS,
+        doc=f"Input events {topic.name} could not take any more (beyond the allowed lateness), counted.",
+    )
+
+
+TOPICS: tuple[Topic, ...] = DATASETS + tuple(dead_letters_of(t) for t in DATASETS) + (late_events_of(SESSIONS),)

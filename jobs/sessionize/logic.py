@@ -27,6 +27,7 @@ class Event:
     event_id: str
     event_time_ms: int
     page: str
+    segment: str = "UNKNOWN"
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class Session:
     entry_page: str
     exit_page: str
     created_seq: int  # position in the user's log of the event that created it: merge order
+    segment: str = "UNKNOWN"  # the user's segment at the session's first click
 
     def absorb(self, event: Event) -> Session:
         return replace(
@@ -49,6 +51,7 @@ class Session:
             clicks=self.clicks + 1,
             pages=self.pages | {event.page},
             entry_page=event.page if event.event_time_ms < self.start_ms else self.entry_page,
+            segment=event.segment if event.event_time_ms < self.start_ms else self.segment,
             exit_page=event.page if event.event_time_ms >= self.end_ms else self.exit_page,
         )
 
@@ -63,6 +66,7 @@ class Session:
             pages=self.pages | other.pages,
             entry_page=first.entry_page,
             exit_page=latest.exit_page,
+            segment=first.segment,
         )
 
 
@@ -119,6 +123,7 @@ def sessionize(
                 entry_page=event.page,
                 exit_page=event.page,
                 created_seq=seq,
+                segment=event.segment,
             )
         else:
             session = touching[0].absorb(event)
@@ -140,3 +145,22 @@ def _forget_settled(state: UserState, gap_ms: int, lateness_ms: int) -> None:
     horizon = state.latest_ms - lateness_ms - gap_ms
     for session_id in [sid for sid, s in state.open_sessions.items() if s.end_ms < horizon]:
         del state.open_sessions[session_id]
+
+
+def state_to_json(state: UserState) -> str:
+    """The state as one string column (what Spark's state store keeps per user)."""
+    import json
+
+    sessions = [
+        {**s.__dict__, "pages": sorted(s.pages)}
+        for s in sorted(state.open_sessions.values(), key=lambda s: s.created_seq)
+    ]
+    return json.dumps({"latest_ms": state.latest_ms, "seen": state.seen, "sessions": sessions})
+
+
+def state_from_json(text: str) -> UserState:
+    import json
+
+    raw = json.loads(text)
+    sessions = {s["session_id"]: Session(**{**s, "pages": frozenset(s["pages"])}) for s in raw["sessions"]}
+    return UserState(latest_ms=raw["latest_ms"], seen=raw["seen"], open_sessions=sessions)

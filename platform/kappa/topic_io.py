@@ -10,6 +10,7 @@ Every input row lands in exactly one of the two (tombstones, null values, are ne
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,8 +90,12 @@ def decode_topic(
     writers: dict[int, dict[str, Any]],
     job: str,
     job_version: int,
+    with_raw: bool = False,
 ) -> DecodedTopic:
-    """Split raw Kafka rows into decoded records, dead letters and tombstones."""
+    """Split raw Kafka rows into decoded records, dead letters and tombstones.
+
+    `with_raw`: records also carry `kafka_topic` and their original bytes (`raw_value`), for side outputs.
+    """
     decoded = decode_confluent(raw, reader_schema, writers)
     meta = [
         F.col("partition").alias("kafka_partition"),
@@ -99,8 +104,12 @@ def decode_topic(
     ]
     field_names = [f["name"] for f in reader_schema["fields"]]
     # one row per decoded record
+    raw_columns = [F.col("topic").alias("kafka_topic"), F.col("value").alias("raw_value")] if with_raw else []
     records = decoded.where(F.col(RECORD).isNotNull()).select(
-        F.col("key").cast("string").alias("key"), *[F.col(f"{RECORD}.{n}").alias(n) for n in field_names], *meta
+        F.col("key").cast("string").alias("key"),
+        *[F.col(f"{RECORD}.{n}").alias(n) for n in field_names],
+        *meta,
+        *raw_columns,
     )
     # one row per record that could not be decoded, original bytes untouched
     dead = decoded.where(F.col(DEAD_LETTER).isNotNull()).select(
@@ -139,6 +148,7 @@ def read_topic(
     starting_offsets: str = "earliest",
     max_offsets_per_trigger: int | None = None,
     starting_timestamp_ms: int | None = None,
+    with_raw: bool = False,
 ) -> DecodedTopic:
     """A declared topic, decoded into its declared schema from every writer version the registry knows."""
     with Registry(settings.registry) as registry:
@@ -146,7 +156,28 @@ def read_topic(
     raw = kafka_source(
         spark, settings, topic, streaming, starting_offsets, max_offsets_per_trigger, starting_timestamp_ms
     )
-    return decode_topic(raw, value_schema(settings, topic), writers, job, job_version)
+    return decode_topic(raw, value_schema(settings, topic), writers, job, job_version, with_raw)
+
+
+def topic_encoder(settings: KappaSettings, topic: Topic) -> Callable[[DataFrame, Column, Column | None], DataFrame]:
+    """Resolve the topic's registered schema id once; return rows -> key, value[, partition] for Kafka."""
+    schema = value_schema(settings, topic)
+    with Registry(settings.registry) as registry:
+        schema_id = registry.lookup(value_subject(topic.name), schema)
+    if schema_id is None:
+        raise KappaError(
+            f"schemas/{topic.value_schema} is not registered under {value_subject(topic.name)}: "
+            "run `kappa schemas apply` (the platform registers schemas on purpose, never on the fly)"
+        )
+    value = encode_confluent(struct_for(schema), schema, schema_id)
+
+    def encode(df: DataFrame, key: Column, partition: Column | None = None) -> DataFrame:
+        columns = [key.cast("string").cast("binary").alias("key"), value.alias("value")]
+        if partition is not None:
+            columns.append(partition.alias("partition"))
+        return df.select(*columns)
+
+    return encode
 
 
 def encode_for_topic(
@@ -157,21 +188,7 @@ def encode_for_topic(
     partition: Column | None = None,
 ) -> DataFrame:
     """Rows with the value schema's fields as columns -> key, value (Confluent Avro)[, partition] for Kafka."""
-    schema = value_schema(settings, topic)
-    with Registry(settings.registry) as registry:
-        schema_id = registry.lookup(value_subject(topic.name), schema)
-    if schema_id is None:
-        raise KappaError(
-            f"schemas/{topic.value_schema} is not registered under {value_subject(topic.name)}: "
-            "run `kappa schemas apply` (the platform registers schemas on purpose, never on the fly)"
-        )
-    columns = [
-        key.cast("string").cast("binary").alias("key"),
-        encode_confluent(struct_for(schema), schema, schema_id).alias("value"),
-    ]
-    if partition is not None:
-        columns.append(partition.alias("partition"))
-    return df.select(*columns)
+    return topic_encoder(settings, topic)(df, key, partition)
 
 
 def kafka_sink(df: DataFrame, settings: KappaSettings, topic_name: str) -> DataStreamWriter:

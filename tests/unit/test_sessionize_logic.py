@@ -77,3 +77,11 @@ def test_any_batching_gives_the_same_sessions() -> None:
         cuts = sorted(rng.sample(range(1, len(events)), rng.randrange(1, 60)))
         batches = [events[a:b] for a, b in zip([0, *cuts], [*cuts, len(events)], strict=True)]
         assert materialize(batches) == whole
+
+
+def test_state_survives_its_json_round_trip() -> None:
+    from jobs.sessionize.logic import state_from_json, state_to_json
+
+    state = UserState()
+    sessionize("u", state, [ev("a", 0, "/x"), ev("b", 3, "/y"), ev("c", 100)])
+    assert state_from_json(state_to_json(state)) == state

@@ -110,7 +110,7 @@ class JobContext:
             raise TypeError(f"job {self.spec.name} writes a topic, not a Delta table")
         return self.spec.output.path(self.settings, self.version)
 
-    def read(self, topic: Topic) -> DecodedTopic:
+    def read(self, topic: Topic, with_raw: bool = False) -> DecodedTopic:
         from kappa.topic_io import read_topic
 
         return read_topic(
@@ -122,4 +122,5 @@ class JobContext:
             starting_offsets=self.starting.offsets,
             starting_timestamp_ms=self.starting.timestamp_ms,
             max_offsets_per_trigger=self.max_offsets_per_trigger,
+            with_raw=with_raw,
         )
