@@ -43,3 +43,15 @@ def test_end_offsets_come_from_the_progress_json() -> None:
     }
     assert end_offsets(progress) == {"clicks": {0: 12, 1: 7}, "other": {0: 5}}
     assert describe_batch(progress) == "raw_clicks_v1 batch 3: 10 rows, 250 rows/s, 40 ms, behind≈2/partition"
+
+
+def test_each_batch_is_recorded_once_whoever_reports_it() -> None:
+    from kappa.runtime.progress import ProgressRecorder
+
+    recorder = ProgressRecorder("127.0.0.1:1", groups={})  # no group: nothing to commit, no broker needed
+    progress = {"name": "q", "batchId": 0, "numInputRows": 7, "sources": []}
+    recorder.handle(progress)
+    recorder.handle(progress)  # the listener and the runner's end-of-run sweep both report batch 0
+    recorder.handle(progress | {"batchId": 1, "numInputRows": 3})
+    assert recorder.batches == {"q": 2}
+    assert recorder.rows == {"q": 10}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from typing import Any
 
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
@@ -58,6 +59,8 @@ class ProgressRecorder(StreamingQueryListener):
         """`groups`: query name -> consumer group to record that query's progress under."""
         self._admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
         self._groups = groups
+        self._lock = threading.Lock()
+        self._seen: set[tuple[str, int]] = set()
         self.batches: dict[str, int] = {}
         self.rows: dict[str, int] = {}
 
@@ -65,10 +68,19 @@ class ProgressRecorder(StreamingQueryListener):
         log.info("query %s started (run %s)", event.name, event.runId)
 
     def onQueryProgress(self, event: Any) -> None:  # noqa: N802 (Spark's listener API)
-        progress = json.loads(event.progress.json)
+        self.handle(json.loads(event.progress.json))
+
+    def handle(self, progress: dict[str, Any]) -> None:
+        """Log and record one batch, once: the listener bus delivers asynchronously, and the runner hands
+        over each query's recent progress at the end, so no batch (the last above all) goes unrecorded."""
         name = progress.get("name") or ""
-        self.batches[name] = self.batches.get(name, 0) + 1
-        self.rows[name] = self.rows.get(name, 0) + int(progress.get("numInputRows", 0))
+        with self._lock:
+            batch = (name, int(progress.get("batchId", -1)))
+            if batch in self._seen:
+                return
+            self._seen.add(batch)
+            self.batches[name] = self.batches.get(name, 0) + 1
+            self.rows[name] = self.rows.get(name, 0) + int(progress.get("numInputRows", 0))
         log.info(describe_batch(progress))
         group = self._groups.get(name)
         if group:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import threading
@@ -71,6 +72,9 @@ def run_job(
         for query in queries:
             if query.isActive:
                 query.stop()  # finishes the running batch's commit; the checkpoint resumes exactly after it
+        for query in queries:  # progress the listener bus had not delivered yet (the last batch above all)
+            for progress in query.recentProgress:
+                recorder.handle(json.loads(progress.json))
         errors = [(q.name, q.exception()) for q in queries if q.exception() is not None]
         if errors:
             name, error = errors[0]
