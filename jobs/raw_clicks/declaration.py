@@ -13,7 +13,6 @@ from pyspark.sql.streaming.query import StreamingQuery
 from jobs.catalog import CLICKS
 from jobs.raw_clicks.transforms import click_rows
 from kappa.runtime import DeltaTable, JobContext, JobSpec
-from kappa.topic_io import dead_letter_sink
 
 TABLE = DeltaTable("raw_clicks", doc="Every decodable click, one row each, with its Kafka position.")
 
@@ -29,13 +28,7 @@ def start(ctx: JobContext) -> Sequence[StreamingQuery]:
         .trigger(**ctx.trigger())
         .start(ctx.output_path())
     )
-    dead = (
-        dead_letter_sink(clicks.dead_letters, ctx.settings, CLICKS)
-        .queryName(ctx.query_name("dlq"))
-        .option("checkpointLocation", ctx.checkpoint("dlq"))
-        .trigger(**ctx.trigger())
-        .start()
-    )
+    dead = ctx.start_dead_letters(clicks, CLICKS)
     return [table, dead]
 
 

@@ -27,7 +27,7 @@ from kappa.deadletter import (
 )
 from kappa.partitioning import partition_column
 from kappa.runtime import JobContext, JobSpec
-from kappa.topic_io import dead_letter_sink, kafka_options, topic_encoder
+from kappa.topic_io import kafka_header, kafka_options, topic_encoder
 from kappa.topics import Topic
 
 
@@ -61,12 +61,12 @@ def start(ctx: JobContext) -> Sequence[StreamingQuery]:
                 F.lit(None).cast("binary").alias("key"),
                 F.col("late_value").alias("value"),
                 F.array(
-                    _header(H_KIND, F.lit(DeadLetterKind.LATE_EVENT.value)),
-                    _header(H_SOURCE_TOPIC, F.col("late_topic")),
-                    _header(H_SOURCE_PARTITION, F.col("late_partition")),
-                    _header(H_SOURCE_OFFSET, F.col("late_offset")),
-                    _header(H_JOB, F.lit(ctx.spec.name)),
-                    _header(H_JOB_VERSION, F.lit(str(ctx.version))),
+                    kafka_header(H_KIND, F.lit(DeadLetterKind.LATE_EVENT.value)),
+                    kafka_header(H_SOURCE_TOPIC, F.col("late_topic")),
+                    kafka_header(H_SOURCE_PARTITION, F.col("late_partition")),
+                    kafka_header(H_SOURCE_OFFSET, F.col("late_offset")),
+                    kafka_header(H_JOB, F.lit(ctx.spec.name)),
+                    kafka_header(H_JOB_VERSION, F.lit(str(ctx.version))),
                 ).alias("headers"),
             )
             _save(late, ctx, late_topic)
@@ -81,18 +81,8 @@ def start(ctx: JobContext) -> Sequence[StreamingQuery]:
         .trigger(**ctx.trigger())
         .start()
     )
-    dead = (
-        dead_letter_sink(decoded.dead_letters, ctx.settings, source)
-        .queryName(ctx.query_name("dlq"))
-        .option("checkpointLocation", ctx.checkpoint("dlq"))
-        .trigger(**ctx.trigger())
-        .start()
-    )
+    dead = ctx.start_dead_letters(decoded, source)
     return [sessions_query, dead]
-
-
-def _header(name: str, value: F.Column) -> F.Column:
-    return F.struct(F.lit(name).alias("key"), value.cast("string").cast("binary").alias("value"))
 
 
 def _save(df: DataFrame, ctx: JobContext, topic: str) -> None:

@@ -33,15 +33,6 @@ class Click:
     event_time_ms: int
     device: str = "UNKNOWN"
 
-    def as_json_dict(self) -> dict[str, object]:
-        return {
-            "event_id": self.event_id,
-            "user_id": self.user_id,
-            "page": self.page,
-            "referrer": self.referrer,
-            "event_time_ms": self.event_time_ms,
-        }
-
     def as_avro(self) -> dict[str, object]:
         """The record as schemas/click_event.avsc has it (fastavro takes datetimes for timestamp-millis)."""
         return {

@@ -119,21 +119,22 @@ def decode_topic(
     return DecodedTopic(records, dead, tombstones)
 
 
+def kafka_header(name: str, value: Column) -> Column:
+    """One Kafka header (struct<key: string, value: binary>), its value as UTF-8 text."""
+    return F.struct(F.lit(name).alias("key"), value.cast("string").cast("binary").alias("value"))
+
+
 def dead_letter_headers(job: str, job_version: int) -> Column:
     """Kafka headers of a dead letter (array<struct<key,value>>), from the decoded row's columns."""
-
-    def header(name: str, value: Column) -> Column:
-        return F.struct(F.lit(name).alias("key"), value.cast("string").cast("binary").alias("value"))
-
     return F.array(
-        header(H_KIND, F.col(f"{DEAD_LETTER}.kind")),
-        header(H_MESSAGE, F.col(f"{DEAD_LETTER}.message")),
-        header(H_SOURCE_TOPIC, F.col("topic")),
-        header(H_SOURCE_PARTITION, F.col("partition")),
-        header(H_SOURCE_OFFSET, F.col("offset")),
-        header(H_JOB, F.lit(job)),
-        header(H_JOB_VERSION, F.lit(str(job_version))),
-        header(H_TIME, F.date_format(F.current_timestamp(), "yyyy-MM-dd'T'HH:mm:ss.SSSXXX")),
+        kafka_header(H_KIND, F.col(f"{DEAD_LETTER}.kind")),
+        kafka_header(H_MESSAGE, F.col(f"{DEAD_LETTER}.message")),
+        kafka_header(H_SOURCE_TOPIC, F.col("topic")),
+        kafka_header(H_SOURCE_PARTITION, F.col("partition")),
+        kafka_header(H_SOURCE_OFFSET, F.col("offset")),
+        kafka_header(H_JOB, F.lit(job)),
+        kafka_header(H_JOB_VERSION, F.lit(str(job_version))),
+        kafka_header(H_TIME, F.date_format(F.current_timestamp(), "yyyy-MM-dd'T'HH:mm:ss.SSSXXX")),
     )
 
 

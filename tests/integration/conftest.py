@@ -1,5 +1,6 @@
 """Every integration test runs against the session's real stack: start it before the first one."""
 
+import os
 from collections.abc import Callable
 
 import pytest
@@ -8,6 +9,20 @@ from kappa.avro.contracts import apply_schemas
 from kappa.kafka_client import admin_client
 from kappa.settings import KappaSettings
 from kappa.topics import Cleanup, Topic, apply
+
+
+def stack_env(stack: KappaSettings, **extra: str) -> dict[str, str]:
+    """The environment a subprocess needs to reach the session's stack (settings only from KAPPA_*)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KAPPA_")}
+    env.update(
+        KAPPA_KAFKA_PORT=str(stack.kafka_port),
+        KAPPA_CONTROLLER_PORT=str(stack.controller_port),
+        KAPPA_REGISTRY_PORT=str(stack.registry_port),
+        KAPPA_STACK_DIR=str(stack.stack_path),
+        KAPPA_SPARK_SHUFFLE_PARTITIONS="2",
+    )
+    env.update(extra)
+    return env
 
 
 @pytest.fixture(autouse=True)

@@ -1,6 +1,5 @@
 """Exactly-once into Delta: SIGKILL a view job inside its batches, restart it, and nothing is lost or doubled."""
 
-import os
 import random
 import signal
 import subprocess
@@ -20,19 +19,8 @@ from kappa.generate import click_messages, clicks
 from kappa.kafka_client import produce_all
 from kappa.settings import KappaSettings
 from kappa.topics import Topic
+from tests.integration.conftest import stack_env
 from tests.integration.view_job_under_fire import APP_ID
-
-
-def _env(stack: KappaSettings) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KAPPA_")}
-    env.update(
-        KAPPA_KAFKA_PORT=str(stack.kafka_port),
-        KAPPA_CONTROLLER_PORT=str(stack.controller_port),
-        KAPPA_REGISTRY_PORT=str(stack.registry_port),
-        KAPPA_STACK_DIR=str(stack.stack_path),
-        KAPPA_SPARK_SHUFFLE_PARTITIONS="2",
-    )
-    return env
 
 
 def test_sigkill_inside_batches_neither_loses_nor_doubles(
@@ -52,7 +40,7 @@ def test_sigkill_inside_batches_neither_loses_nor_doubles(
     # window, after the MERGE committed and before Spark recorded the batch as done (the job holds that
     # window open for 2 s), so the restarted job runs the same batch id again.
     for moment in ("inside", "after-commit", "after-commit"):
-        env = _env(stack) | {"PAUSE_AFTER_MERGE_S": "2"}
+        env = stack_env(stack, PAUSE_AFTER_MERGE_S="2")
         job = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         assert job.stdout is not None
         target = rng.randint(1, 3)  # the how-manieth batch of this run to die in
@@ -68,7 +56,7 @@ def test_sigkill_inside_batches_neither_loses_nor_doubles(
                     kills += 1
                     break
         job.wait(timeout=60)
-    final = subprocess.run(command, env=_env(stack), capture_output=True, text=True, timeout=600)
+    final = subprocess.run(command, env=stack_env(stack), capture_output=True, text=True, timeout=600)
     assert final.returncode == 0, final.stderr[-2000:]
     assert "DRAINED" in final.stdout
     assert kills == 3

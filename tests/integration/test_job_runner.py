@@ -1,6 +1,5 @@
 """`kappa jobs run`: a job version drains its input, records its progress as group offsets, stops on SIGTERM."""
 
-import os
 import signal
 import subprocess
 import sys
@@ -20,20 +19,7 @@ from kappa.generate import click_messages, clicks
 from kappa.kafka_client import admin_client, produce_all
 from kappa.settings import KappaSettings
 from kappa.topics import apply
-
-
-def _env(settings: KappaSettings, tmp_path: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KAPPA_")}
-    env.update(
-        KAPPA_KAFKA_PORT=str(settings.kafka_port),
-        KAPPA_CONTROLLER_PORT=str(settings.controller_port),
-        KAPPA_REGISTRY_PORT=str(settings.registry_port),
-        KAPPA_STACK_DIR=str(settings.stack_path),
-        KAPPA_DELTA_ROOT=str(tmp_path / "delta"),
-        KAPPA_CHECKPOINT_ROOT=str(tmp_path / "checkpoints"),
-        KAPPA_SPARK_SHUFFLE_PARTITIONS="2",
-    )
-    return env
+from tests.integration.conftest import stack_env
 
 
 def _committed(settings: KappaSettings, group: str) -> dict[int, int]:
@@ -63,7 +49,9 @@ def test_run_available_now_then_continuous_with_sigterm(stack: KappaSettings, tm
     with Registry(stack.registry) as registry:
         encoder = AvroEncoder(registry, value_subject(CLICKS.name), topic_value_schema(stack.schemas_path, CLICKS))
         produce_all(stack, CLICKS.name, click_messages(clicks(2000, seed=21), encoder.encode, CLICKS.partitions))
-    env = _env(stack, tmp_path)
+    env = stack_env(
+        stack, KAPPA_DELTA_ROOT=str(tmp_path / "delta"), KAPPA_CHECKPOINT_ROOT=str(tmp_path / "checkpoints")
+    )
     command = [sys.executable, "-m", "kappa.cli", "jobs", "run", JOB.name]
 
     done = subprocess.run([*command, "--available-now"], env=env, capture_output=True, text=True, timeout=300)

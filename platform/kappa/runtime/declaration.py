@@ -110,6 +110,18 @@ class JobContext:
             raise TypeError(f"job {self.spec.name} writes a topic, not a Delta table")
         return self.spec.output.path(self.settings, self.version)
 
+    def start_dead_letters(self, decoded: DecodedTopic, topic: Topic) -> StreamingQuery:
+        """The job's second query: the input's undecodable records into `<topic>.dlq`, own checkpoint."""
+        from kappa.topic_io import dead_letter_sink
+
+        return (
+            dead_letter_sink(decoded.dead_letters, self.settings, topic)
+            .queryName(self.query_name("dlq"))
+            .option("checkpointLocation", self.checkpoint("dlq"))
+            .trigger(**self.trigger())
+            .start()
+        )
+
     def read(self, topic: Topic, with_raw: bool = False) -> DecodedTopic:
         from kappa.topic_io import read_topic
 
