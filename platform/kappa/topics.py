@@ -170,6 +170,7 @@ def apply(admin: AdminClient, topics: Iterable[Topic]) -> list[TopicChange]:
             kind = ChangeKind.ALTERED
         if state.partitions < topic.partitions:
             admin.create_partitions([NewPartitions(topic.name, topic.partitions)])[topic.name].result(timeout=15)
+            _wait_until_visible(admin, {topic.name: topic.partitions})
             details.append(f"partitions: {state.partitions} -> {topic.partitions}")
             kind = ChangeKind.PARTITIONS_ADDED if kind is ChangeKind.UNCHANGED else kind
         elif state.partitions > topic.partitions:
@@ -192,19 +193,19 @@ def apply(admin: AdminClient, topics: Iterable[Topic]) -> list[TopicChange]:
             except KafkaException as exc:
                 raise _admin_error(f"creating topic {name}", exc) from None
             changes.append(TopicChange(name, ChangeKind.CREATED))
-        _wait_until_visible(admin, [t.name for t in to_create])
+        _wait_until_visible(admin, {t.name: t.partitions for t in to_create})
     return changes
 
 
-def _wait_until_visible(admin: AdminClient, names: list[str], timeout_s: float = 30.0) -> None:
-    """Return once every broker's metadata lists the new topics: the next caller may ask any broker."""
+def _wait_until_visible(admin: AdminClient, partitions: dict[str, int], timeout_s: float = 30.0) -> None:
+    """Return once the metadata shows each topic with its partitions: the next caller may ask any broker."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         metadata = admin.list_topics(timeout=10)
-        if all(n in metadata.topics and metadata.topics[n].partitions for n in names):
+        if all(n in metadata.topics and len(metadata.topics[n].partitions) >= p for n, p in partitions.items()):
             return
         time.sleep(0.2)
-    raise KappaError(f"created topics {names} but they did not appear in the metadata within {timeout_s:.0f} s")
+    raise KappaError(f"changed topics {sorted(partitions)} but the metadata did not show it within {timeout_s:.0f} s")
 
 
 def _reject_duplicates(topics: Sequence[Topic]) -> None:
