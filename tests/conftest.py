@@ -23,7 +23,13 @@ from kappa.settings import KappaSettings, load_settings
 # Ports of the test session's stack: away from the defaults so a developer's own `kappa up` can keep running.
 # Every port the tests use is below 32768, outside Linux's ephemeral range: a client retrying a stopped
 # broker can otherwise be handed the broker's own port and connect to itself, blocking the next start.
-TEST_PORTS = {"kafka_port": 19092, "controller_port": 19192, "registry_port": 18081}
+# KAPPA_TEST_PORT_OFFSET shifts them (and the stack's folder) so a second checkout can test at the same time.
+PORT_OFFSET = int(os.environ.get("KAPPA_TEST_PORT_OFFSET", "0"))
+TEST_PORTS = {
+    "kafka_port": 19092 + PORT_OFFSET,
+    "controller_port": 19192 + PORT_OFFSET,
+    "registry_port": 18081 + PORT_OFFSET,
+}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -46,7 +52,7 @@ def settings(tmp_path_factory: pytest.TempPathFactory, state_dir: Path) -> Kappa
     return load_settings(
         **TEST_PORTS,
         # A fixed folder: a session that was killed left its stack here, and the next one stops it first.
-        stack_dir=state_dir / "test-stack",
+        stack_dir=state_dir / (f"test-stack-{PORT_OFFSET}" if PORT_OFFSET else "test-stack"),
         delta_root=str(base / "delta"),
         checkpoint_root=str(base / "checkpoints"),
         spark_shuffle_partitions=2,

@@ -166,6 +166,7 @@ def apply(admin: AdminClient, topics: Iterable[Topic]) -> list[TopicChange]:
             resource = ConfigResource(ConfigResource.Type.TOPIC, topic.name, incremental_configs=ops)
             for future in admin.incremental_alter_configs([resource]).values():
                 future.result(timeout=15)
+            _wait_until_configured(admin, topic, brokers)
             details += [f"{name}: {actual} -> {wanted}" for name, (actual, wanted) in sorted(drift.items())]
             kind = ChangeKind.ALTERED
         if state.partitions < topic.partitions:
@@ -206,6 +207,17 @@ def _wait_until_visible(admin: AdminClient, partitions: dict[str, int], timeout_
             return
         time.sleep(0.2)
     raise KappaError(f"changed topics {sorted(partitions)} but the metadata did not show it within {timeout_s:.0f} s")
+
+
+def _wait_until_configured(admin: AdminClient, topic: Topic, brokers: int, timeout_s: float = 30.0) -> None:
+    """Return once the brokers describe the topic with its declared configs: the controller accepts a change
+    before every broker's metadata image holds it, and the next caller may ask any broker."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not describe(admin, [topic])[0].config_drift(brokers):
+            return
+        time.sleep(0.2)
+    raise KappaError(f"altered topic {topic.name} but the brokers did not show it within {timeout_s:.0f} s")
 
 
 def _reject_duplicates(topics: Sequence[Topic]) -> None:
