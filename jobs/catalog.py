@@ -69,8 +69,10 @@ def late_events_of(topic: Topic) -> Topic:
         partitions=1,
         cleanup=Cleanup.DELETE,
         retention_ms=DLQ_RETENTION_MS,
-        doc=f"Input events {topic.name} could not take any more (beyond the allowed lateness), counted.",
+        doc=f"Input records the job writing {topic.name} set aside as beyond its lateness contract, counted.",
     )
 
 
-TOPICS: tuple[Topic, ...] = DATASETS + tuple(dead_letters_of(t) for t in DATASETS) + (late_events_of(SESSIONS),)
+TOPICS: tuple[Topic, ...] = (
+    DATASETS + tuple(dead_letters_of(t) for t in DATASETS) + (late_events_of(ENRICHED_CLICKS), late_events_of(SESSIONS))
+)

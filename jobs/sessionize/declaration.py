@@ -16,18 +16,11 @@ from pyspark.sql.streaming.query import StreamingQuery
 from jobs.catalog import ENRICHED_CLICKS, SESSIONS
 from jobs.sessionize.logic import MINUTE_MS
 from jobs.sessionize.transforms import LATE, RETRACT, UPSERT, session_changes
-from kappa.deadletter import (
-    H_JOB,
-    H_JOB_VERSION,
-    H_KIND,
-    H_SOURCE_OFFSET,
-    H_SOURCE_PARTITION,
-    H_SOURCE_TOPIC,
-    DeadLetterKind,
-)
+from kappa.deadletter import DeadLetterKind
 from kappa.partitioning import partition_column
 from kappa.runtime import JobContext, JobSpec
-from kappa.topic_io import kafka_header, kafka_options, topic_encoder
+from kappa.side_outputs import late_records, publish
+from kappa.topic_io import topic_encoder
 from kappa.topics import Topic
 
 
@@ -56,20 +49,11 @@ def start(ctx: JobContext) -> Sequence[StreamingQuery]:
                 F.col("session_id").cast("binary").alias("key"), F.lit(None).cast("binary").alias("value"),
                 by_user.alias("partition"),
             )  # fmt: skip
-            _save(upserts.unionByName(tombstones), ctx, output.name)
-            late = batch.where(F.col("kind") == LATE).select(
-                F.lit(None).cast("binary").alias("key"),
-                F.col("late_value").alias("value"),
-                F.array(
-                    kafka_header(H_KIND, F.lit(DeadLetterKind.LATE_EVENT.value)),
-                    kafka_header(H_SOURCE_TOPIC, F.col("late_topic")),
-                    kafka_header(H_SOURCE_PARTITION, F.col("late_partition")),
-                    kafka_header(H_SOURCE_OFFSET, F.col("late_offset")),
-                    kafka_header(H_JOB, F.lit(ctx.spec.name)),
-                    kafka_header(H_JOB_VERSION, F.lit(str(ctx.version))),
-                ).alias("headers"),
+            publish(upserts.unionByName(tombstones), ctx.settings, output.name)
+            late = late_records(
+                batch.where(F.col("kind") == LATE), DeadLetterKind.LATE_EVENT, ctx.spec.name, ctx.version
             )
-            _save(late, ctx, late_topic)
+            publish(late, ctx.settings, late_topic)
         finally:
             batch.unpersist()
 
@@ -83,13 +67,6 @@ def start(ctx: JobContext) -> Sequence[StreamingQuery]:
     )
     dead = ctx.start_dead_letters(decoded, source)
     return [sessions_query, dead]
-
-
-def _save(df: DataFrame, ctx: JobContext, topic: str) -> None:
-    # At least once per batch: a re-run batch re-sends the same keys with the same values (compacted topics).
-    df.write.format("kafka").options(**kafka_options(ctx.settings)).option("topic", topic).option(
-        "kafka.acks", "all"
-    ).save()
 
 
 JOB = JobSpec(

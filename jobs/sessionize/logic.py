@@ -11,6 +11,10 @@ Rules (gap G, allowed lateness A):
 - Otherwise it joins every session it is within G of: none -> a new session; one -> that session grows;
   several -> they merge into the one created first (in log order) and the others are retracted.
 - A session id is the user id plus the event id that created it, so it never changes while the session grows.
+- An event id seen before is a correction (enrich_clicks re-emits a click when a late profile changes its
+  segment), never a second click: it only updates the segment of the session it opened, if it is that
+  session's first click. Only first sightings advance the user's log position and latest time, and those come
+  in the same order in every run (enrich_clicks emits each click first in its own log order).
 - State may forget a session once it ends more than A + G before the latest time seen: no event that is
   not late can reach it any more. Forgetting it never changes an answer.
 """
@@ -42,6 +46,8 @@ class Session:
     exit_page: str
     created_seq: int  # position in the user's log of the event that created it: merge order
     segment: str = "UNKNOWN"  # the user's segment at the session's first click
+    first_event_id: str = ""  # the session's first click (by event time): its segment is the session's
+    event_ids: frozenset[str] = frozenset()  # clicks in the session: a repeat of one is a correction
 
     def absorb(self, event: Event) -> Session:
         return replace(
@@ -52,6 +58,8 @@ class Session:
             pages=self.pages | {event.page},
             entry_page=event.page if event.event_time_ms < self.start_ms else self.entry_page,
             segment=event.segment if event.event_time_ms < self.start_ms else self.segment,
+            first_event_id=event.event_id if event.event_time_ms < self.start_ms else self.first_event_id,
+            event_ids=self.event_ids | {event.event_id},
             exit_page=event.page if event.event_time_ms >= self.end_ms else self.exit_page,
         )
 
@@ -67,6 +75,8 @@ class Session:
             entry_page=first.entry_page,
             exit_page=latest.exit_page,
             segment=first.segment,
+            first_event_id=first.first_event_id,
+            event_ids=self.event_ids | other.event_ids,
         )
 
 
@@ -98,6 +108,12 @@ def sessionize(
     retracted: list[str] = []
     late: list[Event] = []
     for event in events:
+        containing = next((s for s in state.open_sessions.values() if event.event_id in s.event_ids), None)
+        if containing is not None:  # a correction of a click already counted
+            if containing.first_event_id == event.event_id and containing.segment != event.segment:
+                state.open_sessions[containing.session_id] = replace(containing, segment=event.segment)
+                changed[containing.session_id] = state.open_sessions[containing.session_id]
+            continue
         seq = state.seen
         state.seen += 1
         if state.latest_ms is not None and event.event_time_ms < state.latest_ms - lateness_ms:
@@ -124,6 +140,8 @@ def sessionize(
                 exit_page=event.page,
                 created_seq=seq,
                 segment=event.segment,
+                first_event_id=event.event_id,
+                event_ids=frozenset({event.event_id}),
             )
         else:
             session = touching[0].absorb(event)
@@ -152,7 +170,7 @@ def state_to_json(state: UserState) -> str:
     import json
 
     sessions = [
-        {**s.__dict__, "pages": sorted(s.pages)}
+        {**s.__dict__, "pages": sorted(s.pages), "event_ids": sorted(s.event_ids)}
         for s in sorted(state.open_sessions.values(), key=lambda s: s.created_seq)
     ]
     return json.dumps({"latest_ms": state.latest_ms, "seen": state.seen, "sessions": sessions})
@@ -162,5 +180,8 @@ def state_from_json(text: str) -> UserState:
     import json
 
     raw = json.loads(text)
-    sessions = {s["session_id"]: Session(**{**s, "pages": frozenset(s["pages"])}) for s in raw["sessions"]}
+    sessions = {
+        s["session_id"]: Session(**{**s, "pages": frozenset(s["pages"]), "event_ids": frozenset(s["event_ids"])})
+        for s in raw["sessions"]
+    }
     return UserState(latest_ms=raw["latest_ms"], seen=raw["seen"], open_sessions=sessions)

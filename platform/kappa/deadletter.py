@@ -15,6 +15,7 @@ class DeadLetterKind(StrEnum):
     UNDECODABLE = "undecodable"  # the Avro body does not decode with its writer schema (truncated, garbage)
     CONTRACT_VIOLATION = "contract-violation"  # decoded, but breaks a row-level data contract
     LATE_EVENT = "late-event"  # beyond the allowed lateness
+    LATE_PROFILE = "late-profile"  # a profile version published after clicks it applies to were settled
 
 
 # Header names, one place. Values are UTF-8 strings.

@@ -76,7 +76,8 @@ def generate(
                     record.user_id.encode(),
                     profile_encoder.encode(record.as_avro()),
                     partition=partition_for(record.user_id, profiles_topic.partitions),
-                    timestamp_ms=record.valid_from_ms,
+                    # When the version was published: enrich_clicks' lateness contract reads it.
+                    timestamp_ms=emission.log_time_ms,
                 ),
             )
             counts["profiles"] += 1

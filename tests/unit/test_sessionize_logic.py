@@ -85,3 +85,16 @@ def test_state_survives_its_json_round_trip() -> None:
     state = UserState()
     sessionize("u", state, [ev("a", 0, "/x"), ev("b", 3, "/y"), ev("c", 100)])
     assert state_from_json(state_to_json(state)) == state
+
+
+def test_a_corrected_click_updates_its_sessions_segment_and_is_never_counted_twice() -> None:
+    state = UserState()
+    sessionize("u", state, [Event("a", T0, "/p", "UNKNOWN"), Event("b", T0 + MINUTE_MS, "/q", "UNKNOWN")])
+    # enrich_clicks re-emits both clicks once their profile arrived: "a" opened the session, "b" did not.
+    changes = sessionize("u", state, [Event("a", T0, "/p", "PRO"), Event("b", T0 + MINUTE_MS, "/q", "PRO")])
+    [session] = changes.upserts
+    assert (session.session_id, session.clicks, session.segment) == ("u:a", 2, "PRO")
+    assert changes.late == ()
+    assert state.seen == 2
+    # A correction that changes nothing emits nothing.
+    assert sessionize("u", state, [Event("b", T0 + MINUTE_MS, "/q", "FREE")]).upserts == ()

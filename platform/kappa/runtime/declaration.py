@@ -110,14 +110,15 @@ class JobContext:
             raise TypeError(f"job {self.spec.name} writes a topic, not a Delta table")
         return self.spec.output.path(self.settings, self.version)
 
-    def start_dead_letters(self, decoded: DecodedTopic, topic: Topic) -> StreamingQuery:
-        """The job's second query: the input's undecodable records into `<topic>.dlq`, own checkpoint."""
+    def start_dead_letters(self, decoded: DecodedTopic, topic: Topic, part: str = "dlq") -> StreamingQuery:
+        """A query of the input's undecodable records into `<topic>.dlq`, with its own checkpoint (`part`
+        names it: a job with two inputs runs one per input)."""
         from kappa.topic_io import dead_letter_sink
 
         return (
             dead_letter_sink(decoded.dead_letters, self.settings, topic)
-            .queryName(self.query_name("dlq"))
-            .option("checkpointLocation", self.checkpoint("dlq"))
+            .queryName(self.query_name(part))
+            .option("checkpointLocation", self.checkpoint(part))
             .trigger(**self.trigger())
             .start()
         )
