@@ -10,10 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from pyspark.sql import DataFrame
 
 from jobs.sessionize.logic import Event, Session, UserState, sessionize, state_from_json, state_to_json
+from kappa.stateful import per_key
 
 OUTPUT_SCHEMA = (
     "kind string, session_id string, user_id string, start_time timestamp, end_time timestamp, clicks int, "
@@ -46,21 +48,29 @@ def sessionize_user(gap_ms: int, lateness_ms: int):  # type: ignore[no-untyped-d
     def apply(key: tuple[str], frames: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
         user_id = key[0]
         user_state = state_from_json(state.get[0]) if state.exists else UserState()
-        rows = pd.concat(list(frames)).sort_values(["kafka_partition", "kafka_offset"])  # the user's log order
+        rows = pd.concat(list(frames), ignore_index=True)
+        # The user's log order (partition, offset); columns as plain lists: pandas per row costs ~100x more.
+        order = np.lexsort((rows["kafka_offset"].to_numpy(), rows["kafka_partition"].to_numpy()))
+        event_ids = rows["event_id"].to_numpy()[order].tolist()
+        times = rows["event_time"].to_numpy().astype("datetime64[ms]").astype("int64")[order].tolist()
         events = [
-            Event(r.event_id, int(pd.Timestamp(r.event_time).value // 1_000_000), r.page, r.segment)
-            for r in rows.itertuples()
-        ]
+            Event(event_id, event_time, page, segment)
+            for event_id, event_time, page, segment in zip(
+                event_ids, times, rows["page"].to_numpy()[order].tolist(),
+                rows["segment"].to_numpy()[order].tolist(), strict=True,
+            )
+        ]  # fmt: skip
         changes = sessionize(user_id, user_state, events, gap_ms, lateness_ms)
         state.update((state_to_json(user_state),))
         out = [_session_row(UPSERT, s, s.session_id, user_id) for s in changes.upserts]
         out += [_session_row(RETRACT, None, sid, user_id) for sid in changes.retractions]
         late_ids = {e.event_id for e in changes.late}
-        for r in rows.itertuples():
-            if r.event_id in late_ids:
+        for i, event_id in zip(order, event_ids, strict=True):
+            if event_id in late_ids:
                 row = _session_row(LATE, None, "", user_id)
-                row.update(late_value=r.raw_value, late_topic=r.kafka_topic, late_partition=r.kafka_partition,
-                           late_offset=r.kafka_offset)  # fmt: skip
+                row.update(late_value=rows["raw_value"].iat[i], late_topic=rows["kafka_topic"].iat[i],
+                           late_partition=int(rows["kafka_partition"].iat[i]),
+                           late_offset=int(rows["kafka_offset"].iat[i]))  # fmt: skip
                 out.append(row)
         if out:
             yield pd.DataFrame(out)
@@ -71,6 +81,4 @@ def sessionize_user(gap_ms: int, lateness_ms: int):  # type: ignore[no-untyped-d
 def session_changes(clicks: DataFrame, gap_ms: int, lateness_ms: int) -> DataFrame:
     """Decoded (enriched) clicks with their raw value and Kafka position -> session changes and late events."""
     # one row per session change or late event
-    return clicks.groupBy("user_id").applyInPandasWithState(
-        sessionize_user(gap_ms, lateness_ms), OUTPUT_SCHEMA, STATE_SCHEMA, "update", "NoTimeout"
-    )
+    return per_key(clicks, "user_id", sessionize_user(gap_ms, lateness_ms), OUTPUT_SCHEMA, STATE_SCHEMA)

@@ -173,13 +173,12 @@ def cmd_jobs_list(settings: KappaSettings, args: argparse.Namespace) -> int:
 
 
 def cmd_jobs_run(settings: KappaSettings, args: argparse.Namespace) -> int:
-    import logging
 
     from kappa.runtime.declaration import Starting
     from kappa.runtime.discovery import get_job
-    from kappa.runtime.runner import run_job
+    from kappa.runtime.runner import configure_logging, run_job
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stdout)
+    configure_logging()
     try:
         starting = Starting.parse(args.start_from)
     except ValueError as exc:

@@ -7,8 +7,8 @@ version never reuses an old version's state.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from kappa.settings import KappaSettings
@@ -67,6 +67,16 @@ class JobSpec:
     start: Callable[[JobContext], Sequence[StreamingQuery]]
     processing_interval: str = "5 seconds"
     settings: dict[str, Any] = field(default_factory=dict)  # job-specific knobs, documented in the job
+
+    def bound(self, topic_names: Mapping[str, str]) -> JobSpec:
+        """The same job reading and writing other physical topics (declared name -> physical name): a
+        versioned output, a test's own topics. Topics not named keep their names."""
+
+        def rename(topic: Topic) -> Topic:
+            return replace(topic, name=topic_names.get(topic.name, topic.name))
+
+        output = rename(self.output) if isinstance(self.output, Topic) else self.output
+        return replace(self, inputs=tuple(rename(t) for t in self.inputs), output=output)
 
     def __post_init__(self) -> None:
         if not self.name.isidentifier():

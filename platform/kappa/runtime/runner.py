@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -16,6 +17,12 @@ from kappa.runtime.progress import ProgressRecorder
 from kappa.settings import KappaSettings
 
 log = logging.getLogger("kappa.runner")
+
+
+def configure_logging() -> None:
+    """Progress lines on stdout; py4j's per-callback chatter (every listener event) kept out of them."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stdout, force=True)
+    logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 @dataclass(frozen=True)

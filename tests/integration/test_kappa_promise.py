@@ -1,0 +1,240 @@
+"""The Kappa promise: for one generated input, a live run (small batches, SIGKILL and restart in the middle),
+one availableNow replay from the start, and a plain batch Spark computation give identical outputs for every
+job. Kafka outputs are compared as the latest value per key (what a compacted topic's readers see).
+
+Live: enrich_clicks runs continuously while the generator produces (so clicks and late profile versions
+arrive interleaved as they would in production), is killed with SIGKILL after a few batches, restarted, and
+stopped once its consumer group has caught up. sessionize then runs on the live output in small batches,
+killed and restarted the same way. Replay: each job in one availableNow run into its own outputs. Batch: each
+job's own transform over a batch read of its inputs (`kappa.stateful.per_key` runs the per-user rule once per
+user there).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from jobs.catalog import CLICKS, ENRICHED_CLICKS, SESSIONS, USER_PROFILES
+from jobs.enrich_clicks.declaration import JOB as ENRICH
+from jobs.enrich_clicks.logic import MINUTE_MS
+from jobs.enrich_clicks.transforms import ENRICHED, enriched_changes, union_inputs
+from jobs.sessionize.declaration import JOB as SESSIONIZE
+from jobs.sessionize.transforms import LATE, UPSERT, session_changes
+from kappa.avro.registry import Registry
+from kappa.compacted import latest_per_key
+from kappa.generate import StreamConfig
+from kappa.kafka_client import admin_client
+from kappa.produce_stream import generate
+from kappa.runtime.runner import run_job
+from kappa.settings import KappaSettings
+from kappa.topic_io import decode_topic, kafka_source, read_topic, value_schema, writer_schemas
+from kappa.topics import Cleanup, Topic, apply
+from tests.integration.conftest import stack_env
+
+EVENTS = int(os.environ.get("KAPPA_PROMISE_EVENTS", "200000"))
+CONFIG = StreamConfig(events=EVENTS, users=2000, seed=31, late_share=0.01, profile_change_share=0.02)
+ENRICHED_FIELDS = ("event_id", "user_id", "page", "referrer", "event_time", "device", "profile_version", "segment",
+                   "country")  # fmt: skip
+SESSION_FIELDS = ("session_id", "user_id", "start_time", "end_time", "clicks", "distinct_pages", "entry_page",
+                  "exit_page", "segment")  # fmt: skip
+
+
+class Job:
+    """A pipeline job in its own process, its output lines collected as they come."""
+
+    def __init__(self, args: list[str], env: dict[str, str]) -> None:
+        command = [sys.executable, "-m", "tests.integration.pipeline_driver", *args]
+        self.process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.log: list[str] = []
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.log.append(line)
+            self.lines.put(line)
+
+    def wait_for(self, predicate: Callable[[str], bool], timeout_s: float) -> str:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=1)
+            except queue.Empty:
+                if self.process.poll() is not None:
+                    break
+                continue
+            if predicate(line):
+                return line
+        raise AssertionError(f"no such line within {timeout_s:.0f} s; last output:\n{''.join(self.log[-30:])}")
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        assert self.process.wait(timeout=60) == -signal.SIGKILL
+
+    def finish(self, timeout_s: float) -> None:
+        code = self.process.wait(timeout=timeout_s)
+        time.sleep(0.2)  # let the pump take the last lines
+        assert code == 0, "".join(self.log[-40:])
+
+
+def _batch_line(query: str, at_least: int) -> Callable[[str], bool]:
+    def matches(line: str) -> bool:
+        marker = f"{query} batch "
+        if marker not in line:
+            return False
+        number = line.split(marker, 1)[1].split(":", 1)[0]
+        return number.isdigit() and int(number) >= at_least
+
+    return matches
+
+
+def _caught_up(settings: KappaSettings, group: str, topics: list[Topic]) -> bool:
+    """Whether the job version's recorded progress has reached the end of each input."""
+    partitions = [TopicPartition(t.name, p) for t in topics for p in range(t.partitions)]
+    request = ConsumerGroupTopicPartitions(group, partitions)
+    try:
+        committed = admin_client(settings).list_consumer_group_offsets([request])[group].result(timeout=30)
+    except Exception:  # a busy broker (2 shared cores): ask again on the next round
+        return False
+    done = {(tp.topic, tp.partition): tp.offset for tp in committed.topic_partitions}
+    consumer = Consumer({"bootstrap.servers": settings.bootstrap, "group.id": "probe-ends"})
+    try:
+        ends = {(tp.topic, tp.partition): consumer.get_watermark_offsets(tp, timeout=10)[1] for tp in partitions}
+    finally:
+        consumer.close()
+    return all(done.get(k, -1) >= end for k, end in ends.items())
+
+
+def _same_rows(a: DataFrame, b: DataFrame, what: str) -> None:
+    missing, extra = a.exceptAll(b), b.exceptAll(a)
+    n_missing, n_extra = missing.count(), extra.count()
+    assert (n_missing, n_extra) == (0, 0), (
+        f"{what}: {n_missing} rows only on the left, {n_extra} only on the right; e.g. "
+        f"{[r.asDict() for r in missing.limit(3).collect()]} vs {[r.asDict() for r in extra.limit(3).collect()]}"
+    )
+
+
+@pytest.fixture
+def topics(avro_topic: Callable[..., Topic], stack: KappaSettings) -> dict[str, Topic]:
+    made = {
+        "clicks": avro_topic("clicks", value_schema="click_event.avsc", partitions=CLICKS.partitions),
+        "profiles": avro_topic("profiles", value_schema="user_profile.avsc", partitions=USER_PROFILES.partitions),
+    }
+    for run in ("live", "replay"):
+        made[f"enriched_{run}"] = avro_topic(f"enriched-{run}", "enriched_click.avsc", ENRICHED_CLICKS.partitions)
+        made[f"sessions_{run}"] = avro_topic(f"sessions-{run}", "session.avsc", SESSIONS.partitions)
+    late = [Topic(f"{t.name}.late", 1, Cleanup.DELETE) for k, t in made.items() if k.startswith(("enriched", "sess"))]
+    apply(admin_client(stack), late)
+    return made
+
+
+def test_live_with_sigkill_replay_and_batch_give_identical_outputs(
+    stack: KappaSettings, spark: SparkSession, topics: dict[str, Topic], tmp_path: Path
+) -> None:
+    def bindings(run: str) -> dict[str, str]:
+        return {
+            CLICKS.name: topics["clicks"].name,
+            USER_PROFILES.name: topics["profiles"].name,
+            ENRICHED_CLICKS.name: topics[f"enriched_{run}"].name,
+            SESSIONS.name: topics[f"sessions_{run}"].name,
+        }
+
+    live_env = stack_env(stack, KAPPA_CHECKPOINT_ROOT=str(tmp_path / "live" / "cp"),
+                         KAPPA_DELTA_ROOT=str(tmp_path / "live" / "delta"))  # fmt: skip
+
+    # (a) Live. enrich_clicks consumes while the generator produces; SIGKILL after its second batch.
+    enrich_live = ["enrich_clicks", json.dumps(bindings("live")), "--interval", "1 second"]
+    job = Job(enrich_live, live_env)
+    job.wait_for(lambda line: "started" in line, timeout_s=180)
+    producer = threading.Thread(
+        target=generate, args=(stack, CONFIG, topics["clicks"], topics["profiles"]), kwargs={"rate": 12_000.0}
+    )
+    producer.start()
+    job.wait_for(_batch_line(f"enrich_clicks_v{ENRICH.version}", 1), timeout_s=300)
+    job.kill()
+    producer.join(timeout=600)
+    job = Job(enrich_live, live_env)  # restarts from its checkpoint
+    group = f"kappa.enrich_clicks.v{ENRICH.version}"
+    deadline = time.monotonic() + 600
+    while not _caught_up(stack, group, [topics["clicks"], topics["profiles"]]):
+        assert time.monotonic() < deadline, "".join(job.log[-30:])
+        time.sleep(2)
+    job.process.send_signal(signal.SIGTERM)
+    job.finish(timeout_s=120)
+
+    sessionize_live = ["sessionize", json.dumps(bindings("live")), "--available-now", "--max-offsets", "15000"]
+    job = Job(sessionize_live, live_env)
+    job.wait_for(_batch_line(f"sessionize_v{SESSIONIZE.version}", 2), timeout_s=600)
+    job.kill()
+    job = Job(sessionize_live, live_env)
+    job.finish(timeout_s=900)
+
+    # (b) Replay: each job once from the start, availableNow, into its own outputs.
+    replay = stack.model_copy(update={"checkpoint_root": str(tmp_path / "replay" / "cp"),
+                                      "delta_root": str(tmp_path / "replay" / "delta")})  # fmt: skip
+    run_job(ENRICH.bound(bindings("replay")), replay, available_now=True)
+    run_job(SESSIONIZE.bound(bindings("replay")), replay, available_now=True)
+
+    # (c) Plain batch: each job's transform over a batch read of the same input topics.
+    def batch_read(topic: Topic) -> DataFrame:
+        return read_topic(spark, stack, topic, job="batch", job_version=0, streaming=False, with_raw=True).records
+
+    lateness = ENRICH.settings["profile_lateness_minutes"] * MINUTE_MS
+    disorder = ENRICH.settings["disorder_minutes"] * MINUTE_MS
+    enriched_batch = enriched_changes(
+        union_inputs(batch_read(topics["clicks"]), batch_read(topics["profiles"])), lateness, disorder
+    ).where(F.col("kind") == ENRICHED)
+    gap = SESSIONIZE.settings["gap_minutes"] * MINUTE_MS
+    allowed = SESSIONIZE.settings["allowed_lateness_minutes"] * MINUTE_MS
+    session_batch = session_changes(batch_read(topics["enriched_replay"]), gap, allowed).cache()
+
+    # enriched_clicks: live == replay == batch, as the latest value per event id.
+    enriched = {run: latest_per_key(spark, stack, topics[f"enriched_{run}"]) for run in ("live", "replay")}
+    expected = enriched_batch.select(*ENRICHED_FIELDS).cache()
+    assert expected.count() == EVENTS
+    for run, table in enriched.items():
+        _same_rows(table.select(*ENRICHED_FIELDS), expected, f"enriched_clicks {run} vs batch")
+    # The live run did re-emit corrections (late profile versions), which the replay never needed.
+    live_records = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", stack.bootstrap)
+        .option("subscribe", topics["enriched_live"].name)
+        .load()
+        .count()
+    )
+    assert live_records > EVENTS
+
+    # sessions: live == replay == batch, as the latest value per session id; late events the same set.
+    sessions = {run: latest_per_key(spark, stack, topics[f"sessions_{run}"]) for run in ("live", "replay")}
+    expected_sessions = session_batch.where(F.col("kind") == UPSERT).select(*SESSION_FIELDS)
+    assert expected_sessions.count() > 1000
+    for run, table in sessions.items():
+        _same_rows(table.select(*SESSION_FIELDS), expected_sessions, f"sessions {run} vs batch")
+    expected_late = {r.event_id for r in batch_read(topics["enriched_replay"]).join(
+        session_batch.where(F.col("kind") == LATE).select(
+            F.col("late_partition").alias("kafka_partition"), F.col("late_offset").alias("kafka_offset")
+        ), ["kafka_partition", "kafka_offset"]).select("event_id").collect()}  # fmt: skip
+    assert expected_late
+    for run in ("live", "replay"):
+        # The side topic holds the original enriched records, written with the enriched topic's schemas.
+        late_topic = Topic(f"{topics[f'sessions_{run}'].name}.late", 1, Cleanup.DELETE)
+        with Registry(stack.registry) as registry:
+            writers = writer_schemas(registry, topics[f"enriched_{run}"])
+        raw = kafka_source(spark, stack, late_topic, streaming=False)
+        late = decode_topic(raw, value_schema(stack, ENRICHED_CLICKS), writers, job="t", job_version=0)
+        assert {r.event_id for r in late.records.select("event_id").collect()} == expected_late, run
