@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from jobs.catalog import CLICKS
@@ -55,3 +57,18 @@ def test_each_batch_is_recorded_once_whoever_reports_it() -> None:
     recorder.handle(progress | {"batchId": 1, "numInputRows": 3})
     assert recorder.batches == {"q": 2}
     assert recorder.rows == {"q": 10}
+
+
+def test_checkpoint_offsets_are_those_of_the_last_committed_batch(tmp_path: Path) -> None:
+    from kappa.runtime.progress import checkpoint_offsets
+
+    (tmp_path / "offsets").mkdir()
+    (tmp_path / "commits").mkdir()
+    for batch, clicks in ((0, 10), (1, 25), (2, 40)):  # Spark's layout: version, metadata, one line per source
+        (tmp_path / "offsets" / str(batch)).write_text(
+            f'v1\n{{"batchWatermarkMs":0}}\n{{"clicks":{{"0":{clicks},"1":{clicks + 1}}}}}\n{{"profiles":{{"0":3}}}}\n'
+        )
+    for batch in (0, 1):  # batch 2 was planned but never committed (the job died inside it)
+        (tmp_path / "commits" / str(batch)).write_text("v1\n{}\n")
+    assert checkpoint_offsets(str(tmp_path)) == {"clicks": {0: 25, 1: 26}, "profiles": {0: 3}}
+    assert checkpoint_offsets(str(tmp_path / "missing")) == {}

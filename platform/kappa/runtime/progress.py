@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
@@ -32,6 +33,32 @@ def end_offsets(progress: dict[str, Any]) -> dict[str, dict[int, int]]:
         if not isinstance(end, dict):
             continue
         for topic, partitions in end.items():
+            if isinstance(partitions, dict):
+                result.setdefault(topic, {}).update({int(p): int(o) for p, o in partitions.items()})
+    return result
+
+
+def checkpoint_offsets(checkpoint: str) -> dict[str, dict[int, int]]:
+    """topic -> partition -> next offset, as of the last batch the checkpoint records as committed.
+
+    The checkpoint is the truth about a query's progress. A run that starts (after a crash, say) with nothing
+    new to read reports no batch, so the group would keep whatever an earlier run last managed to record;
+    the runner records this at start. `offsets/<n>` holds a version line, a metadata line and one JSON line
+    per source; `commits/<n>` marks batch n done. A non-local checkpoint (s3://...) yields nothing here.
+    """
+    root = Path(checkpoint.removeprefix("file:"))
+    if "://" in checkpoint or not (root / "commits").is_dir():
+        return {}
+    done = [int(p.name) for p in (root / "commits").iterdir() if p.name.isdigit()]
+    if not done or not (root / "offsets" / str(max(done))).is_file():
+        return {}
+    result: dict[str, dict[int, int]] = {}
+    for line in (root / "offsets" / str(max(done))).read_text().splitlines()[2:]:
+        try:
+            source = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        for topic, partitions in source.items() if isinstance(source, dict) else []:
             if isinstance(partitions, dict):
                 result.setdefault(topic, {}).update({int(p): int(o) for p, o in partitions.items()})
     return result

@@ -13,7 +13,7 @@ from types import FrameType
 
 from kappa.errors import KappaError
 from kappa.runtime.declaration import JobContext, JobSpec, Starting
-from kappa.runtime.progress import ProgressRecorder
+from kappa.runtime.progress import ProgressRecorder, checkpoint_offsets
 from kappa.settings import KappaSettings
 
 log = logging.getLogger("kappa.runner")
@@ -58,6 +58,8 @@ def run_job(
         max_offsets_per_trigger=max_offsets_per_trigger,
     )
     recorder = ProgressRecorder(settings.bootstrap, {context.query_name(): context.consumer_group})
+    # What the checkpoint says is done, before any new batch: a restart with nothing new to read reports none.
+    recorder.commit(context.consumer_group, checkpoint_offsets(context.checkpoint()))
     spark.streams.addListener(recorder)
     stop = threading.Event()
 
