@@ -10,7 +10,7 @@ PYTEST := $(UV) run --frozen pytest
 export UV_PYTHON_DOWNLOADS := never
 export UV_PYTHON := 3.11
 
-.PHONY: help setup system-packages demo test test-unit test-integration test-e2e lint format up down status topics bench-avro ci clean
+.PHONY: help setup system-packages demo test test-unit test-integration test-e2e lint format up down status topics bench-avro bench-pipeline ci clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-18s %s\n", $$1, $$2}'
@@ -62,6 +62,9 @@ status: ## show the local stack's components and their health
 
 bench-avro: setup ## benchmark: Spark decoding Confluent Avro from Kafka (1 vs 3 writer schemas vs plain from_avro)
 	$(UV) run --frozen python -m tests.benchmarks.bench_avro_decode
+
+bench-pipeline: setup ## benchmark: replay throughput of every job (5M events) vs Kafka's ceiling, live latency, profiles
+	$(UV) run --frozen python -m tests.benchmarks.bench_pipeline $(BENCH_ARGS)
 
 ci: lint test ## exactly what CI runs (.ci/run)
 

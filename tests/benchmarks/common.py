@@ -15,10 +15,10 @@ from kappa.stack import LocalStack
 BENCH_PORTS = {"kafka_port": 27092, "controller_port": 27192, "registry_port": 27081}
 
 
-@contextmanager
-def bench_stack(**overrides: Any) -> Iterator[KappaSettings]:
+def bench_settings(**overrides: Any) -> KappaSettings:
+    """The benchmarks' settings: their own ports, stack folder, Delta and checkpoint roots."""
     base = load_settings()
-    settings = load_settings(
+    return load_settings(
         **BENCH_PORTS,
         stack_dir=base.state_dir / "bench-stack",
         delta_root=str(base.state_dir / "bench" / "delta"),
@@ -26,13 +26,22 @@ def bench_stack(**overrides: Any) -> Iterator[KappaSettings]:
         kafka_heap="1g",
         **overrides,
     )
+
+
+@contextmanager
+def bench_stack(keep: bool = False, **overrides: Any) -> Iterator[KappaSettings]:
+    """A fresh bench stack, purged afterwards; with `keep`, the running one (if any) is used and left running,
+    so a benchmark can reuse data it produced before (it must check that data itself)."""
+    settings = bench_settings(**overrides)
     stack = LocalStack(settings)
-    stack.down(purge=True)
-    stack.up()
+    if not keep:
+        stack.down(purge=True)
+    stack.up()  # starts only what is not running
     try:
         yield settings
     finally:
-        stack.down(purge=True)
+        if not keep:
+            stack.down(purge=True)
 
 
 def best_of(runs: int, measure: Callable[[], float]) -> float:
@@ -46,13 +55,22 @@ def timed(action: Callable[[], object]) -> float:
     return time.perf_counter() - started
 
 
-def report(name: str, rows: list[dict[str, Any]]) -> None:
-    keys = list(rows[0])
-    widths = {k: max(len(k), *(len(_fmt(r[k])) for r in rows)) for k in keys}
+def report(name: str, rows: list[dict[str, Any]], **sections: list[dict[str, Any]]) -> None:
+    """Print the rows (and each further section) as tables, then one `RESULT {json}` line with all of them."""
+    print_table(rows)
+    for title, section in sections.items():
+        if section:
+            print(f"\n{title}:")
+            print_table(section)
+    print("RESULT " + json.dumps({"benchmark": name, "machine": platform.node(), "rows": rows, **sections}))
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    keys = list(dict.fromkeys(k for row in rows for k in row))
+    widths = {k: max(len(k), *(len(_fmt(r.get(k, ""))) for r in rows)) for k in keys}
     print("  ".join(k.ljust(widths[k]) for k in keys))
     for row in rows:
-        print("  ".join(_fmt(row[k]).ljust(widths[k]) for k in keys))
-    print("RESULT " + json.dumps({"benchmark": name, "machine": platform.node(), "rows": rows}))
+        print("  ".join(_fmt(row.get(k, "")).ljust(widths[k]) for k in keys))
 
 
 def _fmt(value: Any) -> str:

@@ -1,0 +1,702 @@
+"""The pipeline's jobs: replay throughput, the raw ceiling beside it, live latency, and what limits them.
+
+1. Load: the catalog's topics and schemas, then the seeded clickstream (`--events` clicks of `--users` users)
+   into `clicks` and `user_profiles`, as fast as the Python producer goes (its rate is reported). `--reuse`
+   keeps the bench stack running afterwards and, next time, reuses the topics when a stamp in the stack folder
+   says they hold exactly this seed/events/users and the end offsets still match.
+2. Raw ceiling: Kafka's own `ConsumerPerformance` reading all of `clicks`.
+3. Replay throughput of every discovered job, in pipeline order (a job runs once its input topics were
+   produced; a job whose inputs are empty is skipped and said so): `run_job(available_now=True)` with fresh
+   checkpoints, beside Spark reading and decoding the same inputs into the no-op sink (no job logic).
+4. Profile of the per-user Python rule of enrich_clicks and sessionize: the same function Spark calls, on
+   pandas frames of the same data outside Spark, timed, then under cProfile (top costs).
+5. Latency of enrich_clicks run live (`tests/benchmarks/live_job.py`, a subprocess) on topics of its own, at
+   1,000 and 10,000 clicks/s, with the declared trigger interval and a short one: output record time
+   (Spark's Kafka writer stamps CreateTime) minus input record time, per event id.
+
+Events per second are whole-machine figures; per core divides by `os.cpu_count()`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import dataclasses
+import json
+import os
+import pstats
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from confluent_kafka import Consumer, TopicPartition
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from jobs.catalog import CLICKS, ENRICHED_CLICKS, TOPICS, USER_PROFILES, dead_letters_of, late_events_of
+from jobs.enrich_clicks.declaration import JOB as ENRICH
+from jobs.enrich_clicks.logic import MINUTE_MS
+from jobs.enrich_clicks.transforms import enrich_user, union_inputs
+from jobs.sessionize.declaration import JOB as SESSIONIZE
+from jobs.sessionize.transforms import sessionize_user
+from kappa.avro.contracts import apply_schemas
+from kappa.avro.registry import Registry, value_subject
+from kappa.avro.schemas import topic_value_schema
+from kappa.avro.serde import AvroEncoder
+from kappa.generate import COUNTRIES, SEGMENTS, Click, ProfileVersion, StreamConfig
+from kappa.kafka_client import Outgoing, Publisher, admin_client
+from kappa.partitioning import partition_for
+from kappa.produce_stream import generate
+from kappa.runtime.declaration import DeltaTable, JobSpec
+from kappa.runtime.discovery import discover
+from kappa.runtime.runner import run_job
+from kappa.settings import KappaSettings, project_root
+from kappa.spark import get_spark
+from kappa.stack.java import stack_java
+from kappa.topic_io import read_topic
+from kappa.topics import Topic, apply
+from tests.benchmarks.common import bench_stack, report, timed
+
+SEED = 11
+STAMP = "bench_pipeline.json"  # in the bench stack's folder: purging the stack deletes it too
+PIPELINE_ORDER = ("enrich_clicks", "sessionize")  # then every other job, by name, once its inputs are filled
+TARGET_PER_CORE = {"enrich_clicks": 131_000, "sessionize": 40_000}
+CORES = os.cpu_count() or 1
+LATENCY_PREFIX = "bench-latency-"
+# Frames of a Python worker whose inclusive share says where its time goes: the per-user rule, the state's
+# JSON, pandas, and Arrow (the worker's (de)serialization of batches and state).
+WORKER_PHASES = ("apply (", "enrich (", "sessionize (", "state_to_json", "state_from_json", "pandas/", "pyarrow/")
+
+
+# ------------------------------------------------------------------------ Kafka helpers ------------
+
+
+def end_offsets(settings: KappaSettings, topic: str) -> dict[int, int]:
+    """partition -> high watermark ({} when the topic does not exist)."""
+    consumer = Consumer({"bootstrap.servers": settings.bootstrap, "group.id": "bench-probe", "log_level": 0})
+    try:
+        meta = consumer.list_topics(topic, timeout=15).topics.get(topic)
+        if meta is None or meta.error is not None:
+            return {}
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=15)[1] for p in meta.partitions}
+    finally:
+        consumer.close()
+
+
+def size(settings: KappaSettings, topic: str) -> int:
+    """Records in the topic (the bench's topics are never compacted away: every key is unique or kept)."""
+    return sum(end_offsets(settings, topic).values())
+
+
+def recreate(settings: KappaSettings, topics: list[Topic]) -> None:
+    """Delete the topics that exist, wait until they are gone, create them again empty."""
+    admin = admin_client(settings)
+    existing = set(admin.list_topics(timeout=15).topics)
+    doomed = [t.name for t in topics if t.name in existing]
+    if doomed:
+        for future in admin.delete_topics(doomed, operation_timeout=30).values():
+            future.result(timeout=60)
+        deadline = time.monotonic() + 60
+        while set(doomed) & set(admin.list_topics(timeout=15).topics):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"topics still listed 60 s after their deletion: {doomed}")
+            time.sleep(0.5)
+    for attempt in range(20):  # a just-deleted name can be refused for a moment while the deletion finishes
+        try:
+            apply(admin, topics)
+            return
+        except Exception:
+            if attempt == 19:
+                raise
+            time.sleep(1)
+
+
+# ------------------------------------------------------------------------ 1. load -----------------
+
+
+def load(settings: KappaSettings, events: int, users: int, reuse: bool) -> dict[str, Any]:
+    """The clickstream in `clicks` and `user_profiles` (generated, or reused when the stamp matches)."""
+    stamp_file = settings.stack_path / STAMP
+    wanted = {"seed": SEED, "events": events, "users": users}
+    derived = [t for t in TOPICS if t not in (CLICKS, USER_PROFILES)]
+    if reuse and stamp_file.is_file():
+        stamp = json.loads(stamp_file.read_text())
+        now = {t.name: {str(p): o for p, o in end_offsets(settings, t.name).items()} for t in (CLICKS, USER_PROFILES)}
+        if {k: stamp.get(k) for k in wanted} == wanted and stamp.get("end_offsets") == now:
+            print(f"reusing the generated topics ({events:,} clicks, seed {SEED}) from {stamp_file}")
+            recreate(settings, derived)  # outputs of the last run: every job starts from empty outputs
+            apply_schemas(settings.schemas_path, TOPICS, settings.registry)
+            return {**stamp, "reused": True}
+        print(f"{stamp_file} does not match (wanted {wanted}, end offsets {now}): generating afresh")
+    stamp_file.unlink(missing_ok=True)
+    recreate(settings, list(TOPICS))
+    apply_schemas(settings.schemas_path, TOPICS, settings.registry)
+    print(f"generating {events:,} clicks of {users:,} users (seed {SEED}) ...")
+    generated = generate(settings, StreamConfig(events=events, users=users, seed=SEED), CLICKS, USER_PROFILES)
+    stamp = {
+        **wanted,
+        "clicks": generated.clicks,
+        "profiles": generated.profiles,
+        "seconds": generated.seconds,
+        "end_offsets": {
+            t.name: {str(p): o for p, o in end_offsets(settings, t.name).items()} for t in (CLICKS, USER_PROFILES)
+        },
+    }
+    stamp_file.write_text(json.dumps(stamp, indent=2))
+    return {**stamp, "reused": False}
+
+
+# ------------------------------------------------------------------------ 2. raw ceiling ----------
+
+
+def consumer_performance(settings: KappaSettings, topic: str, records: int) -> dict[str, float]:
+    """Kafka's ConsumerPerformance over the whole topic: its own columns (MB.sec, nMsg.sec, ...) as numbers."""
+    java = stack_java(settings.stack_java)
+    command = [
+        java, "-Xmx512m", "-cp", f"{settings.jars_path / 'kafka'}/*", "org.apache.kafka.tools.ConsumerPerformance",
+        "--bootstrap-server", settings.bootstrap, "--topic", topic, "--num-records", str(records),
+        "--timeout", "60000", "--group", f"bench-ceiling-{uuid.uuid4().hex[:8]}",
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=1800, check=False)
+    lines = [line for line in done.stdout.splitlines() if line.strip()]
+    header = next((i for i, line in enumerate(lines) if line.startswith("start.time")), None)
+    if done.returncode != 0 or header is None or header + 1 >= len(lines):
+        raise RuntimeError(f"ConsumerPerformance failed (exit {done.returncode}): {done.stderr[-1500:]}")
+    names = [n.strip() for n in lines[header].split(",")]
+    values = [v.strip() for v in lines[header + 1].split(",")]
+    return {n: float(v) for n, v in zip(names, values, strict=True) if n not in ("start.time", "end.time")}
+
+
+# ------------------------------------------------------------------------ py-spy on the workers ---
+
+
+class WorkerSampler:
+    """py-spy on this process's `pyspark.daemon` and the workers it forks, while a job runs (50 Hz,
+    nonblocking: the workers are never paused). The daemon starts with the first Python task, so a thread
+    waits for it and attaches then; `stop()` returns the collapsed stacks (stack -> samples)."""
+
+    def __init__(self, output: Path, rate: int = 50) -> None:
+        self.output = output
+        self.rate = rate
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._attach, daemon=True)
+        self._thread.start()
+
+    def _attach(self) -> None:
+        while not self._stop.wait(0.2):
+            daemon = _pyspark_daemon(os.getpid())
+            if daemon is not None:
+                command = [str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(daemon),
+                           "--subprocesses", "--nonblocking", "--function", "--rate", str(self.rate),
+                           "--format", "raw", "--output", str(self.output)]  # fmt: skip
+                self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                return
+
+    def stop(self) -> dict[str, int]:
+        self._stop.set()
+        self._thread.join()
+        if self.proc is None:
+            return {}
+        self.proc.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+        try:
+            _, err = self.proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.communicate()
+            err = b"py-spy did not stop within 60 s"
+        if not self.output.is_file():
+            raise RuntimeError(f"py-spy wrote nothing (exit {self.proc.returncode}): {err.decode()[-800:]}")
+        stacks: dict[str, int] = {}
+        for line in self.output.read_text().splitlines():
+            stack, _, count = line.rpartition(" ")
+            if stack and count.isdigit():
+                stacks[stack] = stacks.get(stack, 0) + int(count)
+        return stacks
+
+
+def _pyspark_daemon(ancestor: int) -> int | None:
+    """The pid of the `pyspark.daemon` that descends from `ancestor` (other sessions' daemons are not ours)."""
+    parents: dict[int, int] = {}
+    daemons: list[int] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        parents[int(entry.name)] = int(stat.rpartition(")")[2].split()[1])
+        if b"pyspark.daemon" in cmdline:
+            daemons.append(int(entry.name))
+    for pid in daemons:
+        if parents.get(pid) in daemons:
+            continue  # a forked worker: attach to the daemon itself, --subprocesses follows the workers
+        up = parents.get(pid)
+        while up:
+            if up == ancestor:
+                return pid
+            up = parents.get(up)
+    return None
+
+
+def top_frames(job: str, stacks: dict[str, int], top: int) -> list[dict[str, Any]]:
+    """The functions the workers spent their samples in: own (leaf) share, and inclusive share."""
+    total = sum(stacks.values())
+    own: dict[str, int] = {}
+    inclusive: dict[str, int] = {}
+    for stack, count in stacks.items():
+        frames = [f for f in stack.split(";") if not f.startswith("process ")]
+        if not frames:
+            continue
+        own[frames[-1]] = own.get(frames[-1], 0) + count
+        for frame in set(frames):
+            inclusive[frame] = inclusive.get(frame, 0) + count
+    ranked = sorted(own.items(), key=lambda kv: kv[1], reverse=True)[:top]
+    return [
+        {"job": job, "function": frame, "own_share": f"{n / total:.0%}",
+         "inclusive_share": f"{inclusive[frame] / total:.0%}", "samples": n}
+        for frame, n in ranked
+    ]  # fmt: skip
+
+
+def inclusive_of(stacks: dict[str, int], needles: tuple[str, ...]) -> dict[str, str]:
+    """Share of the samples whose stack passes through a frame containing each needle."""
+    total = sum(stacks.values()) or 1
+    return {needle: f"{sum(n for stack, n in stacks.items() if needle in stack) / total:.0%}" for needle in needles}
+
+
+# ------------------------------------------------------------------------ 3. throughput -----------
+
+
+def pipeline_order(specs: dict[str, JobSpec], filled: set[str]) -> Iterator[tuple[JobSpec, str | None]]:
+    """(job, None) in an order where each job's input topics were produced before it runs; (job, why not)
+    for the jobs whose inputs nothing produces. `filled` grows as the caller reports outputs."""
+    pending = dict(specs)
+    while pending:
+        ready = [s for s in pending.values() if all(t.name in filled for t in s.inputs)]
+        if not ready:
+            break
+        ready.sort(key=lambda s: (PIPELINE_ORDER.index(s.name) if s.name in PIPELINE_ORDER else 99, s.name))
+        yield ready[0], None
+        del pending[ready[0].name]
+    for spec in pending.values():
+        missing = [t.name for t in spec.inputs if t.name not in filled]
+        yield spec, f"inputs never produced here: {', '.join(missing)}"
+
+
+def fresh_outputs(settings: KappaSettings, spec: JobSpec) -> None:
+    shutil.rmtree(f"{settings.checkpoint_root}/{spec.name}", ignore_errors=True)
+    if isinstance(spec.output, DeltaTable):
+        shutil.rmtree(spec.output.path(settings, spec.version), ignore_errors=True)
+
+
+def decode_only(spark: SparkSession, settings: KappaSettings, spec: JobSpec) -> float:
+    """Seconds for Spark to read and decode the job's inputs into the no-op sink: the job minus its logic."""
+    checkpoint = f"{settings.checkpoint_root}/decode-only"
+    shutil.rmtree(checkpoint, ignore_errors=True)
+
+    def run() -> None:
+        queries = [
+            read_topic(spark, settings, topic, job="bench", job_version=1, with_raw=True)
+            .records.writeStream.format("noop")
+            .option("checkpointLocation", f"{checkpoint}/{topic.name}")
+            .trigger(availableNow=True)
+            .start()
+            for topic in spec.inputs
+        ]
+        for query in queries:
+            query.awaitTermination()
+            if query.exception():
+                raise RuntimeError(query.exception())
+
+    return timed(run)
+
+
+def throughput(
+    spark: SparkSession, settings: KappaSettings, max_offsets: int | None, py_spy: bool
+) -> tuple[list[dict[str, Any]], list[str], list[tuple[str, dict[str, int]]]]:
+    """Each job's replay beside its decode-only run; with `py_spy`, the workers' stacks of each job too."""
+    rows: list[dict[str, Any]] = []
+    notes: list[str] = []
+    samples: list[tuple[str, dict[str, int]]] = []
+    filled = {CLICKS.name, USER_PROFILES.name}
+    for spec, why_not in pipeline_order(discover(), filled):
+        if why_not:
+            notes.append(f"{spec.name}: skipped, {why_not}")
+            continue
+        sizes = {t.name: size(settings, t.name) for t in spec.inputs}
+        if not all(sizes.values()):
+            empty = [name for name, n in sizes.items() if not n]
+            notes.append(f"{spec.name}: skipped, its input topic(s) {', '.join(empty)} are empty")
+            continue
+        events = sum(sizes.values())
+        if not rows:
+            decode_only(spark, settings, spec)  # warm-up: the session's first query pays for JIT and metadata
+        seconds = decode_only(spark, settings, spec)
+        rows.append(_rate_row(f"{spec.name}: Spark read+decode only", events, seconds, "no job logic, noop sink"))
+        fresh_outputs(settings, spec)
+        print(f"running {spec.name} over {events:,} input records ({sizes}) ...")
+        sampler = WorkerSampler(Path(f"{settings.checkpoint_root}/{spec.name}.pyspy")) if py_spy else None
+        run = run_job(spec, settings, available_now=True, max_offsets_per_trigger=max_offsets)
+        if sampler is not None:
+            stacks = sampler.stop()
+            if stacks:
+                samples.append((spec.name, stacks))
+                note_sampled = " (py-spy sampling the workers at 50 Hz)"
+            else:
+                notes.append(f"{spec.name}: no Python worker appeared for py-spy to sample")
+                note_sampled = ""
+        else:
+            note_sampled = ""
+        query = f"{spec.name}_v{run.version}"
+        note = f"{run.batches.get(query, 0)} batch(es), {run.input_rows.get(query, 0):,} rows read by {query}"
+        note += note_sampled
+        row = _rate_row(f"{spec.name}: job (availableNow)", events, run.seconds, note)
+        if spec.name in TARGET_PER_CORE:
+            row["target_per_core"] = TARGET_PER_CORE[spec.name]
+        rows.append(row)
+        if isinstance(spec.output, Topic):
+            produced = size(settings, spec.output.name)
+            notes.append(f"{spec.name}: wrote {produced:,} records to {spec.output.name}")
+            if produced:
+                filled.add(spec.output.name)
+    return rows, notes, samples
+
+
+def _rate_row(what: str, events: int, seconds: float, note: str = "") -> dict[str, Any]:
+    rate = events / seconds if seconds > 0 else 0.0
+    return {"what": what, "events": events, "seconds": round(seconds, 2), "events_per_s": rate,
+            "per_core": rate / CORES, "target_per_core": "", "note": note}  # fmt: skip
+
+
+# ------------------------------------------------------------------------ 4. profile --------------
+
+
+class _State:
+    """What applyInPandasWithState hands the function: exists, get, update."""
+
+    def __init__(self) -> None:
+        self.value: tuple[str] | None = None
+
+    @property
+    def exists(self) -> bool:
+        return self.value is not None
+
+    @property
+    def get(self) -> tuple[str]:
+        assert self.value is not None
+        return self.value
+
+    def update(self, value: tuple[str]) -> None:
+        self.value = value
+
+
+def rule_inputs(spark: SparkSession, settings: KappaSettings, job: str, users: int) -> pd.DataFrame:
+    """The rows Spark hands the job's per-user function, for the first `users` users, as one pandas frame."""
+
+    def read(topic: Topic) -> DataFrame:
+        return read_topic(spark, settings, topic, job="bench", job_version=1, streaming=False, with_raw=True).records
+
+    sample = [f"user-{u:05d}" for u in range(users)]
+    rows = union_inputs(read(CLICKS), read(USER_PROFILES)) if job == "enrich_clicks" else read(ENRICHED_CLICKS)
+    return rows.where(F.col("user_id").isin(sample)).toPandas()
+
+
+def profile_rule(spark: SparkSession, settings: KappaSettings, job: str, users: int, top: int) -> tuple[dict, list]:
+    """Rows/s of the job's Python function alone, one call per user (as one availableNow batch makes), then
+    the same under cProfile: the top functions by own time."""
+    frame = rule_inputs(spark, settings, job, users)
+    if job == "enrich_clicks":
+        apply_user = enrich_user(
+            int(ENRICH.settings["profile_lateness_minutes"] * MINUTE_MS),
+            int(ENRICH.settings["disorder_minutes"] * MINUTE_MS),
+        )
+    else:
+        apply_user = sessionize_user(
+            int(SESSIONIZE.settings["gap_minutes"] * MINUTE_MS),
+            int(SESSIONIZE.settings["allowed_lateness_minutes"] * MINUTE_MS),
+        )
+    groups = [(user, group) for user, group in frame.groupby("user_id", sort=True)]
+
+    def run() -> int:
+        out = 0
+        for user, group in groups:
+            for result in apply_user((user,), iter([group]), _State()):
+                out += len(result)
+        return out
+
+    seconds = timed(run)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    run()
+    profiler.disable()
+    stats = pstats.Stats(profiler)
+    raw: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
+    total = sum(entry[2] for entry in raw.values())
+    by_own = sorted(raw.items(), key=lambda kv: kv[1][2], reverse=True)[:top]
+    by_cumulative = sorted(raw.items(), key=lambda kv: kv[1][3], reverse=True)[:top]
+    costs = [
+        {"rule": job, "ranked_by": by, "function": _where(key), "calls": entry[1], "own_s": round(entry[2], 3),
+         "own_share": f"{entry[2] / total:.0%}", "cumulative_s": round(entry[3], 3),
+         "cumulative_share": f"{entry[3] / total:.0%}"}
+        for by, ranked in (("own", by_own), ("cumulative", by_cumulative))
+        for key, entry in ranked
+    ]  # fmt: skip
+    row = _rate_row(
+        f"{job}: Python rule alone (1 process)", len(frame), seconds, f"{len(groups)} users, pandas in, no Spark"
+    )
+    row["per_core"] = row["events_per_s"]  # one process on one core
+    return row, costs
+
+
+def _where(key: tuple[str, int, str]) -> str:
+    file, line, name = key
+    if file == "~":
+        return name  # a builtin
+    parts = Path(file).parts
+    short = "/".join(parts[parts.index("site-packages") + 1 :] if "site-packages" in parts else parts[-2:])
+    return f"{short}:{line} {name}"
+
+
+# ------------------------------------------------------------------------ 5. latency --------------
+
+
+def latency_topics() -> tuple[Topic, Topic, Topic]:
+    """enrich_clicks' inputs and output under names of their own: the replay data stays as generated."""
+    clicks, profiles, enriched = (
+        dataclasses.replace(t, name=LATENCY_PREFIX + t.name) for t in (CLICKS, USER_PROFILES, ENRICHED_CLICKS)
+    )
+    return clicks, profiles, enriched
+
+
+def latency_spec(interval: str) -> JobSpec:
+    """enrich_clicks as declared, on the latency topics, with the given trigger interval."""
+    clicks, profiles, enriched = latency_topics()
+    return dataclasses.replace(ENRICH, inputs=(clicks, profiles), output=enriched, processing_interval=interval)
+
+
+def _stack_env(settings: KappaSettings, checkpoints: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KAPPA_")}
+    env.update(
+        KAPPA_KAFKA_PORT=str(settings.kafka_port),
+        KAPPA_CONTROLLER_PORT=str(settings.controller_port),
+        KAPPA_REGISTRY_PORT=str(settings.registry_port),
+        KAPPA_STACK_DIR=str(settings.stack_path),
+        KAPPA_CHECKPOINT_ROOT=checkpoints,
+        KAPPA_DELTA_ROOT=str(settings.delta_root),
+    )
+    return env
+
+
+class LiveJob:
+    """`live_job.py` in a subprocess; its log lines kept, the per-batch durations parsed from them."""
+
+    BATCH = re.compile(r"(\S+) batch (\d+): (\d+) rows, .* (\d+) ms")
+
+    def __init__(self, settings: KappaSettings, interval: str, checkpoints: str) -> None:
+        command = [sys.executable, "-m", "tests.benchmarks.live_job", "--interval", interval]
+        self.query = f"{ENRICH.name}_v{ENRICH.version}"
+        self.tail: deque[str] = deque(maxlen=60)
+        self.batches: list[tuple[int, int]] = []  # (rows, ms) of the output query
+        self.started = threading.Event()
+        self.proc = subprocess.Popen(
+            command, env=_stack_env(settings, checkpoints), cwd=project_root(), text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.tail.append(line.rstrip())
+            match = self.BATCH.search(line)
+            if match and match.group(1) == self.query:
+                self.batches.append((int(match.group(3)), int(match.group(4))))
+                self.started.set()
+
+    def wait_running(self, timeout_s: float = 240) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not self.started.wait(1):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the live job did not complete a first batch:\n" + "\n".join(self.tail))
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def produce_at_rate(
+    settings: KappaSettings, topic: Topic, encoder: AvroEncoder, rate: int, seconds: float, users: int, label: str
+) -> tuple[dict[str, int], float]:
+    """Clicks at `rate` per second for `seconds`, event time and record time = now; -> event id -> record ms."""
+    rng = random.Random(SEED)
+    publisher = Publisher(settings, **{"linger.ms": 2})
+    sent: dict[str, int] = {}
+    total = int(rate * seconds)
+    started = time.monotonic()
+    while len(sent) < total:
+        due = min(total, int((time.monotonic() - started) * rate) + 1)
+        while len(sent) < due:
+            now_ms = time.time_ns() // 1_000_000
+            user = f"user-{rng.randrange(users):05d}"
+            event_id = f"lat-{label}-{len(sent):08d}"
+            click = Click(event_id, user, f"/page/{rng.randrange(200):04d}", None, now_ms, "DESKTOP")
+            value = encoder.encode(click.as_avro())
+            publisher.send(
+                topic.name,
+                Outgoing(event_id.encode(), value, partition_for(user, topic.partitions), timestamp_ms=now_ms),
+            )
+            sent[event_id] = now_ms
+        time.sleep(0.001)
+    elapsed = time.monotonic() - started
+    publisher.close()
+    return sent, len(sent) / elapsed
+
+
+def output_times(settings: KappaSettings, topic: str, wanted: dict[str, int], timeout_s: float) -> dict[str, int]:
+    """event id -> record time of its first output record, until every wanted id is seen or the timeout."""
+    consumer = Consumer(
+        {"bootstrap.servers": settings.bootstrap, "group.id": f"bench-latency-{uuid.uuid4().hex[:8]}",
+         "auto.offset.reset": "earliest", "enable.auto.commit": False, "log_level": 0}
+    )  # fmt: skip
+    consumer.subscribe([topic])
+    seen: dict[str, int] = {}
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(seen) < len(wanted) and time.monotonic() < deadline:
+            for message in consumer.consume(10_000, timeout=1.0):
+                if message.error() or message.key() is None:
+                    continue
+                key = message.key().decode()
+                if key in wanted and key not in seen:
+                    seen[key] = message.timestamp()[1]
+    finally:
+        consumer.close()
+    return seen
+
+
+def measure_latency(settings: KappaSettings, rate: int, interval: str, seconds: float, users: int) -> dict[str, Any]:
+    clicks, profiles, enriched = latency_topics()
+    topics = [clicks, profiles, enriched, dead_letters_of(clicks), dead_letters_of(profiles), late_events_of(enriched)]
+    recreate(settings, topics)
+    apply_schemas(settings.schemas_path, topics, settings.registry)
+    with Registry(settings.registry) as registry:
+        click_encoder = AvroEncoder(
+            registry, value_subject(clicks.name), topic_value_schema(settings.schemas_path, clicks)
+        )
+        profile_encoder = AvroEncoder(
+            registry, value_subject(profiles.name), topic_value_schema(settings.schemas_path, profiles)
+        )
+    # Every user has a profile, valid since an hour ago: the live job's state holds what a real one's would.
+    rng = random.Random(SEED)
+    now_ms = time.time_ns() // 1_000_000
+    publisher = Publisher(settings)
+    for u in range(users):
+        user = f"user-{u:05d}"
+        profile = ProfileVersion(user, 1, rng.choice(SEGMENTS), rng.choice(COUNTRIES), now_ms - 3_600_000)
+        record = Outgoing(
+            user.encode(), profile_encoder.encode(profile.as_avro()), partition_for(user, profiles.partitions)
+        )
+        publisher.send(profiles.name, record)
+    publisher.close()
+
+    checkpoints = f"{settings.checkpoint_root}/latency-{uuid.uuid4().hex[:8]}"
+    label = f"{rate}-{interval.replace(' ', '')}"
+    print(f"latency at {rate:,} clicks/s, trigger {interval}: starting the live job ...")
+    job = LiveJob(settings, interval, checkpoints)
+    try:
+        job.wait_running()
+        first_batch = len(job.batches)
+        sent, achieved = produce_at_rate(settings, clicks, click_encoder, rate, seconds, users, label)
+        seen = output_times(settings, enriched.name, sent, timeout_s=90)
+    finally:
+        job.stop()
+        shutil.rmtree(checkpoints, ignore_errors=True)
+    latencies = sorted(seen[e] - sent[e] for e in seen)
+    batch_ms = sorted(ms for rows, ms in job.batches[first_batch:] if rows)
+
+    def pct(values: list[int], q: float) -> int | str:
+        return values[min(len(values) - 1, int(q * len(values)))] if values else "-"
+
+    return {
+        "rate": rate, "trigger": interval, "produced": len(sent), "achieved_rate": round(achieved),
+        "matched": len(seen), "missing": len(sent) - len(seen),
+        "p50_ms": pct(latencies, 0.50), "p99_ms": pct(latencies, 0.99), "max_ms": latencies[-1] if latencies else "-",
+        "batches": len(batch_ms), "batch_p50_ms": pct(batch_ms, 0.5), "batch_max_ms": batch_ms[-1] if batch_ms else "-",
+    }  # fmt: skip
+
+
+# ------------------------------------------------------------------------ main ---------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--events", type=int, default=5_000_000, help="clicks to generate (default 5,000,000)")
+    parser.add_argument("--users", type=int, default=5000)
+    parser.add_argument("--reuse", action="store_true", help="keep the bench stack and reuse its generated topics")
+    parser.add_argument("--skip-latency", action="store_true")
+    parser.add_argument("--latency-seconds", type=float, default=45.0, help="how long to produce at each rate")
+    parser.add_argument("--rates", default="1000,10000", help="clicks per second for the latency runs")
+    parser.add_argument(
+        "--short-interval", default="0 seconds", help="the short trigger interval measured beside the declared one"
+    )
+    parser.add_argument("--max-offsets-per-trigger", type=int, default=None, help="cap each replay batch")
+    parser.add_argument("--profile-users", type=int, default=500, help="users whose rows the rule profile runs on")
+    parser.add_argument("--no-py-spy", action="store_true", help="do not sample the Spark Python workers")
+    parser.add_argument("--top", type=int, default=12, help="functions shown per rule profile")
+    args = parser.parse_args()
+
+    rows: list[dict[str, Any]] = []
+    costs: list[dict[str, Any]] = []
+    latency: list[dict[str, Any]] = []
+    workers: list[dict[str, Any]] = []
+    with bench_stack(keep=args.reuse) as settings:
+        loaded = load(settings, args.events, args.users, args.reuse)
+        note = f"+{loaded['profiles']:,} profile versions" + (", reused" if loaded["reused"] else "")
+        rows.append(_rate_row("generate (Python producer)", loaded["clicks"], loaded["seconds"], note))
+        perf = consumer_performance(settings, CLICKS.name, loaded["clicks"])
+        ceiling = _rate_row("raw ceiling: Kafka ConsumerPerformance on clicks", int(perf["data.consumed.in.nMsg"]),
+                            loaded["clicks"] / perf["nMsg.sec"] if perf["nMsg.sec"] else 0.0,
+                            f"{perf['MB.sec']:.1f} MB/s, fetch {perf['fetch.nMsg.sec']:,.0f} msg/s")  # fmt: skip
+        rows.append(ceiling)
+        spark = get_spark(settings, "bench-pipeline")  # started before the first job: its start is not timed
+        job_rows, notes, samples = throughput(spark, settings, args.max_offsets_per_trigger, not args.no_py_spy)
+        rows += job_rows
+        for job, stacks in samples:
+            workers += top_frames(job, stacks, args.top)
+            shares = inclusive_of(stacks, WORKER_PHASES)
+            notes.append(f"{job} workers (py-spy, {sum(stacks.values()):,} samples), inclusive: {shares}")
+        for job in PIPELINE_ORDER:
+            topic = CLICKS if job == "enrich_clicks" else ENRICHED_CLICKS
+            if size(settings, topic.name):
+                row, top = profile_rule(spark, settings, job, min(args.profile_users, args.users), args.top)
+                rows.append(row)
+                costs += top
+        spark.stop()  # the latency runs have the machine to themselves (and their own Spark)
+        if not args.skip_latency:
+            for interval in (ENRICH.processing_interval, args.short_interval):
+                for rate in (int(r) for r in args.rates.split(",")):
+                    latency.append(measure_latency(settings, rate, interval, args.latency_seconds, args.users))
+    notes_rows = [{"note": n} for n in notes]
+    report("pipeline", rows, latency=latency, rule_profile=costs, worker_profile=workers, notes=notes_rows)
+
+
+if __name__ == "__main__":
+    main()
