@@ -107,10 +107,8 @@ def _caught_up(settings: KappaSettings, group: str, topics: list[Topic]) -> bool
     """Whether the job version's recorded progress has reached the end of each input."""
     partitions = [TopicPartition(t.name, p) for t in topics for p in range(t.partitions)]
     request = ConsumerGroupTopicPartitions(group, partitions)
-    try:
-        committed = admin_client(settings).list_consumer_group_offsets([request])[group].result(timeout=30)
-    except Exception:  # a busy broker (2 shared cores): ask again on the next round
-        return False
+    admin = admin_client(settings)  # held: a client collected while its future is pending never answers
+    committed = admin.list_consumer_group_offsets([request])[group].result(timeout=30)
     done = {(tp.topic, tp.partition): tp.offset for tp in committed.topic_partitions}
     consumer = Consumer({"bootstrap.servers": settings.bootstrap, "group.id": "probe-ends"})
     try:
