@@ -7,6 +7,7 @@ from dagster import AssetKey, Definitions
 
 from dagster_project.assets import output_key, topic_key
 from dagster_project.definitions import build_definitions, defs
+from dagster_project.resources import KappaResource
 from jobs.catalog import CLICKS, ENRICHED_CLICKS, PROFILE_REPLAY_WINDOW_MS, TOPICS, USER_PROFILES
 from kappa.cli import main
 from kappa.runtime.declaration import DeltaTable, JobSpec
@@ -25,6 +26,17 @@ def test_the_code_location_loads_and_validates() -> None:
     jobs = defs.get_repository_def().get_all_jobs()
     assert jobs, "the implicit asset job is there"
     assert len(JOBS) >= 3  # raw_clicks, enrich_clicks, sessionize at least: the graph below is not vacuous
+
+
+def test_the_code_location_loads_with_settings_for_another_stack() -> None:
+    kappa = KappaResource(overrides={"KAPPA_KAFKA_PORT": "29092", "KAPPA_REGISTRY_PORT": "28081"})
+    located = build_definitions(kappa=kappa)
+    Definitions.validate_loadable(located)
+    assert located.resolve_implicit_global_asset_job_def().name == "__ASSET_JOB"
+    assert kappa.settings().bootstrap == "127.0.0.1:29092"
+    assert kappa.subprocess_env()["KAPPA_REGISTRY_PORT"] == "28081"
+    with pytest.raises(ValueError, match="KAPPA_\\* variables only"):
+        KappaResource(overrides={"KAFKA_PORT": "1"}).settings()
 
 
 def test_every_job_output_is_an_asset_with_its_version_and_its_inputs_as_deps() -> None:
