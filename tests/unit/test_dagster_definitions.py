@@ -12,6 +12,8 @@ from jobs.catalog import CLICKS, ENRICHED_CLICKS, PROFILE_REPLAY_WINDOW_MS, TOPI
 from kappa.cli import main
 from kappa.runtime.declaration import DeltaTable, JobSpec
 from kappa.runtime.discovery import discover
+from kappa.runtime.pipes import batch_message, report_metadata
+from kappa.runtime.runner import RunReport
 from kappa.topics import Cleanup, Topic
 
 JOBS = discover()
@@ -119,3 +121,26 @@ def test_pipes_flag_outside_dagster_says_so(
     monkeypatch.delenv("DAGSTER_PIPES_CONTEXT", raising=False)
     assert main(["jobs", "run", "raw_clicks", "--available-now", "--pipes"]) == 2
     assert "not launched by Dagster Pipes" in capsys.readouterr().err
+
+
+def test_the_run_report_becomes_metadata_of_the_output_query() -> None:
+    report = RunReport(
+        job="enrich_clicks",
+        version=2,
+        seconds=4.0,
+        batches={"enrich_clicks_v2": 3, "enrich_clicks_v2_clicks_dlq": 2},
+        input_rows={"enrich_clicks_v2": 1000, "enrich_clicks_v2_clicks_dlq": 7},
+        stopped_by_signal=False,
+        output_query="enrich_clicks_v2",
+    )
+    metadata = report_metadata(report)
+    assert (metadata["batches"], metadata["input_rows"], metadata["rows_per_second"]) == (3, 1000, 250.0)
+    assert metadata["queries"]["raw_value"]["enrich_clicks_v2_clicks_dlq"] == {"batches": 2, "input_rows": 7}
+    progress = {"name": "enrich_clicks_v2", "batchId": 4, "numInputRows": 12, "durationMs": {"triggerExecution": 90}}
+    message = batch_message(progress)
+    assert (message["kind"], message["batch_id"], message["input_rows"], message["duration_ms"]) == (
+        "kappa.batch",
+        4,
+        12,
+        90,
+    )
