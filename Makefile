@@ -9,8 +9,15 @@ PYTEST := $(UV) run --frozen pytest
 # Never download a Python: the machine's 3.11 is the one the lock was made for.
 export UV_PYTHON_DOWNLOADS := never
 export UV_PYTHON := 3.11
+# Dagster's runs, event log and schedules persist here (a folder of the state, like the stack's data).
+DAGSTER_HOME ?= $(CURDIR)/.state/dagster
+DAGSTER_PORT ?= 3000
 
+<<<<<<< HEAD
 .PHONY: help setup system-packages demo test test-unit test-integration test-e2e lint format up down status topics bench-avro bench-pipeline ci clean
+=======
+.PHONY: help setup system-packages demo test test-unit test-integration test-e2e lint format up down status topics dagster bench-avro ci clean
+>>>>>>> dagster
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-18s %s\n", $$1, $$2}'
@@ -59,6 +66,10 @@ down: ## stop the local stack
 
 status: ## show the local stack's components and their health
 	$(KAPPA) status
+
+dagster: setup ## the Dagster UI on 127.0.0.1:3000 (DAGSTER_PORT): the jobs' assets, materialized as catch-up runs
+	mkdir -p "$(DAGSTER_HOME)"
+	DAGSTER_HOME="$(DAGSTER_HOME)" $(UV) run --frozen dagster dev -h 127.0.0.1 -p $(DAGSTER_PORT) -m dagster_project.definitions
 
 bench-avro: setup ## benchmark: Spark decoding Confluent Avro from Kafka (1 vs 3 writer schemas vs plain from_avro)
 	$(UV) run --frozen python -m tests.benchmarks.bench_avro_decode

@@ -10,6 +10,7 @@ import importlib
 import sys
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from kappa.errors import KappaError
 from kappa.settings import KappaSettings, load_settings
@@ -173,24 +174,36 @@ def cmd_jobs_list(settings: KappaSettings, args: argparse.Namespace) -> int:
 
 
 def cmd_jobs_run(settings: KappaSettings, args: argparse.Namespace) -> int:
-
     from kappa.runtime.declaration import Starting
     from kappa.runtime.discovery import get_job
-    from kappa.runtime.runner import configure_logging, run_job
+    from kappa.runtime.runner import RunReport, configure_logging, run_job
 
     configure_logging()
     try:
         starting = Starting.parse(args.start_from)
     except ValueError as exc:
         raise KappaError(str(exc)) from None
-    report = run_job(
-        get_job(args.job),
-        settings,
-        version=args.version,
-        available_now=args.available_now,
-        starting=starting,
-        max_offsets_per_trigger=args.max_offsets_per_trigger,
-    )
+    spec = get_job(args.job)
+
+    def run(on_batch: Callable[[dict[str, Any]], None] | None = None) -> RunReport:
+        return run_job(
+            spec,
+            settings,
+            version=args.version,
+            available_now=args.available_now,
+            starting=starting,
+            max_offsets_per_trigger=args.max_offsets_per_trigger,
+            on_batch=on_batch,
+        )
+
+    if args.pipes:  # launched by Dagster: report each batch and the run back through Pipes
+        from kappa.runtime.pipes import pipes_reporter
+
+        with pipes_reporter() as pipes:
+            report = run(pipes.batch)
+            pipes.finish(report)
+    else:
+        report = run()
     how = "stopped by signal" if report.stopped_by_signal else "done"
     rows = sum(report.input_rows.values())
     print(f"{report.job} v{report.version}: {how} after {report.seconds:.1f} s, {rows} input rows")
@@ -289,6 +302,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--from", dest="start_from", default="earliest", help="earliest | latest | ISO timestamp (no checkpoint yet)"
     )
     run.add_argument("--max-offsets-per-trigger", type=int, default=None, help="cap each micro-batch")
+    run.add_argument(
+        "--pipes", action="store_true", help="report progress and the run to Dagster (set by Dagster's launcher)"
+    )
 
     gen = add("generate", cmd_generate, "produce a seeded clickstream (clicks + user_profiles) into the topics")
     gen.add_argument("--events", type=int, default=10_000, help="number of clicks")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -82,8 +83,15 @@ def describe_batch(progress: dict[str, Any]) -> str:
 class ProgressRecorder(StreamingQueryListener):
     """Logs each batch of the job's queries and commits the output query's offsets to its group."""
 
-    def __init__(self, bootstrap: str, groups: dict[str, str]) -> None:
-        """`groups`: query name -> consumer group to record that query's progress under."""
+    def __init__(
+        self,
+        bootstrap: str,
+        groups: dict[str, str],
+        on_batch: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        """`groups`: query name -> consumer group to record that query's progress under; `on_batch`: also
+        called once per batch with its progress (e.g. to report it to Dagster Pipes)."""
+        self._on_batch = on_batch
         self._admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
         self._groups = groups
         self._lock = threading.Lock()
@@ -109,6 +117,11 @@ class ProgressRecorder(StreamingQueryListener):
             self.batches[name] = self.batches.get(name, 0) + 1
             self.rows[name] = self.rows.get(name, 0) + int(progress.get("numInputRows", 0))
         log.info(describe_batch(progress))
+        if self._on_batch is not None:
+            try:
+                self._on_batch(progress)
+            except Exception as exc:  # like the group offsets: reporting must never stop the job
+                log.warning("could not report batch %s: %s", batch, exc)
         group = self._groups.get(name)
         if group:
             self.commit(group, end_offsets(progress))

@@ -8,8 +8,10 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
+from typing import Any
 
 from kappa.errors import KappaError
 from kappa.runtime.declaration import JobContext, JobSpec, Starting
@@ -33,6 +35,7 @@ class RunReport:
     batches: dict[str, int]
     input_rows: dict[str, int]
     stopped_by_signal: bool
+    output_query: str = ""  # the query writing the job's output (the others write dead letters)
 
 
 def run_job(
@@ -43,8 +46,10 @@ def run_job(
     available_now: bool = False,
     starting: Starting | None = None,
     max_offsets_per_trigger: int | None = None,
+    on_batch: Callable[[dict[str, Any]], None] | None = None,
 ) -> RunReport:
-    """Run until the input is drained (available_now) or until SIGTERM/SIGINT; return what was done."""
+    """Run until the input is drained (available_now) or until SIGTERM/SIGINT; return what was done.
+    `on_batch` is called with each batch's progress (as JSON dict), once per batch."""
     from kappa.spark import get_spark
 
     spark = get_spark(settings, f"kappa-{spec.name}")
@@ -57,7 +62,7 @@ def run_job(
         starting=starting or Starting(),
         max_offsets_per_trigger=max_offsets_per_trigger,
     )
-    recorder = ProgressRecorder(settings.bootstrap, {context.query_name(): context.consumer_group})
+    recorder = ProgressRecorder(settings.bootstrap, {context.query_name(): context.consumer_group}, on_batch)
     # What the checkpoint says is done, before any new batch: a restart with nothing new to read reports none.
     recorder.commit(context.consumer_group, checkpoint_offsets(context.checkpoint()))
     spark.streams.addListener(recorder)
@@ -100,4 +105,5 @@ def run_job(
         batches=dict(recorder.batches),
         input_rows=dict(recorder.rows),
         stopped_by_signal=stop.is_set(),
+        output_query=context.query_name(),
     )

@@ -1,0 +1,213 @@
+"""The asset graph, generated from the job declarations and the topic catalog: nothing is wired by hand.
+
+- One asset per job output: `["kafka", <topic>]` or `["delta", <table>]`, its `code_version` the job's logic
+  version, its deps the job's inputs. Materializing it deploys that version as a catch-up run
+  (`kappa jobs run <job> --available-now --pipes`), launched outside Dagster's process through Pipes.
+- One external asset (an AssetSpec, never materialized by Dagster) per source topic: read by a job or declared
+  in the catalog, written by no job (`clicks`, `user_profiles`).
+- Side topics (`<topic>.dlq`, `<topic>.late`) are not assets: no declaration says which job writes them (a
+  job declares one output), so they would appear as disconnected sources with made-up lineage. Their counts
+  come back in the run metadata (the dead-letter queries' rows) and `kappa dlq inspect` shows them.
+"""
+
+import sys
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from dagster import (
+    AssetExecutionContext,
+    AssetKey,
+    AssetsDefinition,
+    AssetSpec,
+    Failure,
+    MaterializeResult,
+    MetadataValue,
+    PipesSubprocessClient,
+    asset,
+)
+
+from dagster_project.resources import KappaResource
+from kappa.avro.registry import Registry, value_subject
+from kappa.deadletter import dlq_topic
+from kappa.runtime.declaration import DeltaTable, JobSpec
+from kappa.runtime.pipes import BATCH_MESSAGE
+from kappa.topics import FOREVER, Cleanup, Topic
+
+JOBS_GROUP = "jobs"  # outputs of the streaming jobs
+SOURCES_GROUP = "sources"  # topics written outside the platform
+DAY_MS = 24 * 60 * 60 * 1000
+
+
+def topic_key(name: str) -> AssetKey:
+    return AssetKey(["kafka", name])
+
+
+def table_key(name: str) -> AssetKey:
+    return AssetKey(["delta", name])
+
+
+def output_key(job: JobSpec) -> AssetKey:
+    return table_key(job.output.name) if isinstance(job.output, DeltaTable) else topic_key(job.output.name)
+
+
+def is_side_topic(name: str) -> bool:
+    """A dead-letter or late-events topic: written beside a job's output, never declared as one."""
+    return name.endswith((dlq_topic(""), ".late"))
+
+
+def _duration(ms: int) -> str:
+    if ms == FOREVER:
+        return "forever"
+    return f"{ms / DAY_MS:g} days" if ms % DAY_MS == 0 else f"{ms} ms"
+
+
+def replay_window(topic: Topic) -> str:
+    """How far back a replay of this topic sees every record (DESIGN: compaction erases history)."""
+    if topic.cleanup is Cleanup.DELETE:
+        return f"every record for {_duration(topic.retention_ms)}"
+    if topic.min_compaction_lag_ms:
+        return (
+            f"every version for {_duration(topic.min_compaction_lag_ms)} (min.compaction.lag.ms), "
+            "then the latest per key"
+            + ("" if topic.retention_ms == FOREVER else f"; nothing older than {_duration(topic.retention_ms)}")
+        )
+    latest = "the latest value per key"
+    return latest + ("" if topic.retention_ms == FOREVER else f", for {_duration(topic.retention_ms)}")
+
+
+def topic_metadata(topic: Topic) -> dict[str, Any]:
+    """Static metadata of a topic asset, from its declaration."""
+    metadata: dict[str, Any] = {
+        "topic": topic.name,
+        "partitions": topic.partitions,
+        "cleanup_policy": topic.cleanup.value,
+        "retention_ms": topic.retention_ms,
+        "min_compaction_lag_ms": topic.min_compaction_lag_ms,
+        "replay_window": replay_window(topic),
+        "compatibility": topic.compatibility.value,
+    }
+    if topic.value_schema:
+        metadata["value_schema"] = MetadataValue.path(f"schemas/{topic.value_schema}")
+        metadata["value_subject"] = value_subject(topic.name)
+    if topic.key_schema:
+        metadata["key_schema"] = MetadataValue.path(f"schemas/{topic.key_schema}")
+    return metadata
+
+
+def job_command(job: JobSpec) -> list[str]:
+    """The catch-up run that deploys the declared version: drain the inputs, stop, report through Pipes."""
+    return [
+        sys.executable,
+        "-m",
+        "kappa.cli",
+        "jobs",
+        "run",
+        job.name,
+        "--version",
+        str(job.version),
+        "--available-now",
+        "--pipes",
+    ]
+
+
+def output_spec(job: JobSpec, topics_by_name: Mapping[str, Topic]) -> AssetSpec:
+    """The job's output as an asset: lineage, code version and static metadata from the declaration."""
+    metadata: dict[str, Any] = {"job": job.name, "job_version": job.version}
+    if isinstance(job.output, DeltaTable):
+        metadata |= {"table": job.output.name, "path": f"<delta_root>/{job.output.name}/v{job.version}"}
+        kinds = {"delta", "spark"}
+        doc = job.output.doc
+    else:
+        metadata |= topic_metadata(topics_by_name.get(job.output.name, job.output))
+        kinds = {"kafka", "spark"}
+        doc = job.output.doc
+    metadata |= {
+        "processing_interval": job.processing_interval,
+        "settings": MetadataValue.json(dict(job.settings)),
+        "catch_up_command": " ".join(job_command(job)[1:]),
+    }
+    return AssetSpec(
+        key=output_key(job),
+        deps=[topic_key(t.name) for t in job.inputs],
+        description=f"{job.description}\n\n{doc}".strip(),
+        code_version=str(job.version),
+        group_name=JOBS_GROUP,
+        metadata=metadata,
+        kinds=kinds,
+    )
+
+
+def _registered_schema(kappa: KappaResource, topic: Topic) -> dict[str, Any]:
+    """The registry's latest id and version of the output's value schema (what consumers decode with)."""
+    if not topic.value_schema:
+        return {}
+    with Registry(kappa.settings().registry) as registry:
+        versions = registry.versions(value_subject(topic.name))
+    if not versions:
+        return {}
+    return {"value_schema_id": versions[-1].schema_id, "value_schema_version": versions[-1].version}
+
+
+def job_asset(job: JobSpec, topics_by_name: Mapping[str, Topic]) -> AssetsDefinition:
+    """The job's output asset; materializing it runs the declared version's catch-up outside this process."""
+    spec = output_spec(job, topics_by_name)
+
+    @asset(
+        key=spec.key,
+        deps=spec.deps,
+        description=spec.description,
+        code_version=spec.code_version,
+        group_name=spec.group_name,
+        metadata=spec.metadata,
+        kinds=spec.kinds,
+    )
+    def _deploy(
+        context: AssetExecutionContext, kappa: KappaResource, pipes_subprocess_client: PipesSubprocessClient
+    ) -> MaterializeResult[None]:
+        settings = kappa.settings()  # a bad setting fails here, with its name, before a JVM starts
+        completed = pipes_subprocess_client.run(command=job_command(job), context=context, env=kappa.subprocess_env())
+        reported = completed.get_materialize_result(implicit_materialization=False)
+        metadata: dict[str, Any] = dict(reported.metadata or {})
+        ran = getattr(metadata.get("version"), "value", None)
+        if ran != job.version:  # the declaration changed between loading the definitions and the run
+            raise Failure(f"{job.name}: the run reported version {ran}, the asset's code version is {job.version}")
+        batches = [m for m in completed.get_custom_messages() if isinstance(m, dict) and m.get("kind") == BATCH_MESSAGE]
+        metadata["batches_reported"] = len(batches)  # per-batch messages that came through Pipes
+        if isinstance(job.output, DeltaTable):
+            metadata["path"] = MetadataValue.path(job.output.path(settings, job.version))
+        else:
+            metadata |= _registered_schema(kappa, topics_by_name.get(job.output.name, job.output))
+        return MaterializeResult(metadata=metadata)
+
+    return _deploy
+
+
+def build_assets(
+    jobs: Mapping[str, JobSpec], topics: Iterable[Topic]
+) -> tuple[list[AssetsDefinition], list[AssetSpec]]:
+    """(job output assets, external source topic assets). Refuses a graph the declarations make ambiguous."""
+    catalog = list(topics)
+    topics_by_name = {t.name: t for t in catalog}
+    writers: dict[AssetKey, str] = {}
+    for job in jobs.values():
+        key = output_key(job)
+        if key in writers:
+            raise ValueError(f"jobs {writers[key]} and {job.name} both declare the output {key.to_user_string()}")
+        writers[key] = job.name
+    read = {t.name: t for job in jobs.values() for t in job.inputs}
+    sources: dict[str, Topic] = {}
+    for topic in [*catalog, *read.values()]:
+        if topic_key(topic.name) in writers or is_side_topic(topic.name) or topic.name in sources:
+            continue
+        sources[topic.name] = topics_by_name.get(topic.name, topic)
+    external = [
+        AssetSpec(
+            key=topic_key(t.name),
+            description=t.doc or None,
+            group_name=SOURCES_GROUP,
+            metadata=topic_metadata(t),
+            kinds={"kafka"},
+        )
+        for t in sources.values()
+    ]
+    return [job_asset(job, topics_by_name) for job in jobs.values()], external

@@ -1,0 +1,42 @@
+"""The code location: `dagster dev -m dagster_project.definitions` (or `make dagster`).
+
+Everything here is generated from `discover()` (the jobs in jobs/) and `jobs.catalog.TOPICS`: a new job folder
+appears as a new asset with nothing else to wire. Loading reads no settings; a run reads them (KappaResource).
+"""
+
+from collections.abc import Iterable, Mapping
+
+from dagster import Definitions, PipesSubprocessClient
+
+from dagster_project.assets import build_assets
+from dagster_project.resources import KappaResource
+from kappa.runtime.declaration import JobSpec
+from kappa.topics import Topic
+
+
+def build_definitions(
+    jobs: Mapping[str, JobSpec] | None = None,
+    topics: Iterable[Topic] | None = None,
+    kappa: KappaResource | None = None,
+) -> Definitions:
+    """The Definitions for these jobs and topics (default: every discovered job, the catalog's topics)."""
+    if jobs is None:
+        from kappa.runtime.discovery import discover
+
+        jobs = discover()
+    if topics is None:
+        from jobs.catalog import TOPICS
+
+        topics = TOPICS
+    job_assets, sources = build_assets(jobs, topics)
+    return Definitions(
+        assets=[*job_assets, *sources],
+        resources={
+            "kappa": kappa or KappaResource(),
+            # The job's log lines stay on the subprocess's stdout/stderr; progress comes back through Pipes.
+            "pipes_subprocess_client": PipesSubprocessClient(),
+        },
+    )
+
+
+defs = build_definitions()
