@@ -13,11 +13,7 @@ export UV_PYTHON := 3.11
 DAGSTER_HOME ?= $(CURDIR)/.state/dagster
 DAGSTER_PORT ?= 3000
 
-<<<<<<< HEAD
-.PHONY: help setup system-packages demo test test-unit test-integration test-e2e lint format up down status topics bench-avro bench-pipeline ci clean
-=======
-.PHONY: help setup system-packages demo test test-unit test-integration test-e2e lint format up down status topics dagster bench-avro ci clean
->>>>>>> dagster
+.PHONY: help setup system-packages demo test test-unit test-integration test-e2e lint format up down status topics dagster bench-avro bench-pipeline ci clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-18s %s\n", $$1, $$2}'
