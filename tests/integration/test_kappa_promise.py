@@ -46,7 +46,10 @@ from kappa.topics import Cleanup, Topic, apply
 from tests.integration.conftest import stack_env
 
 EVENTS = int(os.environ.get("KAPPA_PROMISE_EVENTS", "200000"))
-CONFIG = StreamConfig(events=EVENTS, users=2000, seed=31, late_share=0.01, profile_change_share=0.02)
+# Late clicks arrive 150 min late: beyond sessionize's allowed lateness (120), so `.late` is exercised too.
+CONFIG = StreamConfig(
+    events=EVENTS, users=2000, seed=31, late_share=0.01, late_by_ms=150 * 60_000, profile_change_share=0.02
+)
 ENRICHED_FIELDS = ("event_id", "user_id", "page", "referrer", "event_time", "device", "profile_version", "segment",
                    "country")  # fmt: skip
 SESSION_FIELDS = ("session_id", "user_id", "start_time", "end_time", "clicks", "distinct_pages", "entry_page",
