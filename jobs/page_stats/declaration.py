@@ -17,7 +17,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from jobs.catalog import ENRICHED_CLICKS
 from jobs.page_stats.transforms import FACTS_SCHEMA, KEYS, click_changes, page_stats, touched_groups
 from kappa.delta_sink import DeltaMerge
-from kappa.delta_views import DELETED, FactsView, facts_path
+from kappa.delta_views import DELETED, FactsView, facts_table
 from kappa.runtime import DeltaTable, JobContext, JobSpec
 
 MINUTE_MS = 60_000
@@ -27,7 +27,7 @@ TABLE = DeltaTable("page_stats", doc="Views, distinct users and median time on p
 def view(output_path: str, app_id: str, gap_ms: int) -> FactsView:
     """The view's tables and rules; `app_id` names the job version (each table adds its own suffix)."""
     return FactsView(
-        facts=DeltaMerge(facts_path(output_path), keys=("event_id",), app_id=f"{app_id}.facts"),
+        facts=facts_table(output_path, ("event_id",), app_id),
         view=DeltaMerge(output_path, keys=KEYS, app_id=app_id, deleted=DELETED),
         facts_schema=FACTS_SCHEMA,
         changes=partial(click_changes, gap_ms=gap_ms),

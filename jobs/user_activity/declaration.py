@@ -14,7 +14,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from jobs.catalog import SESSIONS
 from jobs.user_activity.transforms import FACTS_SCHEMA, RETIRED, session_facts, touched_users, user_activity
 from kappa.delta_sink import DeltaMerge
-from kappa.delta_views import DELETED, FactsView, facts_path, with_tombstones
+from kappa.delta_views import DELETED, FactsView, facts_table, with_tombstones
 from kappa.runtime import DeltaTable, JobContext, JobSpec
 
 TABLE = DeltaTable("user_activity", doc="Sessions, clicks, first and last seen, latest segment, per user.")
@@ -23,7 +23,7 @@ TABLE = DeltaTable("user_activity", doc="Sessions, clicks, first and last seen, 
 def view(output_path: str, app_id: str) -> FactsView:
     """The view's tables and rules; `app_id` names the job version (each table adds its own suffix)."""
     return FactsView(
-        facts=DeltaMerge(facts_path(output_path), keys=("session_id",), app_id=f"{app_id}.facts"),
+        facts=facts_table(output_path, ("session_id",), app_id),
         view=DeltaMerge(output_path, keys=("user_id",), app_id=app_id, deleted=DELETED),
         facts_schema=FACTS_SCHEMA,
         changes=session_facts,

@@ -38,6 +38,14 @@ def facts_path(output_path: str) -> str:
     return f"{output_path}{FACTS_SUFFIX}"
 
 
+def facts_table(output_path: str, keys: tuple[str, ...], app_id: str) -> DeltaMerge:
+    """The MERGE into a view's private facts table: its own path and idempotency app id, derived from the view's.
+
+    No Change Data Feed: nobody reads the facts' changes, and it would double what each batch writes.
+    """
+    return DeltaMerge(facts_path(output_path), keys=keys, app_id=f"{app_id}.facts", properties={})
+
+
 def with_tombstones(decoded: DecodedTopic, key: str) -> DataFrame:
     """A compacted topic's changes as one stream: records with `deleted` false, tombstones with `deleted` true,
     their key in `key` and every value column null."""
