@@ -3,7 +3,8 @@
 Structured Streaming gives foreachBatch at-least-once: after a crash between the Delta commit and the
 checkpoint's commit, the same batch id runs again. Each MERGE therefore carries Delta's idempotency marker
 (`txnAppId` = job and version, `txnVersion` = batch id), and Delta skips a batch id it has already committed
-for that app id. Tables are created with the Change Data Feed on, so readers can follow changes.
+for that app id. Tables are created with the Change Data Feed on, so readers can follow changes. An UPSERT batch
+may also delete keys (tombstones of a compacted topic): rows flagged in its `deleted` column.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
@@ -30,16 +31,21 @@ class DeltaMerge:
     app_id: str  # <job>.v<version>: one idempotency stream per job version
     mode: MergeMode = MergeMode.UPSERT
     summed: tuple[str, ...] = ()  # ACCUMULATE: the columns that add up
+    # UPSERT: a boolean column of the batch; where true the row deletes its key (a tombstone). Never stored.
+    deleted: str | None = None
     properties: dict[str, str] = field(default_factory=lambda: {"delta.enableChangeDataFeed": "true"})
 
     def __post_init__(self) -> None:
         if self.mode is MergeMode.ACCUMULATE and not self.summed:
             raise ValueError("ACCUMULATE needs the columns to add up (summed=...)")
+        if self.deleted and self.mode is not MergeMode.UPSERT:
+            raise ValueError("deletes (deleted=...) need UPSERT: a partial sum cannot delete its key")
 
     def ensure_table(self, spark: SparkSession, batch: DataFrame) -> None:
         from delta.tables import DeltaTable
 
-        builder = DeltaTable.createIfNotExists(spark).location(self.path).addColumns(batch.schema)
+        stored = batch.drop(self.deleted) if self.deleted else batch
+        builder = DeltaTable.createIfNotExists(spark).location(self.path).addColumns(stored.schema)
         for key, value in self.properties.items():
             builder = builder.property(key, value)
         builder.execute()
@@ -58,9 +64,16 @@ class DeltaMerge:
             merge = DeltaTable.forPath(spark, self.path).alias("t").merge(batch.alias("s"), condition)
             if self.mode is MergeMode.ACCUMULATE:
                 merge = merge.whenMatchedUpdate(set={c: f"t.`{c}` + s.`{c}`" for c in self.summed})
+            elif self.deleted:
+                flag = f"s.`{self.deleted}`"
+                values: dict[str, str | Column] = {f"`{c}`": f"s.`{c}`" for c in batch.columns if c != self.deleted}
+                merge = merge.whenMatchedDelete(condition=flag).whenMatchedUpdate(set=values)
+                merge = merge.whenNotMatchedInsert(condition=f"NOT {flag}", values=values)
             else:
                 merge = merge.whenMatchedUpdateAll()
-            merge.whenNotMatchedInsertAll().execute()
+            if not self.deleted:
+                merge = merge.whenNotMatchedInsertAll()
+            merge.execute()
         finally:
             spark.conf.unset(TXN_APP_ID)
             spark.conf.unset(TXN_VERSION)

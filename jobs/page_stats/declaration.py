@@ -1,0 +1,62 @@
+"""page_stats: `enriched_clicks` -> Delta `page_stats`, one row per (page, hour); undecodable input -> its dead letters.
+
+Exact whatever the batch sizes: the job keeps every click (latest version per event id) in a private facts table
+with its time on page, and each batch recomputes the (page, hour) rows its clicks touch, including the hour of a
+predecessor whose time on page a late click changed (kappa.delta_views).
+
+Settings: `gap_minutes` (a next click later than this is not time on the page, 30).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+
+from pyspark.sql.streaming.query import StreamingQuery
+
+from jobs.catalog import ENRICHED_CLICKS
+from jobs.page_stats.transforms import FACTS_SCHEMA, KEYS, click_changes, page_stats, touched_groups
+from kappa.delta_sink import DeltaMerge
+from kappa.delta_views import DELETED, FactsView, facts_table
+from kappa.runtime import DeltaTable, JobContext, JobSpec
+
+MINUTE_MS = 60_000
+TABLE = DeltaTable("page_stats", doc="Views, distinct users and median time on page per page and event-time hour.")
+
+
+def view(output_path: str, app_id: str, gap_ms: int) -> FactsView:
+    """The view's tables and rules; `app_id` names the job version (each table adds its own suffix)."""
+    return FactsView(
+        facts=facts_table(output_path, ("event_id",), app_id),
+        view=DeltaMerge(output_path, keys=KEYS, app_id=app_id, deleted=DELETED),
+        facts_schema=FACTS_SCHEMA,
+        changes=partial(click_changes, gap_ms=gap_ms),
+        groups=touched_groups,
+        aggregate=page_stats,
+    )
+
+
+def start(ctx: JobContext) -> Sequence[StreamingQuery]:
+    [source] = ctx.spec.inputs
+    gap_ms = int(ctx.spec.settings["gap_minutes"] * MINUTE_MS)
+    decoded = ctx.read(source)
+    stats = view(ctx.output_path(), f"{ctx.spec.name}.v{ctx.version}", gap_ms)
+    table = (
+        decoded.records.writeStream.foreachBatch(stats.write)
+        .queryName(ctx.query_name())
+        .option("checkpointLocation", ctx.checkpoint())
+        .trigger(**ctx.trigger())
+        .start()
+    )
+    return [table, ctx.start_dead_letters(decoded, source)]
+
+
+JOB = JobSpec(
+    name="page_stats",
+    version=1,
+    description="Per page and event-time hour: views, distinct users, median time on page (Delta, exact MERGE).",
+    inputs=(ENRICHED_CLICKS,),
+    output=TABLE,
+    start=start,
+    settings={"gap_minutes": 30},
+)

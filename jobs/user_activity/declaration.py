@@ -1,0 +1,58 @@
+"""user_activity: compacted `sessions` -> Delta `user_activity`, one row per user; undecodable -> dead letters.
+
+Exact under session updates and merges: the job keeps every session in a private facts table (a tombstone marks
+it retired) and each batch recomputes the rows of the users whose sessions changed (kappa.delta_views). A user
+whose last live session is tombstoned leaves the table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pyspark.sql.streaming.query import StreamingQuery
+
+from jobs.catalog import SESSIONS
+from jobs.user_activity.transforms import FACTS_SCHEMA, RETIRED, session_facts, touched_users, user_activity
+from kappa.delta_sink import DeltaMerge
+from kappa.delta_views import DELETED, FactsView, facts_table, with_tombstones
+from kappa.runtime import DeltaTable, JobContext, JobSpec
+
+TABLE = DeltaTable("user_activity", doc="Sessions, clicks, first and last seen, latest segment, per user.")
+
+
+def view(output_path: str, app_id: str) -> FactsView:
+    """The view's tables and rules; `app_id` names the job version (each table adds its own suffix)."""
+    return FactsView(
+        facts=facts_table(output_path, ("session_id",), app_id),
+        view=DeltaMerge(output_path, keys=("user_id",), app_id=app_id, deleted=DELETED),
+        facts_schema=FACTS_SCHEMA,
+        changes=session_facts,
+        groups=touched_users,
+        aggregate=user_activity,
+        retired=RETIRED,
+    )
+
+
+def start(ctx: JobContext) -> Sequence[StreamingQuery]:
+    [source] = ctx.spec.inputs
+    decoded = ctx.read(source)
+    activity = view(ctx.output_path(), f"{ctx.spec.name}.v{ctx.version}")
+    table = (
+        with_tombstones(decoded, "session_id")
+        .writeStream.foreachBatch(activity.write)
+        .queryName(ctx.query_name())
+        .option("checkpointLocation", ctx.checkpoint())
+        .trigger(**ctx.trigger())
+        .start()
+    )
+    return [table, ctx.start_dead_letters(decoded, source)]
+
+
+JOB = JobSpec(
+    name="user_activity",
+    version=1,
+    description="Per user over their live sessions: sessions, clicks, first and last seen, latest segment (Delta).",
+    inputs=(SESSIONS,),
+    output=TABLE,
+    start=start,
+)
