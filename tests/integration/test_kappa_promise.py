@@ -4,10 +4,12 @@ job. Kafka outputs are compared as the latest value per key (what a compacted to
 
 Live: enrich_clicks runs continuously while the generator produces (so clicks and late profile versions
 arrive interleaved as they would in production), is killed with SIGKILL after a few batches, restarted, and
-stopped once its consumer group has caught up. sessionize then runs on the live output in small batches,
-killed and restarted the same way. Replay: each job in one availableNow run into its own outputs. Batch: each
-job's own transform over a batch read of its inputs (`kappa.stateful.per_key` runs the per-user rule once per
-user there).
+stopped once its consumer group has caught up. Each downstream job (sessionize, then the Delta views
+page_stats, user_activity and sessions) then runs on the live outputs in small batches, killed with SIGKILL
+after its second batch and restarted the same way. Replay: each job in one availableNow run into its own
+outputs. Batch: each job's own transform over a batch read of its inputs (`kappa.stateful.per_key` runs the
+per-user rule once per user there; a view's batch write runs once over the whole topic). Delta tables are
+compared row for row.
 """
 
 from __future__ import annotations
@@ -32,16 +34,25 @@ from jobs.catalog import CLICKS, ENRICHED_CLICKS, SESSIONS, USER_PROFILES
 from jobs.enrich_clicks.declaration import JOB as ENRICH
 from jobs.enrich_clicks.logic import MINUTE_MS
 from jobs.enrich_clicks.transforms import ENRICHED, enriched_changes, union_inputs
+from jobs.page_stats.declaration import JOB as PAGE_STATS
+from jobs.page_stats.declaration import view as page_stats_view
 from jobs.sessionize.declaration import JOB as SESSIONIZE
 from jobs.sessionize.transforms import LATE, UPSERT, session_changes
+from jobs.sessions_table.declaration import JOB as SESSIONS_TABLE
+from jobs.sessions_table.declaration import sink as sessions_sink
+from jobs.sessions_table.transforms import session_changes as sessions_table_changes
+from jobs.user_activity.declaration import JOB as USER_ACTIVITY
+from jobs.user_activity.declaration import view as user_activity_view
 from kappa.avro.registry import Registry
 from kappa.compacted import latest_per_key
+from kappa.delta_views import with_tombstones
 from kappa.generate import StreamConfig
 from kappa.kafka_client import admin_client
 from kappa.produce_stream import generate
+from kappa.runtime import DeltaTable
 from kappa.runtime.runner import run_job
 from kappa.settings import KappaSettings
-from kappa.topic_io import decode_topic, kafka_source, read_topic, value_schema, writer_schemas
+from kappa.topic_io import DecodedTopic, decode_topic, kafka_source, read_topic, value_schema, writer_schemas
 from kappa.topics import Cleanup, Topic, apply
 from tests.integration.conftest import stack_env
 
@@ -52,6 +63,9 @@ CONFIG = StreamConfig(
 )
 ENRICHED_FIELDS = ("event_id", "user_id", "page", "referrer", "event_time", "device", "profile_version", "segment",
                    "country")  # fmt: skip
+# The jobs after enrich_clicks, in pipeline order; each reads what the one before produced.
+DOWNSTREAM = (SESSIONIZE, PAGE_STATS, USER_ACTIVITY, SESSIONS_TABLE)
+SMALL_BATCH = max(2_000, EVENTS // 12)  # maxOffsetsPerTrigger of the live runs: about a dozen batches
 SESSION_FIELDS = ("session_id", "user_id", "start_time", "end_time", "clicks", "distinct_pages", "entry_page",
                   "exit_page", "segment")  # fmt: skip
 
@@ -155,6 +169,8 @@ def test_live_with_sigkill_replay_and_batch_give_identical_outputs(
             SESSIONS.name: topics[f"sessions_{run}"].name,
         }
 
+    live = stack.model_copy(update={"checkpoint_root": str(tmp_path / "live" / "cp"),
+                                    "delta_root": str(tmp_path / "live" / "delta")})  # fmt: skip
     live_env = stack_env(stack, KAPPA_CHECKPOINT_ROOT=str(tmp_path / "live" / "cp"),
                          KAPPA_DELTA_ROOT=str(tmp_path / "live" / "delta"))  # fmt: skip
 
@@ -178,18 +194,20 @@ def test_live_with_sigkill_replay_and_batch_give_identical_outputs(
     job.process.send_signal(signal.SIGTERM)
     job.finish(timeout_s=120)
 
-    sessionize_live = ["sessionize", json.dumps(bindings("live")), "--available-now", "--max-offsets", "15000"]
-    job = Job(sessionize_live, live_env)
-    job.wait_for(_batch_line(f"sessionize_v{SESSIONIZE.version}", 2), timeout_s=600)
-    job.kill()
-    job = Job(sessionize_live, live_env)
-    job.finish(timeout_s=900)
+    # Downstream jobs: small batches, SIGKILL after the second, restart from the checkpoint to the end.
+    for spec in DOWNSTREAM:
+        args = [spec.name, json.dumps(bindings("live")), "--available-now", "--max-offsets", str(SMALL_BATCH)]
+        job = Job(args, live_env)
+        job.wait_for(_batch_line(f"{spec.name}_v{spec.version}", 1), timeout_s=600)
+        job.kill()
+        Job(args, live_env).finish(timeout_s=900)
 
     # (b) Replay: each job once from the start, availableNow, into its own outputs.
     replay = stack.model_copy(update={"checkpoint_root": str(tmp_path / "replay" / "cp"),
                                       "delta_root": str(tmp_path / "replay" / "delta")})  # fmt: skip
     run_job(ENRICH.bound(bindings("replay")), replay, available_now=True)
-    run_job(SESSIONIZE.bound(bindings("replay")), replay, available_now=True)
+    for spec in DOWNSTREAM:
+        run_job(spec.bound(bindings("replay")), replay, available_now=True)
 
     # (c) Plain batch: each job's transform over a batch read of the same input topics.
     def batch_read(topic: Topic) -> DataFrame:
@@ -239,3 +257,29 @@ def test_live_with_sigkill_replay_and_batch_give_identical_outputs(
         raw = kafka_source(spark, stack, late_topic, streaming=False)
         late = decode_topic(raw, value_schema(stack, ENRICHED_CLICKS), writers, job="t", job_version=0)
         assert {r.event_id for r in late.records.select("event_id").collect()} == expected_late, run
+
+    # Delta views: live == replay == batch, row for row. Batch: each view's own batch write, once, over the
+    # whole of its input topic (the replay's), into a fresh table.
+    def views_input(topic: Topic) -> DecodedTopic:
+        return read_topic(spark, stack, topic, job="batch", job_version=0, streaming=False)
+
+    batch_root = tmp_path / "batch" / "delta"
+    page_stats_view(str(batch_root / "page_stats"), "batch.page_stats", gap).write(
+        views_input(topics["enriched_replay"]).records, 0
+    )
+    session_changes_in_log = with_tombstones(views_input(topics["sessions_replay"]), "session_id")
+    user_activity_view(str(batch_root / "user_activity"), "batch.user_activity").write(session_changes_in_log, 0)
+    sessions_sink(str(batch_root / "sessions"), "batch.sessions").write(
+        sessions_table_changes(session_changes_in_log), 0
+    )
+    for spec, batch_path in (
+        (PAGE_STATS, batch_root / "page_stats"),
+        (USER_ACTIVITY, batch_root / "user_activity"),
+        (SESSIONS_TABLE, batch_root / "sessions"),
+    ):
+        assert isinstance(spec.output, DeltaTable)
+        expected_rows = spark.read.format("delta").load(str(batch_path))
+        assert expected_rows.count() > 100, spec.name
+        for run, settings in (("live", live), ("replay", replay)):
+            actual = spark.read.format("delta").load(spec.output.path(settings, spec.version))
+            _same_rows(actual.select(*expected_rows.columns), expected_rows, f"{spec.name} {run} vs batch")
