@@ -143,7 +143,8 @@ def cmd_dlq_inspect(settings: KappaSettings, args: argparse.Namespace) -> int:
     from kappa import dlq
 
     report = dlq.inspect(settings, args.topic, samples=args.samples)
-    print(f"{report.topic}: {report.total} dead letter(s)")
+    jobs = ", ".join(f"{job} {n}" for job, n in sorted(report.by_job.items()))
+    print(f"{report.topic}: {report.records} bad record(s), {report.total} dead letter(s), reported by {jobs or '-'}")
     for kind, count in report.by_kind.most_common():
         print(f"  {kind:<24} {count}")
         for letter in report.samples.get(kind, []):

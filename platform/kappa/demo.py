@@ -1,4 +1,4 @@
-"""`kappa demo`: a fresh stack, the declared topics, generated clicks, a Spark job into Delta, a summary.
+"""`kappa demo`: a fresh stack, the declared topics, a generated clickstream, every job, a summary from Delta.
 
 The demo runs in its own folder (<state>/demo) so it never touches a stack or tables you keep, and it is
 repeatable: it purges that folder before and (unless --keep) after.
@@ -10,13 +10,13 @@ import shutil
 import time
 
 from kappa.avro.contracts import apply_schemas
-from kappa.avro.registry import Registry, value_subject
-from kappa.avro.schemas import topic_value_schema
-from kappa.avro.serde import AvroEncoder
 from kappa.dlq import inspect
 from kappa.errors import KappaError
-from kappa.generate import click_messages, clicks
-from kappa.kafka_client import admin_client, produce_all
+from kappa.generate import StreamConfig
+from kappa.kafka_client import admin_client
+from kappa.produce_stream import generate
+from kappa.runtime.declaration import DeltaTable
+from kappa.runtime.discovery import discover, pipeline_order
 from kappa.runtime.runner import run_job
 from kappa.settings import KappaSettings
 from kappa.spark import get_spark
@@ -25,8 +25,7 @@ from kappa.topics import apply
 
 
 def run_demo(base: KappaSettings, events: int, keep: bool, malformed_share: float = 0.01) -> None:
-    from jobs.catalog import CLICKS, TOPICS
-    from jobs.raw_clicks.declaration import JOB as RAW_CLICKS
+    from jobs.catalog import CLICKS, TOPICS, USER_PROFILES
 
     demo_dir = base.state_dir / "demo"
     settings = base.model_copy(
@@ -48,34 +47,21 @@ def run_demo(base: KappaSettings, events: int, keep: bool, malformed_share: floa
         print(f"[2/5] {len(changes)} topics created; ", end="")
         registered = apply_schemas(settings.schemas_path, TOPICS, settings.registry)
         print(f"{len(registered)} schemas registered (BACKWARD_TRANSITIVE)")
-        t0 = time.monotonic()
-        with Registry(settings.registry) as registry:
-            schema = topic_value_schema(settings.schemas_path, CLICKS)
-            encoder = AvroEncoder(registry, value_subject(CLICKS.name), schema)
-            records = click_messages(clicks(events), encoder.encode, CLICKS.partitions, malformed_share)
-            sent = produce_all(settings, CLICKS.name, records)
+        config = StreamConfig(events=events, users=max(20, events // 100), malformed_share=malformed_share)
+        produced = generate(settings, config, CLICKS, USER_PROFILES, progress=None)
         print(
-            f"[3/5] produced {sent} Avro click events to '{CLICKS.name}' in {time.monotonic() - t0:.1f} s "
-            f"({malformed_share:.0%} malformed on purpose)"
+            f"[3/5] produced {produced.clicks} Avro clicks and {produced.profiles} profile versions in "
+            f"{produced.seconds:.1f} s ({produced.malformed} clicks malformed on purpose)"
         )
 
-        run = run_job(RAW_CLICKS, settings, available_now=True)
-        print(f"[4/5] Spark job {run.job} v{run.version}: Kafka -> Delta in {run.seconds:.1f} s")
-
-        spark = get_spark(settings, "kappa-demo")
-        table_path = RAW_CLICKS.output.path(settings, RAW_CLICKS.version)  # type: ignore[union-attr]
-        table = spark.read.format("delta").load(table_path)
-        rows = table.count()
-        dead = inspect(settings, CLICKS.name, samples=1)
-        if rows + dead.total != sent:
-            raise KappaError(f"records in ({sent}) != rows in Delta ({rows}) + dead letters ({dead.total})")
-        kinds = ", ".join(f"{k} {n}" for k, n in dead.by_kind.most_common())
-        print(f"      reconciled: {sent} in = {rows} in Delta + {dead.total} dead-lettered ({kinds})")
-        users = table.select("user_id").distinct().count()
-        print(f"[5/5] Delta table {table_path}: {rows} rows, {users} users. Top pages:")
-        for row in table.groupBy("page").count().orderBy("count", "page", ascending=[False, True]).limit(5).collect():
-            print(f"        {row['page']:<14} {row['count']:>6} views")
-        spark.stop()
+        jobs = pipeline_order(discover())
+        print(f"[4/5] replaying the retained log through {len(jobs)} jobs (availableNow, in pipeline order):")
+        for job in jobs:
+            run = run_job(job, settings, available_now=True)
+            output = f"Delta {job.output.name}" if isinstance(job.output, DeltaTable) else f"topic {job.output.name}"
+            print(f"      {job.name} v{job.version} -> {output}: {run.input_rows.get(f'{job.name}_v{job.version}', 0)} "
+                  f"records in {run.seconds:.1f} s")  # fmt: skip
+        _summary(settings, produced.clicks)
     finally:
         if keep:
             print(f"stack left running (`kappa down` with KAPPA_STACK_DIR={settings.stack_path} stops it)")
@@ -83,3 +69,48 @@ def run_demo(base: KappaSettings, events: int, keep: bool, malformed_share: floa
             stack.down(purge=True)
             shutil.rmtree(demo_dir, ignore_errors=True)
             print("stack stopped and demo data removed")
+
+
+def _summary(settings: KappaSettings, sent: int) -> None:
+    """What landed, read back from the Delta tables; the click count reconciled with the dead letters."""
+    from pyspark.sql import functions as F
+
+    from jobs.catalog import CLICKS
+
+    spark = get_spark(settings, "kappa-demo")
+    jobs = discover()
+
+    def table(job: str):  # type: ignore[no-untyped-def]
+        output = jobs[job].output
+        assert isinstance(output, DeltaTable)
+        return spark.read.format("delta").load(output.path(settings, jobs[job].version))
+
+    rows = table("raw_clicks").count()
+    dead = inspect(settings, CLICKS.name, samples=1)
+    if rows + dead.records != sent:
+        raise KappaError(f"records in ({sent}) != rows in Delta ({rows}) + dead-lettered records ({dead.records})")
+    kinds = ", ".join(f"{k} {n}" for k, n in dead.by_kind.most_common())
+    print(f"      reconciled: {sent} in = {rows} in Delta + {dead.records} dead-lettered ({kinds}; "
+          f"reported by {', '.join(sorted(dead.by_job))})")  # fmt: skip
+
+    print("[5/5] read back from Delta. Top pages (page_stats, all hours):")
+    top = table("page_stats").groupBy("page").agg(F.sum("views").alias("views"), F.max("distinct_users").alias("u"))
+    for row in top.orderBy(F.desc("views"), "page").limit(5).collect():
+        print(f"        {row['page']:<14} {row['views']:>6} views")
+    sessions = (
+        table("sessions")
+        .agg(
+            F.count("*").alias("n"),
+            F.avg("clicks").alias("clicks"),
+            F.percentile_approx((F.unix_millis("end_time") - F.unix_millis("start_time")) / 60_000, 0.5).alias(
+                "minutes"
+            ),
+        )
+        .first()
+    )
+    assert sessions is not None
+    print(f"      sessions: {sessions['n']}, {sessions['clicks']:.1f} clicks on average, "
+          f"median length {sessions['minutes']:.1f} min")  # fmt: skip
+    segments = table("user_activity").groupBy("segment").count().orderBy(F.desc("count"), "segment").collect()
+    print("      users by segment (user_activity): " + ", ".join(f"{r['segment']} {r['count']}" for r in segments))
+    spark.stop()

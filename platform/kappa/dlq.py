@@ -9,7 +9,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from kappa.deadletter import H_KIND, H_MESSAGE, H_SOURCE_OFFSET, H_SOURCE_PARTITION, H_SOURCE_TOPIC, dlq_topic
+from kappa.deadletter import H_JOB, H_KIND, H_MESSAGE, H_SOURCE_OFFSET, H_SOURCE_PARTITION, H_SOURCE_TOPIC, dlq_topic
 from kappa.errors import KappaError
 from kappa.kafka_client import Outgoing, produce_all
 from kappa.settings import KappaSettings
@@ -27,12 +27,20 @@ class DeadLetter:
     def kind(self) -> str:
         return self.headers.get(H_KIND, "?")
 
+    @property
+    def source(self) -> tuple[str, str, str]:
+        """Where the bad record sits. Every job reading its topic reports it, so several letters may share it."""
+        h = self.headers
+        return (h.get(H_SOURCE_TOPIC, "?"), h.get(H_SOURCE_PARTITION, "?"), h.get(H_SOURCE_OFFSET, "?"))
+
 
 @dataclass
 class Inspection:
     topic: str
-    total: int = 0
-    by_kind: Counter[str] = field(default_factory=Counter)
+    total: int = 0  # dead letters in the topic
+    records: int = 0  # distinct bad source records among them (what reconciles with the input)
+    by_kind: Counter[str] = field(default_factory=Counter)  # distinct records per error kind
+    by_job: Counter[str] = field(default_factory=Counter)  # letters per reporting job
     samples: dict[str, list[DeadLetter]] = field(default_factory=dict)
 
 
@@ -95,7 +103,13 @@ def inspect(settings: KappaSettings, topic: str, samples: int = 3) -> Inspection
     finally:
         consumer.close()
     report = Inspection(dlq_topic(topic), total=len(letters))
+    seen: set[tuple[str, str, str]] = set()
     for letter in letters:
+        report.by_job[letter.headers.get(H_JOB, "?")] += 1
+        if letter.source in seen:
+            continue
+        seen.add(letter.source)
+        report.records += 1
         report.by_kind[letter.kind] += 1
         kept = report.samples.setdefault(letter.kind, [])
         if len(kept) < samples:
@@ -123,7 +137,9 @@ def replay(settings: KappaSettings, topic: str, kind: str | None = None) -> tupl
     consumer = _consumer(settings, group=group)
     try:
         letters = _read_until_end(consumer, dlq_topic(topic), from_committed=True)
-        chosen = [d for d in letters if kind is None or d.kind == kind]
+        # Each bad record once, however many jobs reported it.
+        unique = list({d.source: d for d in reversed(letters)}.values())[::-1]
+        chosen = [d for d in unique if kind is None or d.kind == kind]
         by_source: dict[str, list[DeadLetter]] = {}
         for letter in chosen:
             by_source.setdefault(letter.headers.get(H_SOURCE_TOPIC, topic), []).append(letter)
@@ -138,4 +154,4 @@ def replay(settings: KappaSettings, topic: str, kind: str | None = None) -> tupl
             )
     finally:
         consumer.close()
-    return len(chosen), len(letters) - len(chosen)
+    return len(chosen), len(unique) - len(chosen)

@@ -72,3 +72,13 @@ def test_checkpoint_offsets_are_those_of_the_last_committed_batch(tmp_path: Path
         (tmp_path / "commits" / str(batch)).write_text("v1\n{}\n")
     assert checkpoint_offsets(str(tmp_path)) == {"clicks": {0: 25, 1: 26}, "profiles": {0: 3}}
     assert checkpoint_offsets(str(tmp_path / "missing")) == {}
+
+
+def test_pipeline_order_runs_each_job_after_the_writers_of_its_inputs() -> None:
+    from kappa.runtime.discovery import pipeline_order
+
+    order = [job.name for job in pipeline_order(discover())]
+    assert order.index("enrich_clicks") < order.index("sessionize") < order.index("user_activity")
+    assert order.index("enrich_clicks") < order.index("page_stats")
+    assert order.index("sessionize") < order.index("sessions_table")
+    assert sorted(order) == sorted(discover())

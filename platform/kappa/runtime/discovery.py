@@ -7,6 +7,7 @@ import pkgutil
 
 from kappa.errors import KappaError
 from kappa.runtime.declaration import JobSpec
+from kappa.topics import Topic
 
 
 def discover(package: str = "jobs") -> dict[str, JobSpec]:
@@ -36,3 +37,21 @@ def get_job(name: str, package: str = "jobs") -> JobSpec:
     if name not in jobs:
         raise KappaError(f"no job {name!r}; the jobs are: {', '.join(sorted(jobs)) or 'none'} (`kappa jobs list`)")
     return jobs[name]
+
+
+def pipeline_order(jobs: dict[str, JobSpec]) -> list[JobSpec]:
+    """The jobs in an order where each runs after every job that writes one of its inputs (then by name)."""
+    writers = {job.output.name: job.name for job in jobs.values() if isinstance(job.output, Topic)}
+    ordered: list[JobSpec] = []
+    placed: set[str] = set()
+    while len(ordered) < len(jobs):
+        ready = [
+            job
+            for name, job in sorted(jobs.items())
+            if name not in placed and all(writers.get(t.name, name) in placed | {name} for t in job.inputs)
+        ]
+        if not ready:
+            raise KappaError(f"the jobs {sorted(set(jobs) - placed)} read each other's outputs in a cycle")
+        ordered += ready
+        placed |= {job.name for job in ready}
+    return ordered
