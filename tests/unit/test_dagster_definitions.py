@@ -85,28 +85,28 @@ def test_a_new_job_appears_with_nothing_else_wired() -> None:
     """A job folder added later (here: a fake declaration) becomes an asset with its lineage and version."""
     new_source = Topic("page_catalog", partitions=2, cleanup=Cleanup.COMPACT, value_schema="page.avsc")
     fake = JobSpec(
-        name="page_stats_view",
+        name="bounce_rates",
         version=3,
-        description="Page statistics per page and hour.",
+        description="Share of sessions that leave after one page, per page.",
         inputs=(ENRICHED_CLICKS, new_source),
-        output=DeltaTable("page_stats", doc="One row per (page, hour)."),
+        output=DeltaTable("bounce_rates", doc="One row per page."),
         start=_never_started,  # type: ignore[arg-type]
     )
     graph = build_definitions({**JOBS, fake.name: fake}).resolve_asset_graph()
-    node = graph.get(AssetKey(["delta", "page_stats"]))
+    node = graph.get(AssetKey(["delta", "bounce_rates"]))
     assert node.code_version == "3"
     assert node.parent_keys == {topic_key("enriched_clicks"), topic_key("page_catalog")}
-    assert node.metadata["path"] == "<delta_root>/page_stats/v3"
+    assert node.metadata["path"] == "<delta_root>/bounce_rates/v3"
     assert graph.get(topic_key("page_catalog")).is_external  # read by a job, declared by none: a source
     assert graph.get_all_asset_keys() == defs.resolve_asset_graph().get_all_asset_keys() | {
-        AssetKey(["delta", "page_stats"]),
+        AssetKey(["delta", "bounce_rates"]),
         topic_key("page_catalog"),
     }
 
     # A version bump is a new code version, nothing else.
     bumped = dataclasses.replace(fake, version=4)
     graph = build_definitions({**JOBS, fake.name: bumped}).resolve_asset_graph()
-    assert graph.get(AssetKey(["delta", "page_stats"])).code_version == "4"
+    assert graph.get(AssetKey(["delta", "bounce_rates"])).code_version == "4"
 
 
 def test_two_jobs_writing_one_output_are_refused() -> None:
