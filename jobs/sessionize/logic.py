@@ -14,7 +14,9 @@ Rules (gap G, allowed lateness A):
 - An event id seen before is a correction (enrich_clicks re-emits a click when a late profile changes its
   segment), never a second click: it only updates the segment of the session it opened, if it is that
   session's first click. Only first sightings advance the user's log position and latest time, and those come
-  in the same order in every run (enrich_clicks emits each click first in its own log order).
+  in the same order in every run (enrich_clicks emits each click first in its own log order). A correction
+  that arrives after its session was forgotten is beyond the allowed lateness and goes to `.late` like any
+  late event: counted, and (a replay never re-emits) only in runs that saw the correction.
 - State may forget a session once it ends more than A + G before the latest time seen: no event that is
   not late can reach it any more. Forgetting it never changes an answer.
 """

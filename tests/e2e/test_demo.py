@@ -2,11 +2,14 @@
 
 import re
 
+import pytest
+
 from tests.e2e.stackctl import kappa
 
 DEMO_PORTS = {"KAPPA_KAFKA_PORT": "26092", "KAPPA_CONTROLLER_PORT": "26192", "KAPPA_REGISTRY_PORT": "26081"}
 
 
+@pytest.mark.timeout(1200)
 def test_demo_runs_the_pipeline_and_reconciles() -> None:
     run = kappa("demo", "--events", "3000", "--malformed-share", "0.02", env=DEMO_PORTS, timeout=900)
     assert run.code == 0, run.err[-3000:]

@@ -65,7 +65,7 @@ ENRICHED_FIELDS = ("event_id", "user_id", "page", "referrer", "event_time", "dev
                    "country")  # fmt: skip
 # The jobs after enrich_clicks, in pipeline order; each reads what the one before produced.
 DOWNSTREAM = (SESSIONIZE, PAGE_STATS, USER_ACTIVITY, SESSIONS_TABLE)
-SMALL_BATCH = max(2_000, EVENTS // 12)  # maxOffsetsPerTrigger of the live runs: about a dozen batches
+BATCHES = 8  # about how many micro-batches each downstream job's live run takes
 SESSION_FIELDS = ("session_id", "user_id", "start_time", "end_time", "clicks", "distinct_pages", "entry_page",
                   "exit_page", "segment")  # fmt: skip
 
@@ -135,6 +135,17 @@ def _caught_up(settings: KappaSettings, group: str, topics: list[Topic]) -> bool
     return all(done.get(k, -1) >= end for k, end in ends.items())
 
 
+def _records_in(settings: KappaSettings, topic: Topic) -> int:
+    consumer = Consumer({"bootstrap.servers": settings.bootstrap, "group.id": "probe-size"})
+    try:
+        return sum(
+            consumer.get_watermark_offsets(TopicPartition(topic.name, p), timeout=10)[1]
+            for p in range(topic.partitions)
+        )
+    finally:
+        consumer.close()
+
+
 def _same_rows(a: DataFrame, b: DataFrame, what: str) -> None:
     missing, extra = a.exceptAll(b), b.exceptAll(a)
     n_missing, n_extra = missing.count(), extra.count()
@@ -158,6 +169,7 @@ def topics(avro_topic: Callable[..., Topic], stack: KappaSettings) -> dict[str, 
     return made
 
 
+@pytest.mark.timeout(2400)  # every job three ways over 200,000 events: about 12 minutes on 2 cores
 def test_live_with_sigkill_replay_and_batch_give_identical_outputs(
     stack: KappaSettings, spark: SparkSession, topics: dict[str, Topic], tmp_path: Path
 ) -> None:
@@ -196,7 +208,9 @@ def test_live_with_sigkill_replay_and_batch_give_identical_outputs(
 
     # Downstream jobs: small batches, SIGKILL after the second, restart from the checkpoint to the end.
     for spec in DOWNSTREAM:
-        args = [spec.name, json.dumps(bindings("live")), "--available-now", "--max-offsets", str(SMALL_BATCH)]
+        [source] = spec.bound(bindings("live")).inputs
+        small_batch = max(200, _records_in(stack, source) // BATCHES)  # maxOffsetsPerTrigger
+        args = [spec.name, json.dumps(bindings("live")), "--available-now", "--max-offsets", str(small_batch)]
         job = Job(args, live_env)
         job.wait_for(_batch_line(f"{spec.name}_v{spec.version}", 1), timeout_s=600)
         job.kill()
@@ -256,7 +270,19 @@ def test_live_with_sigkill_replay_and_batch_give_identical_outputs(
             writers = writer_schemas(registry, topics[f"enriched_{run}"])
         raw = kafka_source(spark, stack, late_topic, streaming=False)
         late = decode_topic(raw, value_schema(stack, ENRICHED_CLICKS), writers, job="t", job_version=0)
-        assert {r.event_id for r in late.records.select("event_id").collect()} == expected_late, run
+        late_ids = {r.event_id for r in late.records.select("event_id").collect()}
+        assert expected_late <= late_ids, run
+        # Beyond those, the live run's side topic may hold corrections that came after their session settled
+        # (counted, never silently dropped): only event ids enrich_clicks re-emitted, which a replay never does.
+        corrected = {
+            r.key
+            for r in spark.read.format("kafka").option("kafka.bootstrap.servers", stack.bootstrap)
+            .option("subscribe", topics[f"enriched_{run}"].name).load()
+            .groupBy(F.col("key").cast("string").alias("key")).count().where("count > 1").collect()
+        }  # fmt: skip
+        assert late_ids - expected_late <= corrected, run
+        if run == "replay":
+            assert late_ids == expected_late
 
     # Delta views: live == replay == batch, row for row. Batch: each view's own batch write, once, over the
     # whole of its input topic (the replay's), into a fresh table.
