@@ -98,7 +98,7 @@ def _summary(settings: KappaSettings, sent: int) -> None:
     for row in top.orderBy(F.desc("views"), "page").limit(5).collect():
         print(f"        {row['page']:<14} {row['views']:>6} views")
     sessions = (
-        table("sessions")
+        table("sessions_table")
         .agg(
             F.count("*").alias("n"),
             F.avg("clicks").alias("clicks"),
