@@ -317,6 +317,10 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--late-by-minutes", type=float, default=45.0, help="how late the late clicks are")
     gen.add_argument("--malformed-share", type=float, default=0.0, help="share of clicks broken on purpose")
 
+    from kappa.cli_replay import add_replay_commands
+
+    add_replay_commands(sub)
+
     demo = add("demo", cmd_demo, "run the demo on a fresh embedded stack and print what landed in Delta")
     demo.add_argument("--events", type=int, default=5000)
     demo.add_argument("--keep", action="store_true", help="leave the demo stack running")
