@@ -4,14 +4,12 @@ Partitioning: events of one user go to one partition (explicitly partitioned by 
 is the log's order in every run. Four partitions suit a 2-core machine; raise them on a cluster.
 """
 
-from kappa.deadletter import dlq_topic
-from kappa.topics import FOREVER, Cleanup, Topic
+from kappa.aliases import CONTROL_TOPICS
+from kappa.topics import DAY_MS, FOREVER, Cleanup, Topic, dead_letters_of, late_events_of
 
-DAY_MS = 24 * 60 * 60 * 1000
 # How far back a replay of a compacted entity topic can go with every version intact (DESIGN: compaction
 # erases history, so a compacted topic keeps each version younger than min.compaction.lag.ms).
 PROFILE_REPLAY_WINDOW_MS = 30 * DAY_MS
-DLQ_RETENTION_MS = 30 * DAY_MS
 
 CLICKS = Topic(
     name="clicks",
@@ -49,30 +47,12 @@ SESSIONS = Topic(
 )
 
 DATASETS: tuple[Topic, ...] = (CLICKS, USER_PROFILES, ENRICHED_CLICKS, SESSIONS)
+SOURCES: tuple[Topic, ...] = (CLICKS, USER_PROFILES)  # written outside the platform
 
 
-def dead_letters_of(topic: Topic) -> Topic:
-    """The dead-letter topic of a dataset: original bytes plus headers naming the error; 30 days."""
-    return Topic(
-        name=dlq_topic(topic.name),
-        partitions=1,
-        cleanup=Cleanup.DELETE,
-        retention_ms=DLQ_RETENTION_MS,
-        doc=f"Records of {topic.name} that could not be decoded or broke their contract.",
-    )
+# Every declared dataset (its schema subject is the dataset's), the source topics' dead letters and the
+# platform's control topics. A job's output is a dataset; its physical topics are versioned per job version
+# (`enriched_clicks.v1`, with `.late` and the dead letters of its inputs) and made by `kappa.deployment`.
+TOPICS: tuple[Topic, ...] = DATASETS + tuple(dead_letters_of(t) for t in SOURCES) + CONTROL_TOPICS
 
-
-def late_events_of(topic: Topic) -> Topic:
-    """The side topic of events too late for a job's allowed lateness: original bytes plus headers."""
-    return Topic(
-        name=f"{topic.name}.late",
-        partitions=1,
-        cleanup=Cleanup.DELETE,
-        retention_ms=DLQ_RETENTION_MS,
-        doc=f"Input records the job writing {topic.name} set aside as beyond its lateness contract, counted.",
-    )
-
-
-TOPICS: tuple[Topic, ...] = (
-    DATASETS + tuple(dead_letters_of(t) for t in DATASETS) + (late_events_of(ENRICHED_CLICKS), late_events_of(SESSIONS))
-)
+__all__ = ["DATASETS", "SOURCES", "TOPICS", "dead_letters_of", "late_events_of"]

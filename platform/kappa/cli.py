@@ -77,9 +77,11 @@ def cmd_status(settings: KappaSettings, _args: argparse.Namespace) -> int:
 
 def cmd_topics_apply(settings: KappaSettings, args: argparse.Namespace) -> int:
     from kappa import topics
+    from kappa.deployment import topics_to_apply
     from kappa.kafka_client import require_kafka
 
-    changes = topics.apply(require_kafka(settings), load_catalog(args.catalog))
+    admin = require_kafka(settings)
+    changes = topics.apply(admin, topics_to_apply(settings, load_catalog(args.catalog)))
     for change in changes:
         print(f"{change.topic:<30} {change.kind}")
         for detail in change.details:
@@ -95,7 +97,9 @@ def cmd_topics_list(settings: KappaSettings, args: argparse.Namespace) -> int:
     brokers = topics.broker_count(admin)
     drifted = 0
     print(f"{'topic':<28} {'partitions':>14} {'replicas':>10}  {'cleanup':<16} state")
-    for state in topics.describe(admin, load_catalog(args.catalog)):
+    from kappa.deployment import topics_to_apply
+
+    for state in topics.describe(admin, topics_to_apply(settings, load_catalog(args.catalog))):
         t = state.topic
         if state.partitions is None:
             print(f"{t.name:<28} {'-/' + str(t.partitions):>14} {'-':>10}  {t.cleanup.value:<16} missing")
@@ -175,8 +179,8 @@ def cmd_jobs_list(settings: KappaSettings, args: argparse.Namespace) -> int:
 
 
 def cmd_jobs_run(settings: KappaSettings, args: argparse.Namespace) -> int:
+    from kappa.deployment import deployed_job, ensure_live
     from kappa.runtime.declaration import Starting
-    from kappa.runtime.discovery import get_job
     from kappa.runtime.runner import RunReport, configure_logging, run_job
 
     configure_logging()
@@ -184,7 +188,8 @@ def cmd_jobs_run(settings: KappaSettings, args: argparse.Namespace) -> int:
         starting = Starting.parse(args.start_from)
     except ValueError as exc:
         raise KappaError(str(exc)) from None
-    spec = get_job(args.job)
+    spec = deployed_job(settings, args.job, args.version)
+    ensure_live(settings, spec, args.version or spec.version)
 
     def run(on_batch: Callable[[dict[str, Any]], None] | None = None) -> RunReport:
         return run_job(

@@ -1,12 +1,334 @@
-"""`kappa replay ...` and `kappa alias ...`: the replay protocol of DESIGN.md, one command per step."""
+"""`kappa replay ...` and `kappa aliases`: the replay protocol of DESIGN.md, one command per step.
+
+Exit status: 0 done, 1 verification failed (the report says why), 2 refused or failed (one message).
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import Any
+
+from kappa.errors import KappaError
+from kappa.settings import KappaSettings
+
+PROGRESS_MESSAGE = "replay_progress"
+VERIFICATION_MESSAGE = "replay_verification"
+
+
+def _when(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+@contextmanager
+def _step(settings: KappaSettings, replay: Any, step: str, by: str | None) -> Iterator[dict[str, Any]]:
+    """Run one step and record it in the audit trail: ok with its findings, or refused/failed with the error."""
+    from kappa.aliases import AliasRegistry
+    from kappa.replay import ReplayRefusedError
+
+    registry = AliasRegistry(settings)
+    found: dict[str, Any] = {}
+    live = replay.live.version if replay.live else None
+    try:
+        yield found
+    except ReplayRefusedError as exc:
+        registry.record(
+            replay.job.name,
+            step,
+            to_version=replay.version,
+            from_version=live,
+            outcome="refused",
+            details={"error": str(exc)},
+            by=by,
+        )
+        raise
+    except KappaError as exc:
+        registry.record(
+            replay.job.name,
+            step,
+            to_version=replay.version,
+            from_version=live,
+            outcome="failed",
+            details={"error": str(exc)},
+            by=by,
+        )
+        raise
+    outcome = str(found.pop("_outcome", "ok"))
+    registry.record(
+        replay.job.name, step, to_version=replay.version, from_version=live, outcome=outcome, details=found, by=by
+    )
+
+
+def _starting(text: str) -> Any:
+    from kappa.runtime.declaration import Starting
+
+    try:
+        return Starting.parse(text)
+    except ValueError as exc:
+        raise KappaError(str(exc)) from None
+
+
+def print_verification(result: Any) -> None:
+    rec = result.reconciliation
+    print(f"verification: {'PASSED' if result.passed else 'FAILED'}")
+    quality = result.quality
+    if quality.get("suite"):
+        print(f"  quality suite {quality['suite']}: {'ok' if quality.get('success') else 'failed'}")
+        for failure in quality.get("failed", []) or []:
+            print(f"      {failure}")
+    else:
+        print(f"  quality: {quality.get('note')}")
+    if rec.get("against"):
+        print(
+            f"  against {rec['against']}: {rec['rows_new']:,} rows new, {rec['rows_live']:,} live, "
+            f"{rec['only_in_new']:,} only in new, {rec['only_in_live']:,} only in live, {rec['changed']:,} changed"
+        )
+        for kind, rows in rec["samples"].items():
+            for row in rows:
+                print(f"      {kind}: {json.dumps(row, default=str)}")
+    else:
+        print(f"  reconciliation: {rec.get('note')}")
+    for problem in result.problems:
+        print(f"  problem: {problem}")
+
+
+def cmd_check(settings: KappaSettings, args: argparse.Namespace) -> int:
+    from kappa.replay import check, load
+
+    replay = load(settings, args.job, args.version)
+    with _step(settings, replay, "check", args.by) as found:
+        found |= check(settings, replay, _starting(args.start_from))
+    print(f"{args.job} v{replay.version}: checks passed")
+    print(f"  schema: {found['schema']}")
+    for topic, horizon in found["horizons"].items():
+        print(f"  {topic}: complete since {horizon}")
+    return 0
+
+
+def cmd_start(settings: KappaSettings, args: argparse.Namespace) -> int:
+    """check -> prepare -> catch-up -> verify; launched again after a kill, it resumes from the checkpoint."""
+    from kappa.replay import catch_up, check, describe_progress, load, prepare, verify
+    from kappa.runtime.runner import configure_logging
+
+    configure_logging()
+    starting = _starting(args.start_from)
+    replay = load(settings, args.job, args.version)
+    by = args.by
+    pipes_cm = _pipes() if args.pipes else None
+    reporter = pipes_cm.__enter__() if pipes_cm else None
+    try:
+        with _step(settings, replay, "check", by) as found:
+            found |= check(settings, replay, starting)
+        with _step(settings, replay, "prepare", by) as found:
+            found |= prepare(settings, replay)
+        on_progress: Callable[[dict[str, Any]], None] | None = None
+        if reporter is not None:
+
+            def on_progress(report: dict[str, Any]) -> None:
+                line = describe_progress(replay.job.name, replay.version, report)
+                reporter.message(PROGRESS_MESSAGE, report, line)
+
+        with _step(settings, replay, "catch-up", by) as found:
+            run = catch_up(
+                settings,
+                replay,
+                starting,
+                max_offsets_per_trigger=args.max_offsets_per_trigger,
+                on_progress=on_progress,
+            )
+            rows = run.input_rows.get(run.output_query, 0)
+            found |= {
+                "seconds": round(run.seconds, 1),
+                "input_rows": rows,
+                "batches": run.batches.get(run.output_query, 0),
+                "events_per_second": round(rows / run.seconds) if run.seconds else 0,
+            }
+            if run.stopped_by_signal:
+                found["_outcome"] = "interrupted"
+        print(
+            f"catch-up {args.job} v{replay.version}: {found['input_rows']:,} rows in {found['seconds']} s "
+            f"({found['events_per_second']:,} events/s)"
+        )
+        if run.stopped_by_signal:
+            print("stopped by signal: launch the same command again to resume from the checkpoint")
+            return 130
+        caught_up = found
+        with _step(settings, replay, "verify", by) as found:
+            result = verify(settings, replay)
+            found |= result.as_dict()
+            if not result.passed:
+                found["_outcome"] = "failed"
+        print_verification(result)
+        if reporter is not None:
+            reporter.message(
+                VERIFICATION_MESSAGE, result.as_dict(), f"verification {'passed' if result.passed else 'FAILED'}"
+            )
+            reporter.materialize({"version": replay.version, "catch_up": caught_up, "verification": result.as_dict()})
+        return 0 if result.passed else 1
+    finally:
+        if pipes_cm is not None:
+            pipes_cm.__exit__(None, None, None)
+
+
+def _pipes() -> Any:
+    from kappa.runtime.pipes import pipes_reporter
+
+    return pipes_reporter()
+
+
+def cmd_verify(settings: KappaSettings, args: argparse.Namespace) -> int:
+    from kappa.replay import load, verify
+
+    replay = load(settings, args.job, args.version)
+    with _step(settings, replay, "verify", args.by) as found:
+        result = verify(settings, replay)
+        found |= result.as_dict()
+        if not result.passed:
+            found["_outcome"] = "failed"
+    print_verification(result)
+    return 0 if result.passed else 1
+
+
+def cmd_golive(settings: KappaSettings, args: argparse.Namespace) -> int:
+    from kappa import deployments
+    from kappa.replay import load
+
+    replay = load(settings, args.job, args.version)
+    with _step(settings, replay, "go-live", args.by) as found:
+        deployment = deployments.start(settings, args.job, replay.version)
+        found |= {"pid": deployment.pid, "log": str(deployment.log_path)}
+    print(
+        f"{args.job} v{replay.version} runs continuously from its checkpoint (pid {found['pid']}, log {found['log']})"
+    )
+    return 0
+
+
+def cmd_cutover(settings: KappaSettings, args: argparse.Namespace) -> int:
+    from kappa.replay import cutover, load
+
+    started = _now()
+    replay = load(settings, args.job, args.version)
+    with _step(settings, replay, "cutover", args.by) as found:
+        alias = cutover(settings, replay, by=args.by, force=args.force)
+        found |= {"dataset": alias.dataset, "physical": alias.physical, "forced": args.force}
+    took = _now() - started
+    print(
+        f"{alias.dataset}: v{alias.previous_version} -> v{alias.version} ({alias.physical}) by {alias.changed_by} "
+        f"at {_when(alias.changed_at)}; cutover took {took:.2f} s"
+    )
+    return 0
+
+
+def cmd_rollback(settings: KappaSettings, args: argparse.Namespace) -> int:
+    from kappa.replay import load, rollback
+
+    replay = load(settings, args.job)
+    live = replay.live
+    with _step(settings, replay, "rollback", args.by) as found:
+        alias = rollback(settings, replay, by=args.by)
+        found |= {"dataset": alias.dataset, "from": live.version if live else None, "to": alias.version}
+    print(
+        f"{alias.dataset}: v{alias.previous_version} -> v{alias.version} ({alias.physical}) by {alias.changed_by} "
+        f"at {_when(alias.changed_at)} (rollback)"
+    )
+    return 0
+
+
+def cmd_retire(settings: KappaSettings, args: argparse.Namespace) -> int:
+    from kappa.replay import load, retire
+
+    replay = load(settings, args.job, args.version)
+    with _step(settings, replay, "retire", args.by) as found:
+        found |= retire(settings, replay)
+    print(f"{args.job} v{replay.version} retired: stopped {found['stopped']}, deleted {', '.join(found['deleted'])}")
+    return 0
+
+
+def cmd_status(settings: KappaSettings, args: argparse.Namespace) -> int:
+    from kappa.aliases import AliasRegistry
+    from kappa.runtime.discovery import get_job
+
+    job = get_job(args.job)
+    registry = AliasRegistry(settings)
+    live = registry.live(job.output.name)
+    print(
+        f"{job.name}: declared v{job.version}; {job.output.name} live: "
+        + (f"v{live.version} ({live.physical}) since {_when(live.changed_at)} by {live.changed_by}" if live else "none")
+    )
+    print(f"{'when':<24} {'step':<10} {'from':>5} {'to':>4}  {'outcome':<12} by")
+    for step in registry.steps(job.name)[-args.last :]:
+        print(
+            f"{_when(step.at):<24} {step.step:<10} {step.from_version if step.from_version is not None else '-':>5} "
+            f"{step.to_version:>4}  {step.outcome:<12} {step.by}"
+        )
+    return 0
+
+
+def cmd_aliases(settings: KappaSettings, _args: argparse.Namespace) -> int:
+    from kappa.aliases import AliasRegistry
+
+    aliases = AliasRegistry(settings).all()
+    if not aliases:
+        print("no aliases yet: a dataset's first deployed version becomes live when it first runs")
+        return 0
+    print(f"{'dataset':<18} {'live':>4} {'previous':>8}  {'physical':<40} changed")
+    for alias in sorted(aliases.values(), key=lambda a: a.dataset):
+        previous = f"v{alias.previous_version}" if alias.previous_version is not None else "-"
+        print(
+            f"{alias.dataset:<18} {'v' + str(alias.version):>4} {previous:>8}  {alias.physical:<40} "
+            f"{_when(alias.changed_at)} by {alias.changed_by} ({alias.reason})"
+        )
+    return 0
+
+
+def _now() -> float:
+    import time
+
+    return time.monotonic()
 
 
 def add_replay_commands(sub: Any) -> None:
-    """Register the replay and alias commands on the top-level subparsers."""
-    parser: argparse.ArgumentParser = sub.add_parser("replay", help="replay a job's new version, cut over, roll back")
-    parser.add_subparsers(dest="replay_command", required=True, metavar="action")
+    """Register `replay` and `aliases` on the top-level subparsers."""
+    parser = sub.add_parser(
+        "replay",
+        help="replay a job's new version, cut over, roll back, retire",
+        description="The replay protocol (DESIGN.md): check, prepare, catch up, verify, go live, "
+        "cut over; rollback and retire are separate steps. Every step is recorded in kappa.audit.",
+    )
+    steps = parser.add_subparsers(dest="replay_command", required=True, metavar="step")
+
+    def add(
+        name: str, func: Callable[[KappaSettings, argparse.Namespace], int], help_: str, version: bool = True
+    ) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = steps.add_parser(name, help=help_, description=help_)
+        p.set_defaults(func=func)
+        p.add_argument("job")
+        if version:
+            p.add_argument("--version", type=int, default=None, help="the job version (default: the declared one)")
+        p.add_argument("--by", default=None, help="who acts (default: KAPPA_OPERATOR or the login name)")
+        return p
+
+    for name, func, help_ in (
+        ("check", cmd_check, "check the declared version, its schema and the inputs' replay horizons"),
+        ("start", cmd_start, "check, prepare, catch up (availableNow; resumes after a kill) and verify"),
+    ):
+        p = add(name, func, help_)
+        p.add_argument("--from", dest="start_from", default="earliest", help="earliest | ISO timestamp with zone")
+        if name == "start":
+            p.add_argument("--max-offsets-per-trigger", type=int, default=None, help="cap each catch-up batch")
+            p.add_argument("--pipes", action="store_true", help="report progress to Dagster (set by Dagster)")
+    add("verify", cmd_verify, "the quality suite and the reconciliation against the live version")
+    add("golive", cmd_golive, "run the version continuously from its catch-up checkpoint")
+    cut = add(
+        "cutover", cmd_cutover, "move the dataset's alias to the version, atomically (it must have passed verify)"
+    )
+    cut.add_argument("--force", action="store_true", help="cut over without a passed verification (recorded)")
+    add("rollback", cmd_rollback, "move the alias back to the version live before", version=False)
+    add("retire", cmd_retire, "stop a version that is not live and delete its output, checkpoint and group")
+    status = add("status", cmd_status, "the live version and the recorded steps", version=False)
+    status.add_argument("--last", type=int, default=20, help="how many steps to show")
+    aliases = sub.add_parser("aliases", help="every dataset's live version", description="every dataset's live version")
+    aliases.set_defaults(func=cmd_aliases)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 import sys
 import time
@@ -33,8 +34,10 @@ def generate(
     profiles_topic: Topic,
     rate: float | None = None,
     progress: TextIO | None = sys.stderr,
+    emissions: slice | None = None,
 ) -> GenerateReport:
-    """Produce the stream; `rate` caps records per second (None: as fast as possible)."""
+    """Produce the stream; `rate` caps records per second (None: as fast as possible). `emissions` produces
+    only that part of the stream (e.g. slice(0, 2000), then slice(2000, None): a log that grows later)."""
     rng = random.Random(config.seed * 31)
     with Registry(settings.registry) as registry:
         click_encoder = AvroEncoder(
@@ -47,7 +50,10 @@ def generate(
     counts = {"clicks": 0, "profiles": 0, "malformed": 0}
     started = time.monotonic()
     step = max(1, config.events // 50)
-    for n, emission in enumerate(clickstream(config)):
+    stream = clickstream(config)
+    if emissions is not None:
+        stream = itertools.islice(stream, emissions.start, emissions.stop)
+    for n, emission in enumerate(stream):
         record = emission.record
         if isinstance(record, Click):
             value = click_encoder.encode(record.as_avro())

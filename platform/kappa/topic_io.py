@@ -18,7 +18,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.readwriter import DataStreamWriter
 
-from kappa.avro.registry import Registry, value_subject
+from kappa.avro.registry import Registry
 from kappa.avro.schemas import topic_value_schema
 from kappa.avro.spark import DEAD_LETTER, RECORD, decode_confluent, encode_confluent, struct_for
 from kappa.deadletter import (
@@ -52,7 +52,7 @@ def value_schema(settings: KappaSettings, topic: Topic) -> dict[str, Any]:
 
 def writer_schemas(registry: Registry, topic: Topic) -> dict[int, dict[str, Any]]:
     """Every schema version registered for the topic's values, by id: what its records may be written with."""
-    return {v.schema_id: v.schema for v in registry.versions(value_subject(topic.name))}
+    return {v.schema_id: v.schema for v in registry.versions(topic.value_subject)}
 
 
 def kafka_options(settings: KappaSettings) -> dict[str, str]:
@@ -164,10 +164,10 @@ def topic_encoder(settings: KappaSettings, topic: Topic) -> Callable[[DataFrame,
     """Resolve the topic's registered schema id once; return rows -> key, value[, partition] for Kafka."""
     schema = value_schema(settings, topic)
     with Registry(settings.registry) as registry:
-        schema_id = registry.lookup(value_subject(topic.name), schema)
+        schema_id = registry.lookup(topic.value_subject, schema)
     if schema_id is None:
         raise KappaError(
-            f"schemas/{topic.value_schema} is not registered under {value_subject(topic.name)}: "
+            f"schemas/{topic.value_schema} is not registered under {topic.value_subject}: "
             "run `kappa schemas apply` (the platform registers schemas on purpose, never on the fly)"
         )
     value = encode_confluent(struct_for(schema), schema, schema_id)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from confluent_kafka import KafkaException
@@ -25,6 +25,8 @@ from kappa.avro.compat import Compatibility
 from kappa.errors import KappaError
 
 FOREVER = -1  # retention.ms = -1: a retained log keeps everything
+DAY_MS = 24 * 60 * 60 * 1000
+SIDE_RETENTION_MS = 30 * DAY_MS  # dead letters and late events: 30 days to inspect and re-inject them
 
 
 class Cleanup(StrEnum):
@@ -51,12 +53,28 @@ class Topic:
     compatibility: Compatibility = Compatibility.BACKWARD_TRANSITIVE
     doc: str = ""
     extra_configs: dict[str, str] = field(default_factory=dict)
+    # The logical dataset a physical topic holds a version of (`enriched_clicks` for `enriched_clicks.v2`):
+    # every version shares its schema subject, so consumers following the alias decode each one alike.
+    dataset: str = ""
 
     def __post_init__(self) -> None:
         if self.partitions < 1:
             raise KappaError(f"topic {self.name}: partitions must be >= 1 (got {self.partitions})")
         if self.min_compaction_lag_ms and self.cleanup is Cleanup.DELETE:
             raise KappaError(f"topic {self.name}: min_compaction_lag_ms only applies to compacted topics")
+
+    @property
+    def dataset_name(self) -> str:
+        return self.dataset or self.name
+
+    @property
+    def value_subject(self) -> str:
+        """The registry subject of the values (TopicNameStrategy on the dataset's name)."""
+        return f"{self.dataset_name}-value"
+
+    def versioned(self, version: int) -> Topic:
+        """The physical topic of one job version's output: `<dataset>.v<version>`."""
+        return replace(self, name=f"{self.dataset_name}.v{version}", dataset=self.dataset_name)
 
     def replication(self, brokers: int) -> int:
         return self.replication_factor or min(3, brokers)
@@ -72,6 +90,28 @@ class Topic:
         if self.cleanup is not Cleanup.DELETE:
             wanted["min.compaction.lag.ms"] = str(self.min_compaction_lag_ms)
         return {**wanted, **self.extra_configs}
+
+
+def dead_letters_of(topic: Topic) -> Topic:
+    """The dead-letter topic of a (physical) topic: original bytes plus headers naming the error; 30 days."""
+    return Topic(
+        name=f"{topic.name}.dlq",
+        partitions=1,
+        cleanup=Cleanup.DELETE,
+        retention_ms=SIDE_RETENTION_MS,
+        doc=f"Records of {topic.name} that could not be decoded or broke their contract.",
+    )
+
+
+def late_events_of(topic: Topic) -> Topic:
+    """The side topic of input records too late for the job writing `topic`: original bytes plus headers."""
+    return Topic(
+        name=f"{topic.name}.late",
+        partitions=1,
+        cleanup=Cleanup.DELETE,
+        retention_ms=SIDE_RETENTION_MS,
+        doc=f"Input records the job writing {topic.name} set aside as beyond its lateness contract, counted.",
+    )
 
 
 class ChangeKind(StrEnum):

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from kappa.avro.compat import Compatibility, check
-from kappa.avro.registry import Registry, RegistryError, key_subject, value_subject
+from kappa.avro.registry import Registry, RegistryError, key_subject
 from kappa.avro.schemas import SchemaFileError, git_versions, house_rules, load
 from kappa.topics import Topic
 
@@ -26,7 +26,7 @@ def _bindings(topics: Sequence[Topic]) -> dict[str, list[tuple[str, Compatibilit
     result: dict[str, list[tuple[str, Compatibility]]] = {}
     for topic in topics:
         if topic.value_schema:
-            result.setdefault(topic.value_schema, []).append((value_subject(topic.name), topic.compatibility))
+            result.setdefault(topic.value_schema, []).append((topic.value_subject, topic.compatibility))
         if topic.key_schema:
             result.setdefault(topic.key_schema, []).append((key_subject(topic.name), topic.compatibility))
     return result

@@ -27,6 +27,7 @@ class DeltaTable:
 
     name: str
     doc: str = ""
+    keys: tuple[str, ...] = ()  # the columns that identify a row (what a reconciliation joins versions on)
 
     def path(self, settings: KappaSettings, version: int) -> str:
         return f"{settings.delta_root}/{self.name}/v{version}"

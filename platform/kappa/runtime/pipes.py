@@ -68,6 +68,17 @@ class PipesReporter:
             self._context.log.info(describe_batch(progress))
             self._context.report_custom_message(batch_message(progress))
 
+    def message(self, kind: str, payload: dict[str, Any], line: str | None = None) -> None:
+        """A custom message `{"kind": kind, **payload}`, and a log line in the run's logs."""
+        with self._lock:
+            if line:
+                self._context.log.info(line)
+            self._context.report_custom_message({"kind": kind, **payload})
+
+    def materialize(self, metadata: dict[str, Any]) -> None:
+        with self._lock:
+            self._context.report_asset_materialization(metadata=metadata)
+
     def finish(self, report: RunReport) -> None:
         with self._lock:
             self._context.report_asset_materialization(metadata=report_metadata(report))

@@ -1,0 +1,275 @@
+"""The alias registry and the audit trail: which version of each dataset readers follow, and who moved it.
+
+Physical outputs are versioned (`enriched_clicks.v2`, `<delta_root>/page_stats/v2`); readers ask for the
+dataset (`enriched_clicks`) and follow its alias. The registry is the compacted topic `kappa.aliases`, keyed by
+dataset: its latest record per key is the live version, and the records before it are the history, kept
+until the cleaner compacts them (the audit trail `kappa.audit` keeps every step for good).
+
+Moving an alias is one record written in a Kafka transaction whose id is the dataset's
+(`kappa.alias.<dataset>`): starting it fences any other writer of that dataset's alias, and the move checks,
+inside the transaction, that the alias is still where the caller saw it. So a cutover is atomic, and two
+racing cutovers cannot both win.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from kappa.avro.registry import Registry
+from kappa.avro.schemas import load
+from kappa.avro.serde import AvroDecoder, AvroEncoder
+from kappa.errors import KappaError
+from kappa.settings import KappaSettings
+from kappa.topics import FOREVER, Cleanup, Topic
+
+ALIASES = Topic(
+    name="kappa.aliases",
+    partitions=1,  # one partition: a total order of moves, read in a few milliseconds
+    cleanup=Cleanup.COMPACT,
+    value_schema="alias.avsc",
+    doc="The live version of each dataset (compacted by dataset); readers follow it.",
+)
+AUDIT = Topic(
+    name="kappa.audit",
+    partitions=1,
+    cleanup=Cleanup.DELETE,
+    retention_ms=FOREVER,
+    value_schema="replay_step.avsc",
+    doc="Every deployment and replay step: who, when, from and to (retained forever).",
+)
+CONTROL_TOPICS: tuple[Topic, ...] = (ALIASES, AUDIT)
+
+TOPIC_KIND, DELTA_KIND = "TOPIC", "DELTA"
+
+
+def operator() -> str:
+    """Who is acting: KAPPA_OPERATOR (Dagster sets it to the run's launcher), else the login name."""
+    return os.environ.get("KAPPA_OPERATOR") or getpass.getuser()
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class Alias:
+    dataset: str
+    kind: str  # TOPIC or DELTA
+    job: str
+    version: int
+    physical: str
+    previous_version: int | None
+    changed_by: str
+    changed_at: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Step:
+    job: str
+    step: str
+    from_version: int | None
+    to_version: int
+    outcome: str  # ok, refused, failed
+    by: str
+    at: int
+    details: str  # JSON
+
+    @property
+    def facts(self) -> dict[str, Any]:
+        parsed: dict[str, Any] = json.loads(self.details) if self.details else {}
+        return parsed
+
+
+def _read_all(settings: KappaSettings, topic: Topic, schema: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every record of a one-partition control topic, in log order (read_committed: no aborted move)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": settings.bootstrap,
+            "group.id": "kappa.control-reader",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "log_level": 0,
+        }
+    )
+    records: list[dict[str, Any]] = []
+    try:
+        partition = TopicPartition(topic.name, 0)
+        try:
+            meta = consumer.list_topics(topic.name, timeout=10).topics.get(topic.name)
+            if meta is None or meta.error is not None:
+                return []  # a cluster where nothing was deployed yet (`kappa topics apply` creates it)
+            low, high = consumer.get_watermark_offsets(partition, timeout=10)
+        except KafkaException as exc:
+            if exc.args and exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                return []
+            raise KappaError(f"cannot read {topic.name} at {settings.bootstrap}: {exc} (is Kafka up?)") from None
+        if high <= low:
+            return []
+        consumer.assign([TopicPartition(topic.name, 0, low)])
+        with Registry(settings.registry) as registry:
+            decoder = AvroDecoder(registry, schema)
+            position = low
+            deadline = time.monotonic() + 30
+            while position < high - 1 and time.monotonic() < deadline:
+                message = consumer.poll(1.0)
+                if message is None:
+                    # The last offsets may be transaction markers, never delivered: stop at the position.
+                    if consumer.position([partition])[0].offset >= high:
+                        break
+                    continue
+                if message.error():
+                    raise KappaError(f"reading {topic.name}: {message.error()}")
+                position = message.offset() or position
+                if message.value() is not None:
+                    records.append(decoder.decode(message.value()))
+    finally:
+        consumer.close()
+    return records
+
+
+class AliasRegistry:
+    """Read and move aliases; append to and read the audit trail."""
+
+    def __init__(self, settings: KappaSettings) -> None:
+        self.settings = settings
+        self._alias_schema = load(settings.schemas_path / "alias.avsc")
+        self._step_schema = load(settings.schemas_path / "replay_step.avsc")
+
+    # -------------------------------------------------------------- aliases
+    def all(self) -> dict[str, Alias]:
+        """Dataset -> its live alias."""
+        latest: dict[str, Alias] = {}
+        for record in _read_all(self.settings, ALIASES, self._alias_schema):
+            record["changed_at"] = _millis(record["changed_at"])
+            latest[record["dataset"]] = Alias(**record)
+        return latest
+
+    def live(self, dataset: str) -> Alias | None:
+        return self.all().get(dataset)
+
+    def history(self, dataset: str) -> list[Alias]:
+        """The moves of one dataset's alias still in the (compacted) topic, oldest first."""
+        moves = []
+        for record in _read_all(self.settings, ALIASES, self._alias_schema):
+            if record["dataset"] == dataset:
+                record["changed_at"] = _millis(record["changed_at"])
+                moves.append(Alias(**record))
+        return moves
+
+    def move(
+        self,
+        dataset: str,
+        *,
+        job: str,
+        kind: str,
+        version: int,
+        physical: str,
+        expected_version: int | None,
+        reason: str,
+        by: str | None = None,
+    ) -> Alias:
+        """Point `dataset` at `version`, atomically, if it still points at `expected_version` (None: no alias)."""
+        with self._transaction(dataset) as producer:
+            current = self.live(dataset)  # read after fencing: no other mover can commit in between
+            seen = current.version if current else None
+            if seen != expected_version:
+                raise KappaError(
+                    f"{dataset}: the alias points at v{seen} now, not v{expected_version}: someone moved it; "
+                    "check `kappa replay status` and retry"
+                )
+            alias = Alias(
+                dataset=dataset,
+                kind=kind,
+                job=job,
+                version=version,
+                physical=physical,
+                previous_version=seen,
+                changed_by=by or operator(),
+                changed_at=now_ms(),
+                reason=reason,
+            )
+            producer.produce(ALIASES.name, key=dataset.encode(), value=self._encode(ALIASES, asdict(alias)))
+        return alias
+
+    # -------------------------------------------------------------- audit trail
+    def record(
+        self,
+        job: str,
+        step: str,
+        *,
+        to_version: int,
+        from_version: int | None,
+        outcome: str = "ok",
+        details: dict[str, Any] | None = None,
+        by: str | None = None,
+    ) -> Step:
+        entry = Step(
+            job=job,
+            step=step,
+            from_version=from_version,
+            to_version=to_version,
+            outcome=outcome,
+            by=by or operator(),
+            at=now_ms(),
+            details=json.dumps(details or {}, sort_keys=True, default=str),
+        )
+        producer = Producer({"bootstrap.servers": self.settings.bootstrap, "enable.idempotence": True, "acks": "all"})
+        producer.produce(AUDIT.name, key=job.encode(), value=self._encode(AUDIT, asdict(entry)))
+        if producer.flush(30):
+            raise KappaError(f"could not record step {step} of {job} in {AUDIT.name} within 30 s (is Kafka up?)")
+        return entry
+
+    def steps(self, job: str) -> list[Step]:
+        """The job's steps, oldest first."""
+        entries = []
+        for record in _read_all(self.settings, AUDIT, self._step_schema):
+            if record["job"] == job:
+                record["at"] = _millis(record["at"])
+                entries.append(Step(**record))
+        return entries
+
+    # -------------------------------------------------------------- plumbing
+    def _encode(self, topic: Topic, record: dict[str, Any]) -> bytes:
+        schema = self._alias_schema if topic is ALIASES else self._step_schema
+        with Registry(self.settings.registry) as registry:
+            encoder = AvroEncoder(registry, topic.value_subject, schema, register=False)
+        return encoder.encode(record)
+
+    @contextmanager
+    def _transaction(self, dataset: str) -> Iterator[Producer]:
+        producer = Producer(
+            {
+                "bootstrap.servers": self.settings.bootstrap,
+                "transactional.id": f"kappa.alias.{dataset}",
+                "transaction.timeout.ms": 60_000,
+            }
+        )
+        try:
+            producer.init_transactions(30)  # fences an earlier mover of this dataset's alias
+            producer.begin_transaction()
+        except KafkaException as exc:
+            raise KappaError(f"cannot start the alias transaction for {dataset}: {exc} (is Kafka up?)") from None
+        try:
+            yield producer
+        except BaseException:
+            producer.abort_transaction(30)
+            raise
+        try:
+            producer.commit_transaction(30)
+        except KafkaException as exc:
+            raise KappaError(f"moving the alias of {dataset} failed, nothing changed: {exc}") from None
+
+
+def _millis(value: Any) -> int:
+    """fastavro decodes timestamp-millis as an aware datetime; the dataclasses keep epoch milliseconds."""
+    return value if isinstance(value, int) else int(value.timestamp() * 1000)

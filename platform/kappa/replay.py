@@ -1,0 +1,586 @@
+"""The replay protocol of DESIGN.md, one function per step; `kappa replay ...` and Dagster call these.
+
+    check      the version is the declared one and not live yet, its output schema is compatible with the
+               dataset's, and every input's replay horizon covers the start point
+    prepare    the version's own output topic (`<dataset>.v<N>`) or table, checkpoint and consumer group
+    catch_up   the version with availableNow from the start point; progress: offsets done and total, events/s,
+               time left. Launched again after a kill, it resumes from its checkpoint.
+    verify     the dataset's quality suite on the new output, and a reconciliation against the live version
+    go_live    the version runs continuously from the checkpoint where catch-up stopped (kappa.deployments)
+    cutover    the alias moves atomically (kappa.aliases); refused unless the version passed verify
+    rollback   the alias moves back to the version live before
+    retire     an old version is stopped and its output, checkpoint and group deleted (never the live one)
+
+Every step appends who, when, from and to (and what it found) to the audit trail `kappa.audit`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from kappa.aliases import DELTA_KIND, Alias, AliasRegistry, now_ms
+from kappa.deployment import bind, deployment_topics, physical_output
+from kappa.errors import KappaError
+from kappa.runtime.declaration import DeltaTable, JobContext, JobSpec, Starting
+from kappa.settings import KappaSettings
+from kappa.topics import Cleanup, Topic
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from kappa.runtime.runner import RunReport
+
+log = logging.getLogger("kappa.replay")
+SAMPLES = 5
+
+
+class ReplayRefusedError(KappaError):
+    """A step that must not run: the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class Replay:
+    """One job version against the cluster: what every step works on."""
+
+    job: JobSpec  # as declared
+    version: int
+    jobs: Mapping[str, JobSpec]  # every declared job (inputs resolve through their writers)
+    aliases: Mapping[str, Alias]
+
+    @property
+    def dataset(self) -> str:
+        return self.job.output.name
+
+    @property
+    def live(self) -> Alias | None:
+        return self.aliases.get(self.dataset)
+
+    @property
+    def bound(self) -> JobSpec:
+        return bind(self.job, self.version, self.jobs, self.aliases)
+
+    def context(self, settings: KappaSettings) -> JobContext:
+        """The version's checkpoint, query and group names (no Spark session needed for those)."""
+        return JobContext(spark=None, settings=settings, spec=self.bound, version=self.version)  # type: ignore[arg-type]
+
+
+def load(settings: KappaSettings, job_name: str, version: int | None = None) -> Replay:
+    from kappa.runtime.discovery import discover, get_job
+
+    job = get_job(job_name)
+    return Replay(job, version or job.version, discover(), AliasRegistry(settings).all())
+
+
+# ------------------------------------------------------------------ 1. check ----------------------------
+
+
+@dataclass(frozen=True)
+class Horizon:
+    """How far back a topic still holds every record: None means since its first record."""
+
+    topic: str
+    since_ms: int | None
+    why: str
+
+
+def replay_horizon(settings: KappaSettings, topic: Topic, now: int | None = None) -> Horizon:
+    """The event time from which `topic` is complete (DESIGN: a replay needing older data is refused).
+
+    - Retention deleted records (a partition's log start offset > 0): complete from the first retained record's
+      timestamp, the latest such time over the partitions.
+    - A compacted entity topic (min.compaction.lag.ms > 0) keeps every version younger than the lag; once the
+      cleaner has removed a record (a gap in the offsets), only the lag window is complete.
+    - A compacted topic keyed by event id (no lag) loses only duplicates to compaction: complete.
+    """
+    now = now if now is not None else now_ms()
+    consumer = Consumer({"bootstrap.servers": settings.bootstrap, "group.id": "kappa.horizon", "log_level": 0})
+    try:
+        since: int | None = None
+        reasons = []
+        gaps = False
+        for p in range(topic.partitions):
+            tp = TopicPartition(topic.name, p)
+            try:
+                low, high = consumer.get_watermark_offsets(tp, timeout=10)
+            except KafkaException as exc:
+                raise KappaError(f"cannot read {topic.name}: {exc} (does it exist? is Kafka up?)") from None
+            if low > 0 and high > low:
+                first = _first_timestamp(consumer, topic.name, p, low)
+                since = first if since is None else max(since, first)
+                reasons.append(f"partition {p} starts at offset {low}: retention deleted what came before")
+            if topic.cleanup is not Cleanup.DELETE and topic.min_compaction_lag_ms and high > low:
+                gaps = gaps or _count(consumer, topic.name, p, low, high) < high - low
+        if gaps:
+            window = now - topic.min_compaction_lag_ms
+            since = window if since is None else max(since, window)
+            reasons.append(
+                f"compaction removed versions; every version is kept only for min.compaction.lag.ms "
+                f"({topic.min_compaction_lag_ms} ms)"
+            )
+        return Horizon(topic.name, since, "; ".join(reasons) or "every record since the first is retained")
+    finally:
+        consumer.close()
+
+
+def _first_timestamp(consumer: Consumer, topic: str, partition: int, offset: int) -> int:
+    consumer.assign([TopicPartition(topic, partition, offset)])
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        message = consumer.poll(1.0)
+        if message is not None and not message.error():
+            return int(message.timestamp()[1])
+    raise KappaError(f"could not read {topic}[{partition}]@{offset} within 15 s")
+
+
+def _count(consumer: Consumer, topic: str, partition: int, low: int, high: int) -> int:
+    """Records actually present in [low, high): fewer than high - low means the cleaner removed some."""
+    consumer.assign([TopicPartition(topic, partition, low)])
+    seen = 0
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        batch = consumer.consume(10_000, 1.0)
+        seen += sum(1 for m in batch if not m.error())
+        if consumer.position([TopicPartition(topic, partition)])[0].offset >= high:
+            return seen
+    raise KappaError(f"could not scan {topic}[{partition}] within 120 s")
+
+
+def _iso(ms: int) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat().replace("+00:00", "Z")
+
+
+def check(settings: KappaSettings, replay: Replay, starting: Starting) -> dict[str, Any]:
+    """Refuse (ReplayRefusedError) a replay that must not run; return what was checked."""
+    job, version, live = replay.job, replay.version, replay.live
+    if version != job.version:
+        raise ReplayRefusedError(
+            f"{job.name} v{version} is not declared: jobs/{job.name}/declaration.py declares v{job.version}. "
+            "A logic change bumps `version` there, and the replay deploys the declared version."
+        )
+    if live is not None and live.version == version:
+        raise ReplayRefusedError(f"{job.name} v{version} is already live for {replay.dataset}: nothing to replay")
+    if live is not None and live.version > version:
+        raise ReplayRefusedError(
+            f"{replay.dataset} is live at v{live.version}, newer than v{version}: "
+            f"go back with `kappa replay rollback {job.name}`, not a replay"
+        )
+    found: dict[str, Any] = {"start": starting.offsets, "start_ms": starting.timestamp_ms}
+    found["schema"] = _check_schema(settings, replay.bound)
+    horizons = {}
+    for topic in replay.bound.inputs:
+        horizon = replay_horizon(settings, topic)
+        horizons[topic.name] = horizon.since_ms
+        if horizon.since_ms is None:
+            continue
+        if starting.offsets == "earliest":
+            raise ReplayRefusedError(
+                f"{job.name}: the replay would start at the earliest record of {topic.name}, but that topic is "
+                f"complete only since {_iso(horizon.since_ms)} ({horizon.why}). Replaying from there would "
+                f"compute on partial data. Start at --from {_iso(horizon.since_ms)} or later."
+            )
+        if starting.offsets == "timestamp" and (starting.timestamp_ms or 0) < horizon.since_ms:
+            raise ReplayRefusedError(
+                f"{job.name}: --from {_iso(starting.timestamp_ms or 0)} is older than the replay horizon of "
+                f"{topic.name}, {_iso(horizon.since_ms)} ({horizon.why}). Start at --from "
+                f"{_iso(horizon.since_ms)} or later."
+            )
+    found["horizons"] = {t: (_iso(h) if h is not None else "complete") for t, h in horizons.items()}
+    return found
+
+
+def _check_schema(settings: KappaSettings, bound: JobSpec) -> str:
+    """The output's value schema must be compatible with what the dataset's readers decode (its subject)."""
+    output = bound.output
+    if not isinstance(output, Topic) or not output.value_schema:
+        return "a Delta table: each version has its own table"
+    from kappa.avro.registry import Registry
+    from kappa.topic_io import value_schema
+
+    schema = value_schema(settings, output)
+    with Registry(settings.registry) as registry:
+        if not registry.versions(output.value_subject):
+            return f"{output.value_subject}: first schema"
+        if registry.lookup(output.value_subject, schema) is not None:
+            return f"{output.value_subject}: already registered"
+        compatible, messages = registry.test_compatibility(output.value_subject, schema)
+    if not compatible:
+        raise ReplayRefusedError(
+            f"schemas/{output.value_schema} is not compatible with {output.value_subject} "
+            f"({output.compatibility.value}): {'; '.join(messages) or 'the registry says no'}. Readers of "
+            f"{bound.output.name} follow the alias across versions, so a breaking change needs a new dataset."
+        )
+    return f"{output.value_subject}: compatible, registered at prepare"
+
+
+# ------------------------------------------------------------------ 2. prepare --------------------------
+
+
+def prepare(settings: KappaSettings, replay: Replay) -> dict[str, Any]:
+    """The version's topics exist and its output schema is registered; checkpoint and group are its own."""
+    from kappa.avro.contracts import apply_schemas
+    from kappa.kafka_client import require_kafka
+    from kappa.topics import apply
+
+    bound = replay.bound
+    created = [c.topic for c in apply(require_kafka(settings), deployment_topics(bound)) if c.kind == "created"]
+    if isinstance(bound.output, Topic) and bound.output.value_schema:
+        apply_schemas(settings.schemas_path, [bound.output], settings.registry)
+    ctx = replay.context(settings)
+    return {
+        "output": physical_output(replay.job, settings, replay.version)[1],
+        "created_topics": created,
+        "checkpoint": ctx.checkpoint(),
+        "consumer_group": ctx.consumer_group,
+        "resuming": Path(ctx.checkpoint(), "commits").is_dir(),
+    }
+
+
+# ------------------------------------------------------------------ 3. catch-up -------------------------
+
+
+@dataclass
+class Progress:
+    """Offsets a catch-up has to read and has read, per input partition."""
+
+    start: dict[tuple[str, int], int]
+    end: dict[tuple[str, int], int]
+    began: float = field(default_factory=time.monotonic)
+    reached: dict[tuple[str, int], int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(max(0, self.end[k] - self.start.get(k, 0)) for k in self.end)
+
+    @property
+    def done(self) -> int:
+        return sum(
+            max(0, min(self.reached.get(k, self.start.get(k, 0)), self.end[k]) - self.start.get(k, 0)) for k in self.end
+        )
+
+    def update(self, batch_end: Mapping[str, Mapping[int, int]]) -> None:
+        for topic, partitions in batch_end.items():
+            for partition, offset in partitions.items():
+                self.reached[(topic, partition)] = offset
+
+    def report(self) -> dict[str, Any]:
+        elapsed = max(time.monotonic() - self.began, 1e-9)
+        rate = self.done / elapsed
+        left = (self.total - self.done) / rate if rate > 0 else None
+        return {
+            "offsets_done": self.done,
+            "offsets_total": self.total,
+            "percent": round(100.0 * self.done / self.total, 1) if self.total else 100.0,
+            "events_per_second": round(rate),
+            "seconds_left": round(left, 1) if left is not None else None,
+            "elapsed_seconds": round(elapsed, 1),
+        }
+
+
+def describe_progress(job: str, version: int, report: Mapping[str, Any]) -> str:
+    left = report["seconds_left"]
+    return (
+        f"catch-up {job} v{version}: {report['offsets_done']:,}/{report['offsets_total']:,} offsets "
+        f"({report['percent']}%), {report['events_per_second']:,} events/s, "
+        f"{'-' if left is None else f'{left:.0f} s'} left"
+    )
+
+
+def catch_up_progress(settings: KappaSettings, replay: Replay, starting: Starting) -> Progress:
+    """Where the catch-up starts (its checkpoint if resuming, else the start point) and the inputs' ends now."""
+    from kappa.runtime.progress import checkpoint_offsets
+
+    bound = replay.bound
+    resumed = checkpoint_offsets(replay.context(settings).checkpoint())
+    consumer = Consumer({"bootstrap.servers": settings.bootstrap, "group.id": "kappa.progress", "log_level": 0})
+    start: dict[tuple[str, int], int] = {}
+    end: dict[tuple[str, int], int] = {}
+    try:
+        for topic in bound.inputs:
+            partitions = [TopicPartition(topic.name, p) for p in range(topic.partitions)]
+            if starting.offsets == "timestamp" and not resumed:
+                wanted = [TopicPartition(topic.name, p, starting.timestamp_ms or 0) for p in range(topic.partitions)]
+                found = {tp.partition: tp.offset for tp in consumer.offsets_for_times(wanted, timeout=15)}
+            for tp in partitions:
+                low, high = consumer.get_watermark_offsets(tp, timeout=10)
+                key = (topic.name, tp.partition)
+                end[key] = high
+                if topic.name in resumed and tp.partition in resumed[topic.name]:
+                    start[key] = resumed[topic.name][tp.partition]
+                elif starting.offsets == "timestamp":
+                    start[key] = found[tp.partition] if found[tp.partition] >= 0 else high
+                elif starting.offsets == "latest":
+                    start[key] = high
+                else:
+                    start[key] = low
+    finally:
+        consumer.close()
+    return Progress(start, end)
+
+
+def catch_up(
+    settings: KappaSettings,
+    replay: Replay,
+    starting: Starting,
+    *,
+    max_offsets_per_trigger: int | None = None,
+    on_progress: Callable[[dict[str, Any]], None] | None = None,
+) -> RunReport:
+    """Run the version with availableNow from the start point (or its checkpoint), reporting progress."""
+    from kappa.runtime.progress import end_offsets
+    from kappa.runtime.runner import run_job
+
+    progress = catch_up_progress(settings, replay, starting)
+    output_query = replay.context(settings).query_name()
+    log.info(describe_progress(replay.job.name, replay.version, progress.report()))
+
+    def on_batch(batch: dict[str, Any]) -> None:
+        if batch.get("name") != output_query:
+            return  # the dead-letter queries read the same inputs; the output query's offsets are the progress
+        progress.update(end_offsets(batch))
+        report = progress.report()
+        log.info(describe_progress(replay.job.name, replay.version, report))
+        if on_progress is not None:
+            on_progress(report | {"batch": batch.get("batchId"), "rows": batch.get("numInputRows", 0)})
+
+    return run_job(
+        replay.bound,
+        settings,
+        version=replay.version,
+        available_now=True,
+        starting=starting,
+        max_offsets_per_trigger=max_offsets_per_trigger,
+        on_batch=on_batch,
+    )
+
+
+# ------------------------------------------------------------------ 4. verify ---------------------------
+
+
+@dataclass(frozen=True)
+class Verification:
+    passed: bool
+    quality: dict[str, Any]
+    reconciliation: dict[str, Any]
+    problems: tuple[str, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "passed": self.passed,
+            "quality": self.quality,
+            "reconciliation": self.reconciliation,
+            "problems": list(self.problems),
+        }
+
+
+def read_output(spark: SparkSession, settings: KappaSettings, job: JobSpec, version: int) -> DataFrame:
+    """One version's output as readers see it: a topic's latest value per key, or the Delta table."""
+    if isinstance(job.output, DeltaTable):
+        return spark.read.format("delta").load(job.output.path(settings, version))
+    from kappa.compacted import latest_per_key
+
+    return latest_per_key(spark, settings, job.output.versioned(version)).drop(
+        "kafka_partition", "kafka_offset", "kafka_timestamp"
+    )
+
+
+def reconcile(new: DataFrame, live: DataFrame, keys: list[str]) -> dict[str, Any]:
+    """Counts and key-level differences between two versions' outputs, with samples of each kind."""
+    from pyspark.sql import functions as F
+
+    values = [c for c in new.columns if c not in keys and c in live.columns]
+    n, o = new.alias("n"), live.alias("o")
+    joined = n.join(o, on=[F.col(f"n.{k}").eqNullSafe(F.col(f"o.{k}")) for k in keys], how="full_outer")
+    only_new = joined.where(F.coalesce(*[F.col(f"o.{k}").isNull() for k in keys]))
+    only_live = joined.where(F.coalesce(*[F.col(f"n.{k}").isNull() for k in keys]))
+    both = joined.where(~F.coalesce(*[F.col(f"o.{k}").isNull() for k in keys])).where(
+        ~F.coalesce(*[F.col(f"n.{k}").isNull() for k in keys])
+    )
+    differs = F.lit(False)
+    for c in values:
+        differs = differs | ~F.col(f"n.{c}").eqNullSafe(F.col(f"o.{c}"))
+    changed = both.where(differs)
+
+    def sample(frame: DataFrame, side: str) -> list[dict[str, Any]]:
+        return [r.asDict(recursive=True) for r in frame.select(f"{side}.*").limit(SAMPLES).collect()]
+
+    def changed_sample() -> list[dict[str, Any]]:
+        rows = changed.select(*[F.col(f"n.{k}").alias(k) for k in keys], *[
+            F.struct(F.col(f"o.{c}").alias("live"), F.col(f"n.{c}").alias("new")).alias(c) for c in values
+        ]).limit(SAMPLES).collect()  # fmt: skip
+        return [
+            {**{k: r[k] for k in keys}, **{c: r[c].asDict() for c in values if r[c]["live"] != r[c]["new"]}}
+            for r in rows
+        ]
+
+    counts = joined.agg(
+        F.count(F.when(~F.coalesce(*[F.col(f"n.{k}").isNull() for k in keys]), 1)).alias("new"),
+        F.count(F.when(~F.coalesce(*[F.col(f"o.{k}").isNull() for k in keys]), 1)).alias("live"),
+    ).first()
+    assert counts is not None
+    return {
+        "keys": keys,
+        "rows_new": int(counts["new"]),
+        "rows_live": int(counts["live"]),
+        "only_in_new": only_new.count(),
+        "only_in_live": only_live.count(),
+        "changed": changed.count(),
+        "samples": {
+            "only_in_new": sample(only_new, "n"),
+            "only_in_live": sample(only_live, "o"),
+            "changed": changed_sample(),
+        },
+    }
+
+
+def output_keys(job: JobSpec, frame: DataFrame) -> list[str]:
+    """What identifies a row of the output: a topic's Kafka key, a view's declared keys (else every column)."""
+    if not isinstance(job.output, DeltaTable):
+        return ["key"]
+    return list(job.output.keys) or list(frame.columns)
+
+
+def verify(settings: KappaSettings, replay: Replay) -> Verification:
+    """The quality suite on the new output, and its reconciliation against the live version."""
+    from kappa.spark import get_spark
+
+    spark = get_spark(settings, f"kappa-verify-{replay.job.name}")
+    new = read_output(spark, settings, replay.job, replay.version)
+    problems: list[str] = []
+    quality = _quality(settings, replay, new)
+    if not quality.get("success", True):
+        problems.append(f"the quality suite {quality.get('suite')} failed: {quality.get('failed')}")
+    live = replay.live
+    if live is None:
+        reconciliation: dict[str, Any] = {"against": None, "note": "nothing live yet: this is the first version"}
+    else:
+        old = read_output(spark, settings, replay.job, live.version)
+        reconciliation = {"against": f"v{live.version}"} | reconcile(new, old, output_keys(replay.job, new))
+        if reconciliation["only_in_live"]:
+            problems.append(
+                f"{reconciliation['only_in_live']} key(s) of the live v{live.version} are missing from "
+                f"v{replay.version} (samples in the report)"
+            )
+    return Verification(not problems, quality, reconciliation, tuple(problems))
+
+
+def _quality(settings: KappaSettings, replay: Replay, frame: DataFrame) -> dict[str, Any]:
+    """The dataset's expectation suite on the whole output (none kept for the dataset: nothing to run)."""
+    try:
+        from kappa import quality
+    except ImportError:
+        return {"suite": None, "note": "no quality module"}
+    suite = quality.suite_for(settings, replay.dataset)
+    if suite is None:
+        return {"suite": None, "note": f"no expectation suite kept for {replay.dataset}"}
+    report = quality.validate_dataframe(frame, suite)
+    result: dict[str, Any] = report.as_dict()
+    return result
+
+
+# ------------------------------------------------------------------ 5-8. go live, cut over, roll back, retire
+
+
+def verified(registry: AliasRegistry, job: str, version: int) -> bool:
+    """Did the latest verification of this version pass?"""
+    outcomes = [s.outcome for s in registry.steps(job) if s.step == "verify" and s.to_version == version]
+    return bool(outcomes) and outcomes[-1] == "ok"
+
+
+def cutover(settings: KappaSettings, replay: Replay, *, by: str | None = None, force: bool = False) -> Alias:
+    registry = AliasRegistry(settings)
+    live = replay.live
+    if live is not None and live.version == replay.version:
+        raise ReplayRefusedError(f"{replay.dataset} already points at v{replay.version}")
+    if not force and not verified(registry, replay.job.name, replay.version):
+        raise ReplayRefusedError(
+            f"{replay.job.name} v{replay.version} has not passed verification: run "
+            f"`kappa replay verify {replay.job.name} --version {replay.version}` (or `replay start`) first"
+        )
+    kind, physical = physical_output(replay.job, settings, replay.version)
+    return registry.move(
+        replay.dataset,
+        job=replay.job.name,
+        kind=kind,
+        version=replay.version,
+        physical=physical,
+        expected_version=live.version if live else None,
+        reason="cutover" + (" (forced past verification)" if force else ""),
+        by=by,
+    )
+
+
+def rollback(settings: KappaSettings, replay: Replay, *, by: str | None = None) -> Alias:
+    live = replay.live
+    if live is None or live.previous_version is None:
+        raise ReplayRefusedError(f"{replay.dataset} has no earlier version to roll back to")
+    back = live.previous_version
+    if not output_exists(settings, replay.job, back):
+        raise ReplayRefusedError(f"{replay.job.name} v{back} was retired: its output is gone; replay it instead")
+    kind, physical = physical_output(replay.job, settings, back)
+    return AliasRegistry(settings).move(
+        replay.dataset,
+        job=replay.job.name,
+        kind=kind,
+        version=back,
+        physical=physical,
+        expected_version=live.version,
+        reason=f"rollback from v{live.version}",
+        by=by,
+    )
+
+
+def output_exists(settings: KappaSettings, job: JobSpec, version: int) -> bool:
+    kind, physical = physical_output(job, settings, version)
+    if kind == DELTA_KIND:
+        return Path(physical.removeprefix("file:"), "_delta_log").is_dir()
+    from kappa.kafka_client import admin_client
+
+    return physical in admin_client(settings).list_topics(timeout=15).topics
+
+
+def retire(settings: KappaSettings, replay: Replay) -> dict[str, Any]:
+    """Stop the version and delete its output, side topic, checkpoint and consumer group."""
+    live = replay.live
+    if live is not None and live.version == replay.version:
+        raise ReplayRefusedError(
+            f"{replay.job.name} v{replay.version} is live for {replay.dataset}: cut over to another version first"
+        )
+    from kappa import deployments
+    from kappa.kafka_client import admin_client
+
+    stopped = deployments.stop_if_running(settings, replay.job.name, replay.version)
+    ctx = replay.context(settings)
+    admin = admin_client(settings)
+    deleted: list[str] = []
+    if isinstance(replay.bound.output, Topic):
+        names = [t.name for t in deployment_topics(replay.bound)[:2]]  # the output and its .late topic
+        existing = admin.list_topics(timeout=15).topics
+        for name, future in admin.delete_topics([n for n in names if n in existing], operation_timeout=30).items():
+            future.result(timeout=30)
+            deleted.append(name)
+    else:
+        path = physical_output(replay.job, settings, replay.version)[1]
+        shutil.rmtree(path.removeprefix("file:"), ignore_errors=True)
+        deleted.append(path)
+    shutil.rmtree(str(Path(ctx.checkpoint()).parent), ignore_errors=True)
+    try:
+        for future in admin.delete_consumer_groups([ctx.consumer_group], request_timeout=15).values():
+            future.result(timeout=15)
+    except KafkaException as exc:
+        log.info("group %s: %s", ctx.consumer_group, exc)  # no group recorded yet: nothing to delete
+    return {"stopped": stopped, "deleted": deleted, "checkpoint": str(Path(ctx.checkpoint()).parent)}
+
+
+def as_json(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, default=str)
