@@ -24,7 +24,9 @@ def _when(ms: int) -> str:
 
 
 @contextmanager
-def _step(settings: KappaSettings, replay: Any, step: str, by: str | None) -> Iterator[dict[str, Any]]:
+def _step(
+    settings: KappaSettings, replay: Any, step: str, by: str | None, to_version: int | None = None
+) -> Iterator[dict[str, Any]]:
     """Run one step and record it in the audit trail: ok with its findings, or refused/failed with the error."""
     from kappa.aliases import AliasRegistry
     from kappa.replay import ReplayRefusedError
@@ -32,13 +34,14 @@ def _step(settings: KappaSettings, replay: Any, step: str, by: str | None) -> It
     registry = AliasRegistry(settings)
     found: dict[str, Any] = {}
     live = replay.live.version if replay.live else None
+    to = replay.version if to_version is None else to_version
     try:
         yield found
     except ReplayRefusedError as exc:
         registry.record(
             replay.job.name,
             step,
-            to_version=replay.version,
+            to_version=to,
             from_version=live,
             outcome="refused",
             details={"error": str(exc)},
@@ -49,7 +52,7 @@ def _step(settings: KappaSettings, replay: Any, step: str, by: str | None) -> It
         registry.record(
             replay.job.name,
             step,
-            to_version=replay.version,
+            to_version=to,
             from_version=live,
             outcome="failed",
             details={"error": str(exc)},
@@ -57,9 +60,7 @@ def _step(settings: KappaSettings, replay: Any, step: str, by: str | None) -> It
         )
         raise
     outcome = str(found.pop("_outcome", "ok"))
-    registry.record(
-        replay.job.name, step, to_version=replay.version, from_version=live, outcome=outcome, details=found, by=by
-    )
+    registry.record(replay.job.name, step, to_version=to, from_version=live, outcome=outcome, details=found, by=by)
 
 
 def _starting(text: str) -> Any:
@@ -227,7 +228,8 @@ def cmd_rollback(settings: KappaSettings, args: argparse.Namespace) -> int:
 
     replay = load(settings, args.job)
     live = replay.live
-    with _step(settings, replay, "rollback", args.by) as found:
+    back = live.previous_version if live and live.previous_version is not None else replay.version
+    with _step(settings, replay, "rollback", args.by, to_version=back) as found:
         alias = rollback(settings, replay, by=args.by)
         found |= {"dataset": alias.dataset, "from": live.version if live else None, "to": alias.version}
     print(

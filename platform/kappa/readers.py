@@ -85,7 +85,7 @@ class AliasConsumer:
         dataset: Topic,
         group: str,
         delivered: MutableMapping[str, bytes] | None = None,
-        alias_poll_s: float = 1.0,
+        alias_poll_s: float = 5.0,
     ) -> None:
         self.settings = settings
         self.dataset = dataset

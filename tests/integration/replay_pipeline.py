@@ -1,0 +1,95 @@
+"""A deployable copy of the pipeline for replay tests: its own topics, its own code to change.
+
+A replay is about code that changes while the old version keeps running. So each test deploys from its own
+copy of `jobs/`, with every catalog topic prefixed (nothing shared with other tests). It runs the `kappa` CLI
+against it as an operator would (`PYTHONPATH` puts the copy first). A logic change is an edit of the copy;
+the old code stays in an earlier copy.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from kappa.settings import KappaSettings
+from tests.integration.conftest import stack_env
+
+REPO = Path(__file__).resolve().parents[2]
+CATALOG_TOPICS = ("clicks", "user_profiles", "enriched_clicks", "sessions")
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """One copy of the job code, and how to run the CLI with it."""
+
+    code: Path  # holds jobs/
+    prefix: str
+    env: dict[str, str]
+
+    def kappa(self, *args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "kappa.cli", *args],
+            cwd=self.code,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if check and done.returncode != 0:
+            raise AssertionError(f"kappa {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
+        return done
+
+    def popen(self, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "kappa.cli", *args],
+            cwd=self.code,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+
+    def edit(self, relative: str, old: str, new: str) -> None:
+        path = self.code / "jobs" / relative
+        text = path.read_text()
+        assert old in text, f"{old!r} not in {path}"
+        path.write_text(text.replace(old, new))
+
+    def copy(self, to: Path) -> Deployment:
+        """The same deployment from another copy of the code (to change it while this one stays)."""
+        shutil.copytree(self.code, to)
+        return Deployment(to, self.prefix, {**self.env, "PYTHONPATH": str(to)})
+
+
+def deploy_copy(
+    stack: KappaSettings, where: Path, prefix: str, catalog_edits: dict[str, str] | None = None
+) -> Deployment:
+    """A copy of jobs/ whose catalog topics are `<prefix><name>` (and `catalog_edits` applied to the catalog's
+    text), set up on the stack (topics, schemas)."""
+    code = where / "code"
+    shutil.copytree(REPO / "jobs", code / "jobs", ignore=shutil.ignore_patterns("__pycache__"))
+    catalog = code / "jobs" / "catalog.py"
+    text = catalog.read_text()
+    for name in CATALOG_TOPICS:
+        text, n = re.subn(rf'name="{name}"', f'name="{prefix}{name}"', text)
+        assert n == 1, name
+    for old, new in (catalog_edits or {}).items():
+        assert old in text, old
+        text = text.replace(old, new)
+    catalog.write_text(text)
+    env = stack_env(
+        stack,
+        PYTHONPATH=str(code),
+        PYTHONUNBUFFERED="1",  # progress lines reach the test as they are logged
+        KAPPA_DELTA_ROOT=str(where / "delta"),
+        KAPPA_CHECKPOINT_ROOT=str(where / "checkpoints"),
+    )
+    deployment = Deployment(code, prefix, env)
+    deployment.kappa("topics", "apply")
+    deployment.kappa("schemas", "apply")
+    return deployment

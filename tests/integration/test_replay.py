@@ -1,0 +1,181 @@
+"""The replay protocol on the real stack, through the CLI, as an operator runs it.
+
+enrich_clicks v1 is live. Its logic changes (a shorter profile lateness) and the version is bumped to 2. The
+replay is killed halfway and launched again; it resumes. v2 is verified and cut over, then rolled back. A
+consumer following the alias sees every change exactly once. Its table equals a fresh computation of v2 after
+the cutover and of v1 after the rollback, while the log also grew in between.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from jobs.enrich_clicks.logic import MINUTE_MS, Profile, answer
+from kappa.aliases import AliasRegistry
+from kappa.generate import Click, ProfileVersion, StreamConfig, clickstream
+from kappa.produce_stream import generate
+from kappa.readers import AliasConsumer
+from kappa.settings import KappaSettings
+from kappa.topics import Cleanup, Topic
+from tests.integration.replay_pipeline import Deployment, deploy_copy
+
+CONFIG = StreamConfig(events=3000, users=30, seed=41, profile_change_share=0.04, late_profile_share=0.5)
+FIRST_PART = slice(0, 2200)  # the log when v1 goes live; the rest arrives after the cutover
+
+
+def rule(config: StreamConfig, lateness_minutes: int, emissions: slice) -> dict[str, tuple[int | None, str]]:
+    """event_id -> (profile_version, segment): the as-of rule over that part of the log (a fresh run)."""
+    profiles: dict[str, list[Profile]] = {}
+    clicks: list[Click] = []
+    for n, emission in enumerate(clickstream(config)):
+        if n < (emissions.start or 0) or (emissions.stop is not None and n >= emissions.stop):
+            continue
+        r = emission.record
+        if isinstance(r, ProfileVersion):
+            profiles.setdefault(r.user_id, []).append(
+                Profile(r.profile_version, r.valid_from_ms, emission.log_time_ms, r.segment, r.country)
+            )
+        else:
+            clicks.append(r)
+    result = {}
+    for c in clicks:
+        best = answer(c.event_time_ms, sorted(profiles.get(c.user_id, []), key=lambda p: p.order),
+                      lateness_minutes * MINUTE_MS)  # fmt: skip
+        result[c.event_id] = (best.profile_version if best else None, best.segment if best else "UNKNOWN")
+    return result
+
+
+def table(changes: dict[str, dict[str, object] | None]) -> dict[str, tuple[object, object]]:
+    return {k: (v["profile_version"], v["segment"]) for k, v in changes.items() if v is not None}
+
+
+def produce(stack: KappaSettings, d: Deployment, part: slice) -> None:
+    clicks = Topic(f"{d.prefix}clicks", 4, Cleanup.COMPACT, value_schema="click_event.avsc")
+    profiles = Topic(f"{d.prefix}user_profiles", 4, Cleanup.COMPACT, value_schema="user_profile.avsc")
+    generate(stack, CONFIG, clicks, profiles, progress=None, emissions=part)
+
+
+def follow(consumer: AliasConsumer, seen: dict[str, dict[str, object] | None], counts: list[int]) -> None:
+    """Drain the follower: apply every change to `seen`, count the changes of this round."""
+    n = 0
+    for change in consumer.changes(idle_timeout_s=4):
+        seen[change.key] = change.value
+        n += 1
+    counts.append(n)
+
+
+@pytest.mark.timeout(1200)
+def test_replay_cutover_and_rollback_through_the_cli(
+    stack: KappaSettings, tmp_path: Path, unique_name: Callable[[str], str]
+) -> None:
+    prefix = unique_name("rp") + "_"
+    v1 = deploy_copy(stack, tmp_path / "v1", prefix)
+    produce(stack, v1, FIRST_PART)
+    v1.kappa("jobs", "run", "enrich_clicks", "--available-now")  # the first version: live by definition
+    registry = AliasRegistry(stack)
+    dataset = f"{prefix}enriched_clicks"
+    assert registry.live(dataset) is not None
+    assert registry.live(dataset).version == 1
+
+    enriched = Topic(dataset, 4, Cleanup.COMPACT, value_schema="enriched_click.avsc")
+    seen: dict[str, dict[str, object] | None] = {}
+    counts: list[int] = []
+    consumer = AliasConsumer(stack, enriched, group=unique_name("follower"), alias_poll_s=0.5)
+    try:
+        follow(consumer, seen, counts)
+        v1_first = rule(CONFIG, 20, FIRST_PART)
+        assert table(seen) == v1_first
+
+        # The logic change, in a new copy of the code: v1 keeps its own.
+        v2 = v1.copy(tmp_path / "v2")
+        v2.edit("enrich_clicks/declaration.py", "version=1,", "version=2,")
+        v2.edit("enrich_clicks/declaration.py", '"profile_lateness_minutes": 20', '"profile_lateness_minutes": 5')
+        v2_first = rule(CONFIG, 5, FIRST_PART)
+        differing = {k for k in v1_first if v1_first[k] != v2_first[k]}
+        assert differing, "the logic change must change some answers, or the test proves nothing"
+
+        # Cutover before verification is refused.
+        refused = v2.kappa("replay", "cutover", "enrich_clicks", check=False)
+        assert refused.returncode == 2
+        assert "has not passed verification" in refused.stderr
+
+        # Replay, killed after its first catch-up batch, then launched again: it resumes.
+        replay = v2.popen("replay", "start", "enrich_clicks", "--max-offsets-per-trigger", "400", "--by", "alice")
+        assert replay.stdout is not None
+        for line in replay.stdout:
+            if "catch-up enrich_clicks v2:" in line and " 0/" not in line:
+                os.killpg(replay.pid, signal.SIGKILL)
+                break
+        replay.wait(60)
+        done = v2.kappa("replay", "start", "enrich_clicks", "--max-offsets-per-trigger", "400", "--by", "alice",
+                        check=False)  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "verification: PASSED" in done.stdout
+        assert f"{len(differing):,} changed" in done.stdout  # the reconciliation found exactly the changed keys
+        resumed = [s for s in registry.steps("enrich_clicks") if s.step == "prepare" and s.to_version == 2]
+        assert resumed[-1].facts["resuming"] is True  # the relaunch found the killed run's checkpoint
+
+        cut = v2.kappa("replay", "cutover", "enrich_clicks", "--version", "2", "--by", "alice")
+        assert "v1 -> v2" in cut.stdout
+        follow(consumer, seen, counts)
+        assert counts[-1] == len(differing)  # each changed key once, nothing else again
+        assert table(seen) == v2_first
+
+        # The log grows; both versions keep running (one batch each here), the follower reads v2.
+        produce(stack, v1, slice(FIRST_PART.stop, None))
+        v1.kappa("jobs", "run", "enrich_clicks", "--available-now")
+        v2.kappa("jobs", "run", "enrich_clicks", "--available-now")
+        follow(consumer, seen, counts)
+        assert table(seen) == rule(CONFIG, 5, slice(0, None))
+
+        back = v2.kappa("replay", "rollback", "enrich_clicks", "--by", "bob")
+        assert "v2 -> v1" in back.stdout
+        follow(consumer, seen, counts)
+        assert table(seen) == rule(CONFIG, 20, slice(0, None))
+        assert consumer.version == 1
+    finally:
+        consumer.close()
+
+    steps = [(s.step, s.from_version, s.to_version, s.outcome, s.by) for s in registry.steps("enrich_clicks")]
+    assert ("cutover", 1, 2, "ok", "alice") in steps
+    assert ("rollback", 2, 1, "ok", "bob") in steps
+    assert any(s[0] == "cutover" and s[2] == 2 and s[3] == "refused" for s in steps)
+    history = [(a.version, a.previous_version, a.changed_by) for a in registry.history(dataset)]
+    assert history[-2:] == [(2, 1, "alice"), (1, 2, "bob")]
+
+
+def test_a_replay_older_than_an_input_horizon_is_refused(
+    stack: KappaSettings, tmp_path: Path, unique_name: Callable[[str], str]
+) -> None:
+    prefix = unique_name("hz") + "_"
+    # Clicks kept for a time (compact,delete), as many teams run them; retention deletes a partition's start.
+    retained = {'cleanup=Cleanup.COMPACT,\n    retention_ms=FOREVER,': "cleanup=Cleanup.COMPACT_DELETE,"}
+    d = deploy_copy(stack, tmp_path / "code", prefix, catalog_edits=retained)
+    produce(stack, d, slice(0, 400))
+    clicks = f"{prefix}clicks"
+    admin = AdminClient({"bootstrap.servers": stack.bootstrap})
+    for future in admin.delete_records([TopicPartition(clicks, 0, 20)]).values():
+        future.result(timeout=30)
+
+    refused = d.kappa("replay", "check", "enrich_clicks", check=False)
+    assert refused.returncode == 2
+    assert f"the earliest record of {clicks}" in refused.stderr
+    assert "complete only since" in refused.stderr
+    horizon = refused.stderr.split("Start at --from ")[1].split(" or later")[0]
+
+    before = d.kappa("replay", "check", "enrich_clicks", "--from", "2025-12-31T00:00:00Z", check=False)
+    assert before.returncode == 2
+    assert "older than the replay horizon" in before.stderr
+
+    accepted = d.kappa("replay", "check", "enrich_clicks", "--from", horizon)
+    assert "checks passed" in accepted.stdout
+    steps = [(s.step, s.outcome) for s in AliasRegistry(stack).steps("enrich_clicks")]
+    assert ("check", "refused") in steps
+    assert ("check", "ok") in steps
