@@ -156,7 +156,7 @@ def test_a_replay_older_than_an_input_horizon_is_refused(
 ) -> None:
     prefix = unique_name("hz") + "_"
     # Clicks kept for a time (compact,delete), as many teams run them; retention deletes a partition's start.
-    retained = {'cleanup=Cleanup.COMPACT,\n    retention_ms=FOREVER,': "cleanup=Cleanup.COMPACT_DELETE,"}
+    retained = {"cleanup=Cleanup.COMPACT,\n    retention_ms=FOREVER,": "cleanup=Cleanup.COMPACT_DELETE,"}
     d = deploy_copy(stack, tmp_path / "code", prefix, catalog_edits=retained)
     produce(stack, d, slice(0, 400))
     clicks = f"{prefix}clicks"
