@@ -15,11 +15,16 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from kappa.generate import StreamConfig
+from kappa.produce_stream import generate
 from kappa.settings import KappaSettings
+from kappa.topics import Cleanup, Topic
 from tests.integration.conftest import stack_env
 
 REPO = Path(__file__).resolve().parents[2]
 CATALOG_TOPICS = ("clicks", "user_profiles", "enriched_clicks", "sessions")
+# Small, and with late profile versions: a shorter profile lateness changes some answers.
+CONFIG = StreamConfig(events=3000, users=30, seed=41, profile_change_share=0.04, late_profile_share=0.5)
 
 
 @dataclass(frozen=True)
@@ -67,7 +72,11 @@ class Deployment:
 
 
 def deploy_copy(
-    stack: KappaSettings, where: Path, prefix: str, catalog_edits: dict[str, str] | None = None
+    stack: KappaSettings,
+    where: Path,
+    prefix: str,
+    catalog_edits: dict[str, str] | None = None,
+    env: dict[str, str] | None = None,
 ) -> Deployment:
     """A copy of jobs/ whose catalog topics are `<prefix><name>` (and `catalog_edits` applied to the catalog's
     text), set up on the stack (topics, schemas)."""
@@ -93,3 +102,10 @@ def deploy_copy(
     deployment.kappa("topics", "apply")
     deployment.kappa("schemas", "apply")
     return deployment
+
+
+def produce(stack: KappaSettings, d: Deployment, part: slice, config: StreamConfig = CONFIG) -> None:
+    """That part of the generated stream into the copy's clicks and user_profiles."""
+    clicks = Topic(f"{d.prefix}clicks", 4, Cleanup.COMPACT, value_schema="click_event.avsc")
+    profiles = Topic(f"{d.prefix}user_profiles", 4, Cleanup.COMPACT, value_schema="user_profile.avsc")
+    generate(stack, config, clicks, profiles, progress=None, emissions=part)

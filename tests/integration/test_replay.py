@@ -20,13 +20,11 @@ from confluent_kafka.admin import AdminClient
 from jobs.enrich_clicks.logic import MINUTE_MS, Profile, answer
 from kappa.aliases import AliasRegistry
 from kappa.generate import Click, ProfileVersion, StreamConfig, clickstream
-from kappa.produce_stream import generate
 from kappa.readers import AliasConsumer
 from kappa.settings import KappaSettings
 from kappa.topics import Cleanup, Topic
-from tests.integration.replay_pipeline import Deployment, deploy_copy
+from tests.integration.replay_pipeline import CONFIG, deploy_copy, produce
 
-CONFIG = StreamConfig(events=3000, users=30, seed=41, profile_change_share=0.04, late_profile_share=0.5)
 FIRST_PART = slice(0, 2200)  # the log when v1 goes live; the rest arrives after the cutover
 
 
@@ -54,12 +52,6 @@ def rule(config: StreamConfig, lateness_minutes: int, emissions: slice) -> dict[
 
 def table(changes: dict[str, dict[str, object] | None]) -> dict[str, tuple[object, object]]:
     return {k: (v["profile_version"], v["segment"]) for k, v in changes.items() if v is not None}
-
-
-def produce(stack: KappaSettings, d: Deployment, part: slice) -> None:
-    clicks = Topic(f"{d.prefix}clicks", 4, Cleanup.COMPACT, value_schema="click_event.avsc")
-    profiles = Topic(f"{d.prefix}user_profiles", 4, Cleanup.COMPACT, value_schema="user_profile.avsc")
-    generate(stack, CONFIG, clicks, profiles, progress=None, emissions=part)
 
 
 def follow(consumer: AliasConsumer, seen: dict[str, dict[str, object] | None], counts: list[int]) -> None:
