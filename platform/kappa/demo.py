@@ -10,11 +10,13 @@ import shutil
 import time
 
 from kappa.avro.contracts import apply_schemas
+from kappa.deployment import deployed_job, ensure_live, topics_to_apply
 from kappa.dlq import inspect
 from kappa.errors import KappaError
 from kappa.generate import StreamConfig
 from kappa.kafka_client import admin_client
 from kappa.produce_stream import generate
+from kappa.readers import table_path
 from kappa.runtime.declaration import DeltaTable
 from kappa.runtime.discovery import discover, pipeline_order
 from kappa.runtime.runner import run_job
@@ -43,7 +45,7 @@ def run_demo(base: KappaSettings, events: int, keep: bool, malformed_share: floa
     detail = ", ".join(f"{k} {v:.1f} s" for k, v in timings.items())
     print(f"[1/5] stack healthy in {time.monotonic() - t0:.1f} s ({detail})")
     try:
-        changes = apply(admin_client(settings), TOPICS)
+        changes = apply(admin_client(settings), topics_to_apply(settings, TOPICS))
         print(f"[2/5] {len(changes)} topics created; ", end="")
         registered = apply_schemas(settings.schemas_path, TOPICS, settings.registry)
         print(f"{len(registered)} schemas registered (BACKWARD_TRANSITIVE)")
@@ -56,7 +58,10 @@ def run_demo(base: KappaSettings, events: int, keep: bool, malformed_share: floa
 
         jobs = pipeline_order(discover())
         print(f"[4/5] replaying the retained log through {len(jobs)} jobs (availableNow, in pipeline order):")
-        for job in jobs:
+        for declared in jobs:
+            # Bound as `kappa jobs run` binds it: its versioned output, its inputs at their live versions.
+            job = deployed_job(settings, declared.name)
+            ensure_live(settings, job, job.version)
             run = run_job(job, settings, available_now=True)
             output = f"Delta {job.output.name}" if isinstance(job.output, DeltaTable) else f"topic {job.output.name}"
             print(f"      {job.name} v{job.version} -> {output}: {run.input_rows.get(f'{job.name}_v{job.version}', 0)} "
@@ -81,9 +86,7 @@ def _summary(settings: KappaSettings, sent: int) -> None:
     jobs = discover()
 
     def table(job: str):  # type: ignore[no-untyped-def]
-        output = jobs[job].output
-        assert isinstance(output, DeltaTable)
-        return spark.read.format("delta").load(output.path(settings, jobs[job].version))
+        return spark.read.format("delta").load(table_path(settings, jobs[job].output.name))  # the live version
 
     rows = table("raw_clicks").count()
     dead = inspect(settings, CLICKS.name, samples=1)
