@@ -48,6 +48,7 @@ REASON_TAG = "kappa/exit"  # why the restarted process ended (short); the whole 
 class DeploymentConfig(Config):
     version: int | None = None  # default: the job's declared version
     reason: str | None = None  # recorded as the deployment's last exit reason (the sensor gives the crash's)
+    crashed_pid: int | None = None  # the sensor's: restart only if that process is still the deployment's
 
 
 def stop_job_name(job: str) -> str:
@@ -105,6 +106,14 @@ def _restart_job(spec: JobSpec) -> JobDefinition:
         if config.reason:
             context.log.warning(f"restarting {spec.name} v{version}: {config.reason}")
         current = deployments.load(settings, spec.name, version)
+        if (
+            current is not None
+            and config.crashed_pid
+            and current.pid != config.crashed_pid
+            and deployments.is_ours(current.pid, spec.name, version)
+        ):  # restarted by someone else since the sensor asked
+            context.log.info(f"{spec.name} v{version} already runs again (pid {current.pid}): nothing to do")
+            return
         if current is None:  # never started here: start it with the resource's settings
             started = deployments.start(
                 settings, spec.name, version, env=kappa.overrides, last_exit_reason=config.reason
@@ -132,7 +141,11 @@ def restart_request(state: deployments.DeploymentState) -> RunRequest:
         run_key=f"{d.name}:{d.pid}:{d.started_at}",
         job_name=restart_job_name(d.job),
         run_config={
-            "ops": {f"restart_{d.job}_deployment": {"config": {"version": d.version, "reason": f"crashed: {reason}"}}}
+            "ops": {
+                f"restart_{d.job}_deployment": {
+                    "config": {"version": d.version, "reason": f"crashed: {reason}", "crashed_pid": d.pid}
+                }
+            }
         },
         tags={
             "kappa/job": d.job,
@@ -150,7 +163,7 @@ def _observe(
     d = state.deployment
     metadata = deployment_metadata(state)
     try:
-        lag = deployments.lag(settings, d.job, d.version)
+        lag = deployments.lag(settings, d.job, d.version, timeout_s=5)
     except KappaError as exc:
         context.log.warning(f"{d.name}: lag unknown: {exc}")
         return metadata | {"lag_error": str(exc)}, (state.health.value, d.pid, "lag unknown")

@@ -229,11 +229,26 @@ def cmd_jobs_start(settings: KappaSettings, args: argparse.Namespace) -> int:
 
     job, version = _job_version(args)
     deployment = deployments.start(settings, job, version)
-    state = deployments.state_of(deployment)
-    if state.health is not deployments.Health.RUNNING:
-        raise KappaError(f"{job} v{version} exited at once: {state.exit_reason} (log: {deployment.log_file})")
+    _still_running(deployment, args.wait)
     print(f"{job} v{version}: started, pid {deployment.pid}, log {deployment.log_file}")
     return 0
+
+
+def _still_running(deployment: Any, seconds: float) -> None:
+    """Watch a new deployment for a few seconds: a bad setting or an unreachable Kafka ends it at once."""
+    from kappa import deployments
+
+    deadline = time.monotonic() + seconds
+    while True:
+        state = deployments.state_of(deployment)
+        if state.health is not deployments.Health.RUNNING:
+            raise KappaError(
+                f"{deployment.job} v{deployment.version} exited at once: {state.exit_reason} "
+                f"(log: {deployment.log_file})"
+            )
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(0.5)
 
 
 def cmd_jobs_stop(settings: KappaSettings, args: argparse.Namespace) -> int:
@@ -251,6 +266,7 @@ def cmd_jobs_restart(settings: KappaSettings, args: argparse.Namespace) -> int:
 
     job, version = _job_version(args)
     deployment = deployments.restart(settings, job, version, reason=args.reason, timeout_s=args.timeout)
+    _still_running(deployment, args.wait)
     print(f"{job} v{version}: restarted (restart {deployment.restarts}), pid {deployment.pid}")
     return 0
 
@@ -263,17 +279,20 @@ def cmd_jobs_status(settings: KappaSettings, args: argparse.Namespace) -> int:
         print(f"no deployments recorded in {settings.deployments_path} (start one with `kappa jobs start <job>`)")
         return 0
     print(f"{'job':<16} {'version':>7}  {'state':<8} {'pid':>8} {'uptime':>7} {'lag':>9}  {'last batch':<28} restarts")
+    reachable = True
     for state in states:
         d = state.deployment
-        lag, batch = "-", "-"
+        lag, batch = "?", "-"
         try:
-            measured = deployments.lag(settings, d.job, d.version)
+            if not reachable:
+                raise KappaError("Kafka did not answer for an earlier row")
+            measured = deployments.lag(settings, d.job, d.version, timeout_s=5)
             lag = str(measured.total)
             if measured.last_batch:
                 at = measured.last_batch.at.strftime("%H:%M:%S")
                 batch = f"#{measured.last_batch.batch_id} {at}Z {measured.last_batch.rows} rows"
         except KappaError:
-            lag = "?"  # Kafka not reachable: the table still shows the processes
+            reachable = False  # Kafka not reachable: the table still shows the processes, lag "?"
         pid = str(d.pid) if state.health is deployments.Health.RUNNING else "-"
         print(
             f"{d.job:<16} {d.version:>7}  {state.health.value:<8} {pid:>8} {deployments.describe(state.uptime_s):>7} "
@@ -395,6 +414,8 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--timeout", type=float, default=None, help="seconds (default KAPPA_DEPLOY_STOP_TIMEOUT_S)")
         if name == "restart":
             p.add_argument("--reason", default=None, help="recorded as the deployment's last exit reason")
+        if name != "stop":
+            p.add_argument("--wait", type=float, default=5.0, help="seconds to watch it for an early exit")
     status = jobs_sub.add_parser("status", help="every deployment: state, pid, uptime, lag, last batch")
     status.set_defaults(func=cmd_jobs_status)
     status.add_argument("-v", "--verbose", action="store_true", help="also why each was last restarted")

@@ -410,8 +410,21 @@ def start(
 ) -> Deployment:
     """Start `job` at `version` continuously, detached. `env` (KAPPA_* settings over this process's
     environment) is recorded, so a restart runs with the same settings. Refuses when it is already running."""
+    check_runnable(job, version)
     with _locked(settings, job, version):
         return _start(settings, job, version, env=env, restarts=restarts, last_exit_reason=last_exit_reason)
+
+
+def check_runnable(job: str, version: int) -> None:
+    """The job exists and this code declares `version` (what `kappa jobs run` will insist on at once)."""
+    from kappa.runtime.discovery import get_job
+
+    declared = get_job(job).version
+    if version != declared:
+        raise KappaError(
+            f"jobs/{job} declares v{declared}: this code cannot run v{version} (stop it, or deploy it from the "
+            "code that declares it)"
+        )
 
 
 def _start(
@@ -509,6 +522,7 @@ def restart(
 ) -> Deployment:
     """Stop the version if it runs, start it again from its checkpoint (same settings, restarts + 1).
     `reason` is recorded as the last exit reason; by default, a crashed deployment's own."""
+    check_runnable(job, version)
     with _locked(settings, job, version):
         current = load(settings, job, version)
         if current is None:
@@ -566,17 +580,20 @@ def input_topics(settings: KappaSettings, job: str, version: int) -> list[str]:
         return []
 
 
-def lag(settings: KappaSettings, job: str, version: int) -> Lag:
-    """The version's consumer lag per input topic (its group's offsets vs the end offsets), and its last batch."""
+def lag(settings: KappaSettings, job: str, version: int, timeout_s: float = 15.0) -> Lag:
+    """The version's consumer lag per input topic (its group's offsets vs the end offsets), and its last batch.
+    Kafka unreachable within `timeout_s`: a KappaError."""
     from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 
     from kappa.kafka_client import admin_client
 
     group = consumer_group(job, version)
     try:
-        listed = admin_client(settings).list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
-        offsets = listed[group].result(timeout=15).topic_partitions or []
-    except KafkaException as exc:
+        listed = admin_client(settings).list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group)], request_timeout=timeout_s
+        )
+        offsets = listed[group].result(timeout=timeout_s + 1).topic_partitions or []
+    except (KafkaException, TimeoutError) as exc:
         raise KappaError(f"cannot read the offsets of group {group} at {settings.bootstrap}: {exc}") from None
     committed: dict[str, dict[int, int]] = {}
     for tp in offsets:
@@ -587,11 +604,12 @@ def lag(settings: KappaSettings, job: str, version: int) -> Lag:
     try:
         watermarks: dict[str, dict[int, tuple[int, int]]] = {}
         for topic in topics:
-            metadata = consumer.list_topics(topic, timeout=10).topics.get(topic)
+            metadata = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
             if metadata is None or metadata.error is not None:
                 continue
             watermarks[topic] = {
-                p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in metadata.partitions
+                p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)
+                for p in metadata.partitions
             }
     except KafkaException as exc:
         raise KappaError(f"cannot read the end offsets of {', '.join(topics)}: {exc}") from None
