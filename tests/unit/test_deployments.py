@@ -202,3 +202,40 @@ def test_stop_terminates_the_driver_gracefully(settings: KappaSettings) -> None:
         assert deployments.group_members(deployment.pid) == []
     finally:
         deployments._terminate(deployment, timeout_s=1)
+
+
+def test_the_code_location_has_stop_and_restart_jobs_and_a_running_health_sensor() -> None:
+    from dagster import DefaultSensorStatus
+
+    from dagster_project.definitions import defs
+    from dagster_project.operations import SENSOR_INTERVAL_S, SENSOR_NAME
+    from kappa.runtime.discovery import discover
+
+    names = {j.name for j in defs.get_repository_def().get_all_jobs()}
+    for job in discover():
+        assert {f"stop_{job}", f"restart_{job}"} <= names
+    sensor = defs.get_sensor_def(SENSOR_NAME)
+    assert sensor.default_status is DefaultSensorStatus.RUNNING
+    assert sensor.minimum_interval_seconds == SENSOR_INTERVAL_S
+    assert {t.job_name for t in sensor.targets} == {f"restart_{job}" for job in discover()}
+
+
+def test_a_crash_becomes_one_restart_run_tagged_with_why(settings: KappaSettings) -> None:
+    from dagster_project.operations import REASON_TAG, restart_request
+
+    crashed = deployments.DeploymentState(
+        _deployment(settings, 4242, started_at="2026-11-22T08:00:00+00:00", restarts=1),
+        Health.CRASHED,
+        exit_reason="killed by SIGKILL (exit status 137); last log lines: x",
+    )
+    request = restart_request(crashed)
+    assert request.job_name == "restart_fake"
+    assert request.run_key == "fake.v1:4242:2026-11-22T08:00:00+00:00"  # the same crash never restarts twice
+    assert request.tags[REASON_TAG] == "killed by SIGKILL (exit status 137)"
+    assert request.tags["kappa/restarts"] == "2"
+    config = request.run_config["ops"]["restart_fake_deployment"]["config"]
+    assert config == {
+        "version": 1,
+        "reason": "crashed: killed by SIGKILL (exit status 137); last log lines: x",
+        "crashed_pid": 4242,
+    }
