@@ -594,7 +594,8 @@ def lag(settings: KappaSettings, job: str, version: int, timeout_s: float = 15.0
         )
         offsets = listed[group].result(timeout=timeout_s + 1).topic_partitions or []
     except (KafkaException, TimeoutError) as exc:
-        raise KappaError(f"cannot read the offsets of group {group} at {settings.bootstrap}: {exc}") from None
+        why = str(exc) or f"no answer within {timeout_s:g} s"
+        raise KappaError(f"cannot read the offsets of group {group} at {settings.bootstrap}: {why}") from None
     committed: dict[str, dict[int, int]] = {}
     for tp in offsets:
         if tp.offset >= 0:
