@@ -394,9 +394,11 @@ def spawn(command: Sequence[str], log_file: Path, env: Mapping[str, str]) -> int
 # ------------------------------------------------------------------------ operations -----------------
 
 
-def launch_env(env: Mapping[str, str] | None) -> dict[str, str]:
-    """The environment of a deployment: this process's, with `env` over it, log times in UTC."""
-    return {**os.environ, **(env or {}), "TZ": "UTC", "PYTHONUNBUFFERED": "1"}
+def launch_env(env: Mapping[str, str] | None, *, exact: bool = False) -> dict[str, str]:
+    """The environment of a deployment: this process's, with `env` over it, log times in UTC. `exact`: the
+    settings (KAPPA_*) are `env`'s alone, none of this process's (a restart runs with what the start had)."""
+    base = {k: v for k, v in os.environ.items() if not (exact and k.startswith("KAPPA_"))}
+    return {**base, **(env or {}), "TZ": "UTC", "PYTHONUNBUFFERED": "1"}
 
 
 def start(
@@ -408,8 +410,10 @@ def start(
     restarts: int = 0,
     last_exit_reason: str | None = None,
 ) -> Deployment:
-    """Start `job` at `version` continuously, detached. `env` (KAPPA_* settings over this process's
-    environment) is recorded, so a restart runs with the same settings. Refuses when it is already running."""
+    """Start `job` at `version` continuously, detached. The job reads its settings from its environment:
+    this process's, with `env` (KAPPA_* variables, e.g. KappaResource.overrides) over it. Every KAPPA_*
+    variable it starts with is recorded, so a restart, from whichever process, runs with the same settings.
+    Refuses when it is already running."""
     check_runnable(job, version)
     with _locked(settings, job, version):
         return _start(settings, job, version, env=env, restarts=restarts, last_exit_reason=last_exit_reason)
@@ -435,6 +439,7 @@ def _start(
     env: Mapping[str, str] | None,
     restarts: int,
     last_exit_reason: str | None,
+    exact: bool = False,
 ) -> Deployment:
     current = load(settings, job, version)
     if current is not None and is_ours(current.pid, job, version):
@@ -447,8 +452,9 @@ def _start(
     started_at = now_iso()
     with log_file.open("a") as log:
         log.write(f"{STARTED_LINE} {job} v{version} at {started_at} (restart {restarts}): {' '.join(command)}\n")
-    kappa_env = {k: v for k, v in (env or {}).items() if k.startswith("KAPPA_")}
-    pid = spawn(command, log_file, launch_env(env))
+    environment = launch_env(env, exact=exact)
+    kappa_env = {k: v for k, v in sorted(environment.items()) if k.startswith("KAPPA_")}
+    pid = spawn(command, log_file, environment)
     deployment = Deployment(
         job=job,
         version=version,
@@ -535,7 +541,15 @@ def restart(
             else:
                 reason = exit_reason(_read_log(current))
         _terminate(current, settings.deploy_stop_timeout_s if timeout_s is None else timeout_s)
-        return _start(settings, job, version, env=current.env, restarts=current.restarts + 1, last_exit_reason=reason)
+        return _start(
+            settings,
+            job,
+            version,
+            env=current.env,
+            restarts=current.restarts + 1,
+            last_exit_reason=reason,
+            exact=True,
+        )
 
 
 def _read_log(deployment: Deployment) -> str:
