@@ -590,7 +590,7 @@ def input_topics(settings: KappaSettings, job: str, version: int) -> list[str]:
 
     try:
         return [t.name for t in deployed_job(settings, job, version).inputs]
-    except KappaError:  # not the declared version: the topics its group has progress on
+    except KappaError:  # not the declared version (its inputs are not known to this code) or no Kafka
         return []
 
 
@@ -602,19 +602,7 @@ def lag(settings: KappaSettings, job: str, version: int, timeout_s: float = 15.0
     from kappa.kafka_client import admin_client
 
     group = consumer_group(job, version)
-    try:
-        listed = admin_client(settings).list_consumer_group_offsets(
-            [ConsumerGroupTopicPartitions(group)], request_timeout=timeout_s
-        )
-        offsets = listed[group].result(timeout=timeout_s + 1).topic_partitions or []
-    except (KafkaException, TimeoutError) as exc:
-        why = str(exc) or f"no answer within {timeout_s:g} s"
-        raise KappaError(f"cannot read the offsets of group {group} at {settings.bootstrap}: {why}") from None
-    committed: dict[str, dict[int, int]] = {}
-    for tp in offsets:
-        if tp.offset >= 0:
-            committed.setdefault(tp.topic, {})[tp.partition] = tp.offset
-    topics = sorted({*input_topics(settings, job, version), *committed})
+    topics = input_topics(settings, job, version)
     consumer = Consumer({"bootstrap.servers": settings.bootstrap, "group.id": f"{group}.lag-probe", "log_level": 0})
     try:
         watermarks: dict[str, dict[int, tuple[int, int]]] = {}
@@ -630,6 +618,21 @@ def lag(settings: KappaSettings, job: str, version: int, timeout_s: float = 15.0
         raise KappaError(f"cannot read the end offsets of {', '.join(topics)}: {exc}") from None
     finally:
         consumer.close()
+    # The group's offsets of exactly these partitions (confluent-kafka 2.16 crashes listing "all" of a group).
+    wanted = [TopicPartition(t, p) for t, parts in watermarks.items() for p in sorted(parts)]
+    committed: dict[str, dict[int, int]] = {}
+    if wanted:
+        try:
+            admin = admin_client(settings)  # held until the answer: a collected client never resolves its futures
+            request = [ConsumerGroupTopicPartitions(group, wanted)]
+            listed = admin.list_consumer_group_offsets(request, request_timeout=timeout_s)
+            offsets = listed[group].result(timeout=timeout_s + 1).topic_partitions or []
+        except (KafkaException, TimeoutError) as exc:
+            why = str(exc) or f"no answer within {timeout_s:g} s"
+            raise KappaError(f"cannot read the offsets of group {group} at {settings.bootstrap}: {why}") from None
+        for tp in offsets:
+            if tp.offset >= 0:
+                committed.setdefault(tp.topic, {})[tp.partition] = tp.offset
     last, rows = last_batch(settings, job, version)
     return Lag(group=group, per_topic=topic_lag(committed, watermarks), last_batch=last, rows=rows)
 

@@ -3,6 +3,7 @@ Pipes, its per-batch progress and run report come back as the materialization's 
 runs on continuously (a deployment), until Dagster's `stop_enrich_clicks` job stops it."""
 
 import random
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from jobs.catalog import CLICKS, ENRICHED_CLICKS, TOPICS, USER_PROFILES
 from kappa import deployments
 from kappa.avro.contracts import apply_schemas
 from kappa.deployment import physical_output, topics_to_apply
+from kappa.errors import KappaError
 from kappa.generate import StreamConfig
 from kappa.kafka_client import admin_client
 from kappa.produce_stream import generate
@@ -63,12 +65,24 @@ def _keys(settings: KappaSettings, topic: Topic) -> set[str]:
         consumer.close()
 
 
+def _physical_topics(stack: KappaSettings) -> list[Topic]:
+    """`topics_to_apply`, retried while the control topics just created have no partition leader yet."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return topics_to_apply(stack, TOPICS)
+        except KappaError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+
+
 def test_materializing_enriched_clicks_runs_the_job_through_pipes(stack: KappaSettings, tmp_path: Path) -> None:
     # The job reads and writes the catalog's topics (its declaration), shared with other tests on this stack:
     # this test's clicks carry their own seed in their event ids, and the run's counts are checked against the
     # topics' contents, not against this test's share alone.
     apply(admin_client(stack), TOPICS)
-    apply(admin_client(stack), topics_to_apply(stack, TOPICS))  # the versioned outputs, once the aliases exist
+    apply(admin_client(stack), _physical_topics(stack))  # the versioned outputs (`enriched_clicks.v1`, ...)
     apply_schemas(stack.schemas_path, TOPICS, stack.registry)
     seed = random.SystemRandom().randrange(10_000, 1_000_000)
     produced = generate(stack, StreamConfig(events=600, users=25, seed=seed), CLICKS, USER_PROFILES, progress=None)
