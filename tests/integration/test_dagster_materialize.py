@@ -147,6 +147,7 @@ def _check_materialization(
 
     # The job really ran: every click of this test is in the output, keyed by its event id.
     job = discover()["enrich_clicks"]
-    output = Topic(physical_output(job, stack, job.version)[1], partitions=ENRICHED_CLICKS.partitions)
+    output = ENRICHED_CLICKS.versioned(job.version)  # the physical topic this version writes
+    assert output.name == physical_output(job, stack, job.version)[1]
     mine = {k for k in _keys(stack, output) if k.startswith(f"evt-{seed}-")}
     assert mine == {f"evt-{seed}-{n:09d}" for n in range(clicks)}
