@@ -1,8 +1,11 @@
 """The asset graph, generated from the job declarations and the topic catalog: nothing is wired by hand.
 
 - One asset per job output: `["kafka", <topic>]` or `["delta", <table>]`, its `code_version` the job's logic
-  version, its deps the job's inputs. Materializing it deploys that version as a catch-up run
-  (`kappa jobs run <job> --available-now --pipes`), launched outside Dagster's process through Pipes.
+  version, its deps the job's inputs. Materializing it deploys that version: a catch-up run
+  (`kappa jobs run <job> --available-now --pipes`), launched outside Dagster's process through Pipes, then the
+  version runs on continuously from where catch-up stopped (`kappa.deployments.start`, detached, supervised by
+  the `deployment_health` sensor; see operations.py). A version already running is not caught up again (two
+  runs on one checkpoint would corrupt it): the materialization reports the running deployment instead.
 - One external asset (an AssetSpec, never materialized by Dagster) per source topic: read by a job or declared
   in the catalog, written by no job (`clicks`, `user_profiles`).
 - Side topics (`<topic>.dlq`, `<topic>.late`) are not assets: no declaration says which job writes them (a
@@ -19,6 +22,7 @@ from dagster import (
     AssetKey,
     AssetsDefinition,
     AssetSpec,
+    Config,
     Failure,
     MaterializeResult,
     MetadataValue,
@@ -27,8 +31,10 @@ from dagster import (
 )
 
 from dagster_project.resources import KappaResource
+from kappa import deployments
 from kappa.avro.registry import Registry, value_subject
 from kappa.deadletter import dlq_topic
+from kappa.errors import KappaError
 from kappa.runtime.declaration import DeltaTable, JobSpec
 from kappa.runtime.pipes import BATCH_MESSAGE
 from kappa.topics import FOREVER, Cleanup, Topic
@@ -148,6 +154,10 @@ def _registered_schema(kappa: KappaResource, topic: Topic) -> dict[str, Any]:
     return {"value_schema_id": versions[-1].schema_id, "value_schema_version": versions[-1].version}
 
 
+class DeployConfig(Config):
+    continuous: bool = True  # after the catch-up, keep the version running (False: catch up only)
+
+
 def job_asset(job: JobSpec, topics_by_name: Mapping[str, Topic]) -> AssetsDefinition:
     """The job's output asset; materializing it runs the declared version's catch-up outside this process."""
     spec = output_spec(job, topics_by_name)
@@ -162,9 +172,17 @@ def job_asset(job: JobSpec, topics_by_name: Mapping[str, Topic]) -> AssetsDefini
         kinds=spec.kinds,
     )
     def _deploy(
-        context: AssetExecutionContext, kappa: KappaResource, pipes_subprocess_client: PipesSubprocessClient
+        context: AssetExecutionContext,
+        config: DeployConfig,
+        kappa: KappaResource,
+        pipes_subprocess_client: PipesSubprocessClient,
     ) -> MaterializeResult[None]:
         settings = kappa.settings()  # a bad setting fails here, with its name, before a JVM starts
+        running = deployments.load(settings, job.name, job.version)
+        if running is not None and deployments.is_ours(running.pid, job.name, job.version):
+            context.log.info(f"{job.name} v{job.version} already runs (pid {running.pid}): no catch-up")
+            state = deployments.state_of(running)
+            return MaterializeResult(metadata={"version": job.version, **_deployment_metadata(settings, state)})
         completed = pipes_subprocess_client.run(command=job_command(job), context=context, env=kappa.subprocess_env())
         reported = completed.get_materialize_result(implicit_materialization=False)
         metadata: dict[str, Any] = dict(reported.metadata or {})
@@ -177,9 +195,31 @@ def job_asset(job: JobSpec, topics_by_name: Mapping[str, Topic]) -> AssetsDefini
             metadata["path"] = MetadataValue.path(job.output.path(settings, job.version))
         else:
             metadata |= _registered_schema(kappa, topics_by_name.get(job.output.name, job.output))
+        if config.continuous:  # go live: from the checkpoint where the catch-up stopped
+            started = deployments.start(settings, job.name, job.version, env=kappa.overrides)
+            state = deployments.state_of(started)
+            if state.health is not deployments.Health.RUNNING:
+                raise Failure(f"{job.name} v{job.version} exited at once: {state.exit_reason}")
+            context.log.info(f"{job.name} v{job.version} runs continuously: pid {started.pid}, log {started.log_file}")
+            metadata |= {"deployment": "started", "deployment_pid": started.pid, "deployment_log": started.log_file}
         return MaterializeResult(metadata=metadata)
 
     return _deploy
+
+
+def _deployment_metadata(settings: Any, state: deployments.DeploymentState) -> dict[str, Any]:
+    d = state.deployment
+    metadata: dict[str, Any] = {
+        "deployment": state.health.value,
+        "deployment_pid": d.pid,
+        "deployment_started_at": d.started_at,
+        "deployment_log": d.log_file,
+    }
+    try:
+        metadata |= deployments.as_metadata(deployments.lag(settings, d.job, d.version))
+    except KappaError as exc:
+        metadata["lag_error"] = str(exc)
+    return metadata
 
 
 def build_assets(

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping
 from dagster import Definitions, PipesSubprocessClient
 
 from dagster_project.assets import build_assets
+from dagster_project.operations import operations_definitions
 from dagster_project.resources import KappaResource
 from kappa.runtime.declaration import JobSpec
 from kappa.topics import Topic
@@ -29,8 +30,11 @@ def build_definitions(
 
         topics = TOPICS
     job_assets, sources = build_assets(jobs, topics)
+    op_jobs, sensors = operations_definitions(jobs)
     return Definitions(
         assets=[*job_assets, *sources],
+        jobs=op_jobs,
+        sensors=sensors,
         resources={
             "kappa": kappa or KappaResource(),
             # The job's log lines stay on the subprocess's stdout/stderr; progress comes back through Pipes.

@@ -216,6 +216,95 @@ def cmd_jobs_run(settings: KappaSettings, args: argparse.Namespace) -> int:
     return 0
 
 
+def _job_version(args: argparse.Namespace) -> tuple[str, int]:
+    """The job (it must exist) and the version to act on (default: the declared one)."""
+    from kappa.runtime.discovery import get_job
+
+    spec = get_job(args.job)
+    return spec.name, args.version or spec.version
+
+
+def cmd_jobs_start(settings: KappaSettings, args: argparse.Namespace) -> int:
+    from kappa import deployments
+
+    job, version = _job_version(args)
+    deployment = deployments.start(settings, job, version)
+    _still_running(deployment, args.wait)
+    print(f"{job} v{version}: started, pid {deployment.pid}, log {deployment.log_file}")
+    return 0
+
+
+def _still_running(deployment: Any, seconds: float) -> None:
+    """Watch a new deployment for a few seconds: a bad setting or an unreachable Kafka ends it at once."""
+    from kappa import deployments
+
+    deadline = time.monotonic() + seconds
+    while True:
+        state = deployments.state_of(deployment)
+        if state.health is not deployments.Health.RUNNING:
+            raise KappaError(
+                f"{deployment.job} v{deployment.version} exited at once: {state.exit_reason} "
+                f"(log: {deployment.log_file})"
+            )
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(0.5)
+
+
+def cmd_jobs_stop(settings: KappaSettings, args: argparse.Namespace) -> int:
+    from kappa import deployments
+
+    job, version = _job_version(args)
+    started = time.monotonic()
+    deployments.stop(settings, job, version, timeout_s=args.timeout)
+    print(f"{job} v{version}: stopped in {time.monotonic() - started:.1f} s")
+    return 0
+
+
+def cmd_jobs_restart(settings: KappaSettings, args: argparse.Namespace) -> int:
+    from kappa import deployments
+
+    job, version = _job_version(args)
+    deployment = deployments.restart(settings, job, version, reason=args.reason, timeout_s=args.timeout)
+    _still_running(deployment, args.wait)
+    print(f"{job} v{version}: restarted (restart {deployment.restarts}), pid {deployment.pid}")
+    return 0
+
+
+def cmd_jobs_status(settings: KappaSettings, args: argparse.Namespace) -> int:
+    from kappa import deployments
+
+    states = deployments.status(settings)
+    if not states:
+        print(f"no deployments recorded in {settings.deployments_path} (start one with `kappa jobs start <job>`)")
+        return 0
+    print(f"{'job':<16} {'version':>7}  {'state':<8} {'pid':>8} {'uptime':>7} {'lag':>9}  {'last batch':<28} restarts")
+    reachable = True
+    for state in states:
+        d = state.deployment
+        lag, batch = "?", "-"
+        try:
+            if not reachable:
+                raise KappaError("Kafka did not answer for an earlier row")
+            measured = deployments.lag(settings, d.job, d.version, timeout_s=5)
+            lag = str(measured.total)
+            if measured.last_batch:
+                at = measured.last_batch.at.strftime("%H:%M:%S")
+                batch = f"#{measured.last_batch.batch_id} {at}Z {measured.last_batch.rows} rows"
+        except KappaError:
+            reachable = False  # Kafka not reachable: the table still shows the processes, lag "?"
+        pid = str(d.pid) if state.health is deployments.Health.RUNNING else "-"
+        print(
+            f"{d.job:<16} {d.version:>7}  {state.health.value:<8} {pid:>8} {deployments.describe(state.uptime_s):>7} "
+            f"{lag:>9}  {batch:<28} {d.restarts}"
+        )
+        if state.exit_reason:
+            print(f"{'':<18}why: {state.exit_reason}")
+        elif d.last_exit_reason and args.verbose:
+            print(f"{'':<18}last restart: {d.last_exit_reason}")
+    return 1 if any(s.health is deployments.Health.CRASHED for s in states) else 0
+
+
 def cmd_generate(settings: KappaSettings, args: argparse.Namespace) -> int:
     from jobs.catalog import CLICKS, USER_PROFILES
     from kappa.generate import StreamConfig
@@ -311,6 +400,25 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--pipes", action="store_true", help="report progress and the run to Dagster (set by Dagster's launcher)"
     )
+
+    for name, func, help_ in (
+        ("start", cmd_jobs_start, "deploy a job version: run it continuously, detached, supervised"),
+        ("stop", cmd_jobs_stop, "stop a deployment (SIGTERM: after its current batch; SIGKILL after --timeout)"),
+        ("restart", cmd_jobs_restart, "stop and start a deployment again; it resumes from its checkpoint"),
+    ):
+        p = jobs_sub.add_parser(name, help=help_, description=help_)
+        p.set_defaults(func=func)
+        p.add_argument("job")
+        p.add_argument("--version", type=int, default=None, help="the version (default: the declared one)")
+        if name != "start":
+            p.add_argument("--timeout", type=float, default=None, help="seconds (default KAPPA_DEPLOY_STOP_TIMEOUT_S)")
+        if name == "restart":
+            p.add_argument("--reason", default=None, help="recorded as the deployment's last exit reason")
+        if name != "stop":
+            p.add_argument("--wait", type=float, default=5.0, help="seconds to watch it for an early exit")
+    status = jobs_sub.add_parser("status", help="every deployment: state, pid, uptime, lag, last batch")
+    status.set_defaults(func=cmd_jobs_status)
+    status.add_argument("-v", "--verbose", action="store_true", help="also why each was last restarted")
 
     gen = add("generate", cmd_generate, "produce a seeded clickstream (clicks + user_profiles) into the topics")
     gen.add_argument("--events", type=int, default=10_000, help="number of clicks")

@@ -7,6 +7,7 @@ Sources, highest first: explicit keyword arguments, environment variables (`KAPP
 from __future__ import annotations
 
 import os
+import re
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,15 @@ def _default_state_dir() -> Path:
 class Profile(StrEnum):
     LOCAL = "local"  # the embedded stack that `kappa up` starts on loopback
     CLUSTER = "cluster"  # external Kafka, registry and Spark master, given by URL
+
+
+class Launcher(StrEnum):
+    SUBPROCESS = "subprocess"  # `python -m kappa.cli jobs run ...` on this machine, Spark on spark_master
+    SPARK_SUBMIT = "spark-submit"  # `spark-submit --master <spark_master> ... jobs run ...` (client mode)
+
+
+# The masters spark-submit can hand a job to (a local[...] master is what the subprocess launcher runs).
+_CLUSTER_MASTER = re.compile(r"^(spark://[^/\s]+|k8s://\S+|yarn)$")
 
 
 class _YamlFileSource(PydanticBaseSettingsSource):
@@ -105,6 +115,15 @@ class KappaSettings(BaseSettings):
     spark_ui: bool = Field(False, description="start the Spark UI (off by default: tests and small machines)")
     spark_state_store: str = Field("rocksdb", pattern=r"^(rocksdb|hdfs)$", description="streaming state store")
 
+    # --- deployments (kappa jobs start/stop/status, Dagster's deploy and health sensor) -----------------
+    deployments_dir: Path | None = Field(None, description="deployments' state files and logs (state_dir/…)")
+    deploy_launcher: Launcher = Field(
+        Launcher.SUBPROCESS, description="subprocess: a local process; spark-submit: to spark_master (client mode)"
+    )
+    spark_submit: str | None = Field(None, description="spark-submit executable (default: pyspark's bin/)")
+    deploy_stop_timeout_s: float = Field(60.0, gt=0, description="SIGTERM, then SIGKILL after this long")
+    deploy_lag_alert: int = Field(10_000, ge=0, description="lag (records) at which a deployment is reported")
+
     @model_validator(mode="after")
     def _derive(self) -> KappaSettings:
         self.state_dir = self.state_dir.expanduser().resolve()
@@ -119,6 +138,14 @@ class KappaSettings(BaseSettings):
             self.delta_root = str(self.state_dir / "delta")
         if self.checkpoint_root is None:
             self.checkpoint_root = str(self.state_dir / "checkpoints")
+        if self.deployments_dir is None:
+            self.deployments_dir = self.state_dir / "deployments"
+        if self.deploy_launcher is Launcher.SPARK_SUBMIT and not _CLUSTER_MASTER.match(self.spark_master):
+            raise ValueError(
+                f"KAPPA_DEPLOY_LAUNCHER=spark-submit submits jobs to a cluster, but KAPPA_SPARK_MASTER is "
+                f"{self.spark_master!r}: set it to spark://host:port, k8s://https://host:port or yarn "
+                "(or use the default launcher, subprocess, for a local master)"
+            )
         if self.profile is Profile.CLUSTER:
             missing = [n for n in ("bootstrap_servers", "registry_url") if getattr(self, n) is None]
             if missing:
@@ -176,6 +203,11 @@ class KappaSettings(BaseSettings):
     def schemas_path(self) -> Path:
         assert self.schemas_dir is not None
         return self.schemas_dir
+
+    @property
+    def deployments_path(self) -> Path:
+        assert self.deployments_dir is not None
+        return self.deployments_dir
 
     @property
     def bootstrap(self) -> str:

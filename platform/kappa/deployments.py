@@ -1,0 +1,660 @@
+"""Long-running job versions on this machine: start, stop, restart, status and lag (`kappa jobs start ...`).
+
+A deployment is one job version running continuously (`kappa jobs run <job> --version N`, no availableNow),
+detached from whoever started it: its own session and process group, stdout and stderr appended to
+`<deployments_dir>/<job>.v<N>.log`, and a state file `<job>.v<N>.json` beside it (pid, command, start time,
+restarts, the last exit reason). The CLI, Dagster's materializations and its health sensor all go through
+these functions, so each sees what the others did.
+
+The process is a small shell wrapper around the job (`sh -c '"$@"; echo <exit status>'`): when the job dies,
+however it dies, the wrapper appends its exit status to the log, which is how `status` tells why it crashed.
+The wrapper's command line carries the job and version, and a pid is only ever signalled while
+/proc/<pid>/cmdline still shows them: a pid reused by another process after a reboot is left alone.
+
+Stopping sends SIGTERM to the job's driver (the runner stops after its current batch and commits it; see
+runtime/runner.py), waits for the wrapper to record the exit, and kills the process group after the timeout.
+A restart resumes from the version's checkpoint: nothing is lost or read twice.
+
+Launchers (KAPPA_DEPLOY_LAUNCHER): `subprocess` runs the job here on KAPPA_SPARK_MASTER (local[*] by default);
+`spark-submit` submits it to a cluster master in client mode (the driver, and so the supervision, stays here).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import signal
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from kappa.errors import KappaError
+from kappa.settings import KappaSettings, Launcher
+
+WRAPPER_NAME = "kappa-deployment"  # $0 of the shell wrapper: shows in ps, and marks the process as ours
+STARTED_LINE = "=== kappa-deployment: started"  # each start's first log line: the log of one run follows it
+EXIT_LINE = "=== kappa-deployment: exit status"
+_EXIT = re.compile(r"^=== kappa-deployment: exit status (\d+)")
+# The runner's progress line (logging format "%(asctime)s %(name)s %(message)s", TZ=UTC in the deployment).
+_BATCH = re.compile(
+    r"^(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(?P<ms>\d{3}) kappa\.progress (?P<query>\S+) batch (?P<batch>\d+): "
+    r"(?P<rows>\d+) rows"
+)
+
+
+class Health(StrEnum):
+    RUNNING = "running"
+    CRASHED = "crashed"  # should run, but its process is gone
+    STOPPED = "stopped"  # stopped on purpose (kappa jobs stop, Dagster's stop_<job>)
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """What the state file records about one job version's deployment."""
+
+    job: str
+    version: int
+    pid: int  # the wrapper: leader of the deployment's process group
+    command: list[str]  # the job's command (without the wrapper)
+    launcher: str
+    started_at: str  # ISO 8601, UTC
+    log_file: str
+    env: dict[str, str] = field(default_factory=dict)  # the KAPPA_* settings it was started with (kept on restart)
+    restarts: int = 0
+    last_exit_reason: str | None = None  # why the previous run ended, recorded by restart()
+    desired: str = "running"  # "running" until stop() records "stopped"
+    stopped_at: str | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.job}.v{self.version}"
+
+    @property
+    def log_path(self) -> Path:
+        return Path(self.log_file)
+
+    @property
+    def marker(self) -> str:
+        """What the wrapper's command line must show for its pid to be ours."""
+        return marker(self.job, self.version)
+
+
+@dataclass(frozen=True)
+class DeploymentState:
+    """A deployment as `status` sees it now."""
+
+    deployment: Deployment
+    health: Health
+    exit_reason: str | None = None  # for a crashed one: its exit status and the log's last error lines
+    uptime_s: float | None = None  # for a running one
+
+
+@dataclass(frozen=True)
+class LastBatch:
+    at: datetime  # when the runner logged it (UTC)
+    batch_id: int
+    rows: int
+
+
+@dataclass(frozen=True)
+class Lag:
+    """How far a version's recorded progress (group `kappa.<job>.v<N>`) is behind its inputs' end offsets."""
+
+    group: str
+    per_topic: dict[str, int]
+    last_batch: LastBatch | None = None
+    rows: int = 0  # input rows of the output query, over every run in the log
+
+    @property
+    def total(self) -> int:
+        return sum(self.per_topic.values())
+
+
+# ------------------------------------------------------------------------ pure parts -----------------
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def marker(job: str, version: int) -> str:
+    return f"jobs run {job} --version {version}"
+
+
+def consumer_group(job: str, version: int) -> str:
+    """The group the runner records the version's progress under (JobContext.consumer_group)."""
+    return f"kappa.{job}.v{version}"
+
+
+def output_query(job: str, version: int) -> str:
+    """The name of the version's output query (JobContext.query_name())."""
+    return f"{job}_v{version}"
+
+
+def default_spark_submit() -> str:
+    """pyspark's own spark-submit (the wheel ships Spark's launch scripts)."""
+    import pyspark
+
+    return str(Path(pyspark.__file__).parent / "bin" / "spark-submit")
+
+
+def job_command(
+    settings: KappaSettings,
+    job: str,
+    version: int,
+    *,
+    spark_conf: Mapping[str, str] | None = None,
+    cli_path: str | None = None,
+) -> list[str]:
+    """The command of a continuous run of `job` at `version`, for the configured launcher.
+
+    `subprocess`: `python -m kappa.cli jobs run <job> --version N`; the runner builds its Spark session from
+    the settings (KAPPA_SPARK_MASTER, local[*] by default). `spark-submit`: the same entry point submitted in
+    client mode with `--master <KAPPA_SPARK_MASTER>` and the session's configuration as `--conf`s (the
+    connector jars as `--jars`, so executors on the cluster get them); `spark_conf` defaults to
+    `kappa.spark.spark_conf`, which needs the connector jars fetched.
+    """
+    args = ["jobs", "run", job, "--version", str(version)]
+    if settings.deploy_launcher is Launcher.SUBPROCESS:
+        return [sys.executable, "-m", "kappa.cli", *args]
+    if spark_conf is None:
+        from kappa.spark import spark_conf as session_conf
+
+        spark_conf = session_conf(settings, f"kappa-{job}-v{version}")
+    conf = dict(spark_conf)
+    jars = conf.pop("spark.jars", "")
+    conf.pop("spark.master", None)
+    driver_memory = conf.pop("spark.driver.memory", settings.spark_driver_memory)
+    command = [
+        settings.spark_submit or default_spark_submit(),
+        "--master",
+        settings.spark_master,
+        "--deploy-mode",
+        "client",  # the driver runs here, under this supervisor; PySpark has no cluster mode on standalone
+        "--name",
+        f"kappa-{job}-v{version}",
+        "--driver-memory",
+        driver_memory,
+        "--conf",
+        f"spark.pyspark.python={sys.executable}",
+        "--conf",
+        f"spark.pyspark.driver.python={sys.executable}",
+    ]
+    if jars:
+        command += ["--jars", jars]
+    for key, value in sorted(conf.items()):
+        command += ["--conf", f"{key}={value}"]
+    from kappa import cli
+
+    return [*command, cli_path or str(Path(cli.__file__)), *args]
+
+
+def wrapped(command: Sequence[str]) -> list[str]:
+    """The command under the shell wrapper that appends the job's exit status to the log."""
+    script = f'"$@"; echo "{EXIT_LINE} $? at $(date -u +%Y-%m-%dT%H:%M:%SZ)"'
+    return ["/bin/sh", "-c", script, WRAPPER_NAME, *command]
+
+
+def last_run(log_text: str) -> str:
+    """The part of a deployment's log written by its latest start."""
+    start = log_text.rfind(STARTED_LINE)
+    return log_text[start:] if start >= 0 else log_text
+
+
+def exit_status(log_text: str) -> int | None:
+    """The latest run's exit status, as the wrapper recorded it (None: no status, the wrapper died too)."""
+    for line in reversed(last_run(log_text).splitlines()):
+        match = _EXIT.match(line)
+        if match:
+            return int(match.group(1))
+    return None
+
+
+def describe_status(status: int | None) -> str:
+    if status is None:
+        return "no exit status recorded (its whole process group was killed, or the machine restarted)"
+    if status > 128 and (status - 128) in {s.value for s in signal.Signals}:
+        return f"killed by {signal.Signals(status - 128).name} (exit status {status})"
+    return f"exit status {status}"
+
+
+def exit_reason(log_text: str, lines: int = 5) -> str:
+    """Why the latest run ended: its exit status and the error lines it logged last."""
+    run = last_run(log_text).splitlines()
+    status = describe_status(exit_status(log_text))
+    errors = [
+        line.strip()
+        for line in run
+        if line.startswith("kappa: error:") or "Error" in line.split(":", 1)[0] or " ERROR " in line
+    ]
+    tail = errors[-lines:] or [line.strip() for line in run if line.strip() and not line.startswith("===")][-lines:]
+    return status + ("; last log lines: " + " | ".join(tail) if tail else "")
+
+
+def batches(log_text: str, query: str) -> tuple[LastBatch | None, int]:
+    """The last batch of `query` in the log, and the input rows of all its batches there."""
+    last: LastBatch | None = None
+    rows = 0
+    for line in log_text.splitlines():
+        match = _BATCH.match(line)
+        if not match or match.group("query") != query:
+            continue
+        at = datetime.strptime(match.group("time"), "%Y-%m-%d %H:%M:%S").replace(
+            tzinfo=UTC, microsecond=int(match.group("ms")) * 1000
+        )
+        last = LastBatch(at=at, batch_id=int(match.group("batch")), rows=int(match.group("rows")))
+        rows += last.rows
+    return last, rows
+
+
+def topic_lag(
+    committed: Mapping[str, Mapping[int, int]], watermarks: Mapping[str, Mapping[int, tuple[int, int]]]
+) -> dict[str, int]:
+    """Records not yet processed per topic: end offset minus the group's committed offset, per partition.
+
+    `watermarks`: topic -> partition -> (low, high). A partition without a committed offset counts from its
+    low watermark (the job has not finished a batch there yet; it starts from the earliest retained record).
+    A committed offset below the low watermark (retention deleted records the job never read) counts from low.
+    """
+    lag: dict[str, int] = {}
+    for topic, partitions in watermarks.items():
+        done = committed.get(topic, {})
+        lag[topic] = sum(max(0, high - max(low, done.get(p, low))) for p, (low, high) in partitions.items())
+    return lag
+
+
+# ------------------------------------------------------------------------ state files ----------------
+
+
+def _paths(settings: KappaSettings, job: str, version: int) -> tuple[Path, Path]:
+    root = settings.deployments_path
+    return root / f"{job}.v{version}.json", root / f"{job}.v{version}.log"
+
+
+def load(settings: KappaSettings, job: str, version: int) -> Deployment | None:
+    state, _ = _paths(settings, job, version)
+    return _read(state)
+
+
+def _read(path: Path) -> Deployment | None:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise KappaError(f"deployment state {path} unreadable ({exc}): delete it if its job is not running") from None
+    return Deployment(**data)
+
+
+def save(settings: KappaSettings, deployment: Deployment) -> None:
+    """Write the state file atomically (a reader never sees half of it)."""
+    state, _ = _paths(settings, deployment.job, deployment.version)
+    state.parent.mkdir(parents=True, exist_ok=True)
+    tmp = state.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(asdict(deployment), indent=2) + "\n")
+    tmp.replace(state)
+
+
+@contextlib.contextmanager
+def _locked(settings: KappaSettings, job: str, version: int) -> Iterator[None]:
+    """One start/stop/restart of a deployment at a time (the CLI and Dagster's sensor may race)."""
+    settings.deployments_path.mkdir(parents=True, exist_ok=True)
+    with (settings.deployments_path / f"{job}.v{version}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+# ------------------------------------------------------------------------ processes ------------------
+
+
+def _cmdline(pid: int) -> list[str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    """(state letter, process group) from /proc/<pid>/stat."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields[0], int(fields[2])
+
+
+def is_ours(pid: int, job: str, version: int) -> bool:
+    """True while pid is alive and is this deployment's wrapper (a reused pid shows another command line)."""
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)  # reap it if this process started it and it has exited
+    cmdline = _cmdline(pid)
+    stat = _stat(pid)
+    if cmdline is None or stat is None or stat[0] == "Z":
+        return False
+    return WRAPPER_NAME in cmdline and marker(job, version) in " ".join(cmdline)
+
+
+def group_members(pgid: int) -> list[int]:
+    """The live processes of a process group."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            stat = _stat(int(entry.name))
+            if stat is not None and stat[1] == pgid and stat[0] != "Z":
+                members.append(int(entry.name))
+    return sorted(members)
+
+
+def driver_pids(deployment: Deployment) -> list[int]:
+    """The job's Python driver(s) in the deployment's group: the process that handles SIGTERM gracefully (not
+    the wrapper, not spark-submit's JVM, not the py4j gateway JVM, which the driver stops itself)."""
+    found = []
+    for pid in group_members(deployment.pid):
+        cmdline = _cmdline(pid) or []
+        if (
+            pid != deployment.pid
+            and cmdline
+            and Path(cmdline[0]).name.startswith("python")
+            and marker(deployment.job, deployment.version) in " ".join(cmdline)
+        ):
+            found.append(pid)
+    return found
+
+
+def spawn(command: Sequence[str], log_file: Path, env: Mapping[str, str]) -> int:
+    """Start the wrapped command detached (own session and process group); return the wrapper's pid."""
+    import subprocess
+
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with log_file.open("ab") as log:
+        proc = subprocess.Popen(
+            wrapped(command),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=dict(env),
+            cwd=os.getcwd(),
+        )
+    return proc.pid
+
+
+# ------------------------------------------------------------------------ operations -----------------
+
+
+def launch_env(env: Mapping[str, str] | None, *, exact: bool = False) -> dict[str, str]:
+    """The environment of a deployment: this process's, with `env` over it, log times in UTC. `exact`: the
+    settings (KAPPA_*) are `env`'s alone, none of this process's (a restart runs with what the start had)."""
+    base = {k: v for k, v in os.environ.items() if not (exact and k.startswith("KAPPA_"))}
+    return {**base, **(env or {}), "TZ": "UTC", "PYTHONUNBUFFERED": "1"}
+
+
+def start(
+    settings: KappaSettings,
+    job: str,
+    version: int,
+    *,
+    env: Mapping[str, str] | None = None,
+    restarts: int = 0,
+    last_exit_reason: str | None = None,
+) -> Deployment:
+    """Start `job` at `version` continuously, detached. The job reads its settings from its environment:
+    this process's, with `env` (KAPPA_* variables, e.g. KappaResource.overrides) over it. Every KAPPA_*
+    variable it starts with is recorded, so a restart, from whichever process, runs with the same settings.
+    Refuses when it is already running."""
+    check_runnable(job, version)
+    with _locked(settings, job, version):
+        return _start(settings, job, version, env=env, restarts=restarts, last_exit_reason=last_exit_reason)
+
+
+def check_runnable(job: str, version: int) -> None:
+    """The job exists and this code declares `version` (what `kappa jobs run` will insist on at once)."""
+    from kappa.runtime.discovery import get_job
+
+    declared = get_job(job).version
+    if version != declared:
+        raise KappaError(
+            f"jobs/{job} declares v{declared}: this code cannot run v{version} (stop it, or deploy it from the "
+            "code that declares it)"
+        )
+
+
+def _start(
+    settings: KappaSettings,
+    job: str,
+    version: int,
+    *,
+    env: Mapping[str, str] | None,
+    restarts: int,
+    last_exit_reason: str | None,
+    exact: bool = False,
+) -> Deployment:
+    current = load(settings, job, version)
+    if current is not None and is_ours(current.pid, job, version):
+        raise KappaError(
+            f"{job} v{version} is already running (pid {current.pid}, since {current.started_at}); "
+            f"`kappa jobs restart {job} --version {version}` restarts it"
+        )
+    _, log_file = _paths(settings, job, version)
+    command = job_command(settings, job, version)
+    started_at = now_iso()
+    with log_file.open("a") as log:
+        log.write(f"{STARTED_LINE} {job} v{version} at {started_at} (restart {restarts}): {' '.join(command)}\n")
+    environment = launch_env(env, exact=exact)
+    kappa_env = {k: v for k, v in sorted(environment.items()) if k.startswith("KAPPA_")}
+    pid = spawn(command, log_file, environment)
+    deployment = Deployment(
+        job=job,
+        version=version,
+        pid=pid,
+        command=command,
+        launcher=settings.deploy_launcher.value,
+        started_at=started_at,
+        log_file=str(log_file),
+        env=kappa_env,
+        restarts=restarts,
+        last_exit_reason=last_exit_reason,
+    )
+    save(settings, deployment)
+    deadline = time.monotonic() + 10  # until the wrapper shows its own command line (not the parent's copy)
+    while time.monotonic() < deadline and not is_ours(pid, job, version):
+        if _stat(pid) is None:
+            break  # exited at once: status() reports it as crashed, with the log's reason
+        time.sleep(0.02)
+    return deployment
+
+
+def stop(settings: KappaSettings, job: str, version: int, timeout_s: float | None = None) -> Deployment:
+    """SIGTERM the job (it stops after its current batch), wait up to `timeout_s`, then SIGKILL its group.
+    Records the deployment as stopped, so the health sensor leaves it alone."""
+    with _locked(settings, job, version):
+        current = load(settings, job, version)
+        if current is None or (current.desired == "stopped" and not is_ours(current.pid, job, version)):
+            raise KappaError(f"{job} v{version} is not running (`kappa jobs status` lists the deployments)")
+        _terminate(current, settings.deploy_stop_timeout_s if timeout_s is None else timeout_s)
+        stopped = replace(current, desired="stopped", stopped_at=now_iso())
+        save(settings, stopped)
+        return stopped
+
+
+def stop_if_running(settings: KappaSettings, job: str, version: int, timeout_s: float | None = None) -> bool:
+    """Stop the version if a deployment of it runs here; True if one did (the replay's retire step)."""
+    current = load(settings, job, version)
+    if current is None or not is_ours(current.pid, job, version):
+        if current is not None and current.desired != "stopped":
+            save(settings, replace(current, desired="stopped", stopped_at=now_iso()))  # crashed: no restart
+        return False
+    stop(settings, job, version, timeout_s)
+    return True
+
+
+def _terminate(deployment: Deployment, timeout_s: float) -> None:
+    if not is_ours(deployment.pid, deployment.job, deployment.version):
+        return
+    targets = driver_pids(deployment) or [deployment.pid]
+    for pid in targets:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not is_ours(deployment.pid, deployment.job, deployment.version):
+            break
+        time.sleep(0.2)
+    # Anything left in the group: the wrapper past the timeout, or a JVM the driver failed to stop.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        if group_members(deployment.pid):
+            os.killpg(deployment.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while group_members(deployment.pid) and time.monotonic() < deadline:
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(deployment.pid, os.WNOHANG)
+        time.sleep(0.1)
+
+
+def restart(
+    settings: KappaSettings, job: str, version: int, *, reason: str | None = None, timeout_s: float | None = None
+) -> Deployment:
+    """Stop the version if it runs, start it again from its checkpoint (same settings, restarts + 1).
+    `reason` is recorded as the last exit reason; by default, a crashed deployment's own."""
+    check_runnable(job, version)
+    with _locked(settings, job, version):
+        current = load(settings, job, version)
+        if current is None:
+            raise KappaError(f"{job} v{version} was never started here (`kappa jobs start {job}`)")
+        if reason is None:
+            if is_ours(current.pid, job, version):
+                reason = "restarted on request"
+            elif current.desired == "stopped":
+                reason = "started again after a stop"
+            else:
+                reason = exit_reason(_read_log(current))
+        _terminate(current, settings.deploy_stop_timeout_s if timeout_s is None else timeout_s)
+        return _start(
+            settings,
+            job,
+            version,
+            env=current.env,
+            restarts=current.restarts + 1,
+            last_exit_reason=reason,
+            exact=True,
+        )
+
+
+def _read_log(deployment: Deployment) -> str:
+    try:
+        return Path(deployment.log_file).read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def state_of(deployment: Deployment, now: datetime | None = None) -> DeploymentState:
+    if is_ours(deployment.pid, deployment.job, deployment.version):
+        started = datetime.fromisoformat(deployment.started_at)
+        uptime = ((now or datetime.now(UTC)) - started).total_seconds()
+        return DeploymentState(deployment, Health.RUNNING, uptime_s=uptime)
+    if deployment.desired == "stopped":
+        return DeploymentState(deployment, Health.STOPPED)
+    return DeploymentState(deployment, Health.CRASHED, exit_reason=exit_reason(_read_log(deployment)))
+
+
+def status(settings: KappaSettings) -> list[DeploymentState]:
+    """Every deployment recorded here, with its health now."""
+    root = settings.deployments_path
+    found = [_read(p) for p in sorted(root.glob("*.v*.json"))] if root.is_dir() else []
+    return [state_of(d) for d in found if d is not None]
+
+
+def last_batch(settings: KappaSettings, job: str, version: int) -> tuple[LastBatch | None, int]:
+    """The output query's last batch in the deployment's log, and its rows over every run there."""
+    deployment = load(settings, job, version)
+    if deployment is None:
+        return None, 0
+    return batches(_read_log(deployment), output_query(job, version))
+
+
+def input_topics(settings: KappaSettings, job: str, version: int) -> list[str]:
+    """The physical topics the version reads (derived inputs at their bound versions)."""
+    from kappa.deployment import deployed_job
+
+    try:
+        return [t.name for t in deployed_job(settings, job, version).inputs]
+    except KappaError:  # not the declared version (its inputs are not known to this code) or no Kafka
+        return []
+
+
+def lag(settings: KappaSettings, job: str, version: int, timeout_s: float = 15.0) -> Lag:
+    """The version's consumer lag per input topic (its group's offsets vs the end offsets), and its last batch.
+    Kafka unreachable within `timeout_s`: a KappaError."""
+    from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+
+    from kappa.kafka_client import admin_client
+
+    group = consumer_group(job, version)
+    topics = input_topics(settings, job, version)
+    consumer = Consumer({"bootstrap.servers": settings.bootstrap, "group.id": f"{group}.lag-probe", "log_level": 0})
+    try:
+        watermarks: dict[str, dict[int, tuple[int, int]]] = {}
+        for topic in topics:
+            metadata = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+            if metadata is None or metadata.error is not None:
+                continue
+            watermarks[topic] = {
+                p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)
+                for p in metadata.partitions
+            }
+    except KafkaException as exc:
+        raise KappaError(f"cannot read the end offsets of {', '.join(topics)}: {exc}") from None
+    finally:
+        consumer.close()
+    # The group's offsets of exactly these partitions (confluent-kafka 2.16 crashes listing "all" of a group).
+    wanted = [TopicPartition(t, p) for t, parts in watermarks.items() for p in sorted(parts)]
+    committed: dict[str, dict[int, int]] = {}
+    if wanted:
+        try:
+            admin = admin_client(settings)  # held until the answer: a collected client never resolves its futures
+            request = [ConsumerGroupTopicPartitions(group, wanted)]
+            listed = admin.list_consumer_group_offsets(request, request_timeout=timeout_s)
+            offsets = listed[group].result(timeout=timeout_s + 1).topic_partitions or []
+        except (KafkaException, TimeoutError) as exc:
+            why = str(exc) or f"no answer within {timeout_s:g} s"
+            raise KappaError(f"cannot read the offsets of group {group} at {settings.bootstrap}: {why}") from None
+        for tp in offsets:
+            if tp.offset >= 0:
+                committed.setdefault(tp.topic, {})[tp.partition] = tp.offset
+    last, rows = last_batch(settings, job, version)
+    return Lag(group=group, per_topic=topic_lag(committed, watermarks), last_batch=last, rows=rows)
+
+
+def describe(seconds: float | None) -> str:
+    """`3h04m`, `12m05s`, `41s`."""
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+def as_metadata(lag: Lag) -> dict[str, Any]:
+    """Lag, rows and the last batch as plain values (Dagster metadata, the status table)."""
+    return {
+        "consumer_group": lag.group,
+        "consumer_lag": lag.total,
+        "consumer_lag_per_topic": dict(lag.per_topic),
+        "rows": lag.rows,
+        "last_batch_id": lag.last_batch.batch_id if lag.last_batch else None,
+        "last_batch_at": lag.last_batch.at.isoformat() if lag.last_batch else None,
+        "last_batch_rows": lag.last_batch.rows if lag.last_batch else None,
+    }

@@ -1,0 +1,190 @@
+"""A deployment on the real stack: `raw_clicks` runs detached and supervised, its lag falls to 0, a SIGKILL of its
+driver is noticed by Dagster's health sensor, whose restart run resumes it from its checkpoint (every click in
+the table once: none lost, none repeated), and `stop` ends it."""
+
+import os
+import random
+import signal
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from dagster import DagsterInstance, RunRequest, SensorResult, build_sensor_context
+from deltalake import DeltaTable
+
+from dagster_project.assets import output_key
+from dagster_project.definitions import build_definitions
+from dagster_project.operations import REASON_TAG, SENSOR_NAME
+from dagster_project.resources import KappaResource
+from jobs.catalog import CLICKS, TOPICS
+from jobs.raw_clicks.declaration import JOB
+from kappa import deployments
+from kappa.avro.contracts import apply_schemas
+from kappa.avro.registry import Registry, value_subject
+from kappa.avro.schemas import topic_value_schema
+from kappa.avro.serde import AvroEncoder
+from kappa.deployments import Health
+from kappa.errors import KappaError
+from kappa.generate import click_messages, clicks
+from kappa.kafka_client import admin_client, produce_all
+from kappa.settings import KappaSettings
+from tests.integration.conftest import stack_env
+
+
+def _produce(stack: KappaSettings, count: int, seed: int, first: int = 0) -> set[str]:
+    """`count` well-formed clicks with this test's seed; their event ids."""
+    made = list(clicks(first + count, seed=seed))[first:]
+    with Registry(stack.registry) as registry:
+        encoder = AvroEncoder(registry, value_subject(CLICKS.name), topic_value_schema(stack.schemas_path, CLICKS))
+        produce_all(stack, CLICKS.name, click_messages(iter(made), encoder.encode, CLICKS.partitions))
+    return {c.event_id for c in made}
+
+
+def _wait(what: str, check: Callable[[], bool], timeout_s: float, log: Path) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            tail = log.read_text()[-3000:] if log.is_file() else "(no log)"
+            pytest.fail(f"not within {timeout_s:.0f} s: {what}; deployment log:\n{tail}")
+        time.sleep(1)
+
+
+@pytest.fixture
+def kappa(stack: KappaSettings, tmp_path: Path) -> Iterator[KappaResource]:
+    """The resource Dagster and this test share: the session's stack, this test's Delta, checkpoints and
+    deployments folders. Whatever deployment is still running at the end is killed with its process group."""
+    from kappa.topics import apply
+
+    apply(admin_client(stack), TOPICS)
+    apply_schemas(stack.schemas_path, TOPICS, stack.registry)
+    env = stack_env(
+        stack,
+        KAPPA_DELTA_ROOT=str(tmp_path / "delta"),
+        KAPPA_CHECKPOINT_ROOT=str(tmp_path / "checkpoints"),
+        KAPPA_DEPLOYMENTS_DIR=str(tmp_path / "deployments"),
+        KAPPA_DEPLOY_STOP_TIMEOUT_S="90",
+    )
+    resource = KappaResource(overrides={k: v for k, v in env.items() if k.startswith("KAPPA_")})
+    groups: set[int] = set()
+    yield resource
+    settings = resource.settings()
+    for state in deployments.status(settings):
+        groups.add(state.deployment.pid)
+        deployments.stop_if_running(settings, state.deployment.job, state.deployment.version, timeout_s=30)
+    for pgid in groups:  # belt and braces: no process of this test outlives it
+        if deployments.group_members(pgid):
+            os.killpg(pgid, signal.SIGKILL)
+
+
+def test_deployment_crash_is_restarted_by_the_sensor_from_its_checkpoint(
+    stack: KappaSettings, kappa: KappaResource
+) -> None:
+    settings = kappa.settings()
+    table = f"{settings.delta_root}/{JOB.output.name}/v{JOB.version}"
+    seed = random.SystemRandom().randrange(10_000, 1_000_000)
+    mine = _produce(stack, 800, seed)
+
+    deployment = deployments.start(settings, JOB.name, JOB.version, env=kappa.overrides)
+    log = deployment.log_path
+    assert deployments.state_of(deployment).health is Health.RUNNING
+    with pytest.raises(KappaError, match="already running"):
+        deployments.start(settings, JOB.name, JOB.version, env=kappa.overrides)
+
+    def caught_up() -> bool:
+        try:
+            lag = deployments.lag(settings, JOB.name, JOB.version, timeout_s=5)
+        except KappaError:  # a fresh broker's group coordinator (__consumer_offsets) may not answer yet
+            return False
+        return lag.total == 0 and lag.last_batch is not None
+
+    # The job reads the shared `clicks` from the earliest offset: its lag is every record there, then 0.
+    _wait("lag 0 after the first batches", caught_up, 240, log)
+    lag = deployments.lag(settings, JOB.name, JOB.version)
+    assert set(lag.per_topic) == {CLICKS.name}
+    assert lag.rows >= len(mine)  # the output query's input rows, from the runner's progress lines
+
+    # A crash: the job's driver dies with SIGKILL, mid-stream, while more clicks arrive.
+    [driver] = deployments.driver_pids(deployment)
+    more = _produce(stack, 400, seed, first=800)
+    os.kill(driver, signal.SIGKILL)
+    gone = lambda: not deployments.is_ours(deployment.pid, JOB.name, JOB.version)  # noqa: E731
+    _wait("the wrapper notices the crash", gone, 30, log)
+    [crashed] = deployments.status(settings)
+    assert crashed.health is Health.CRASHED
+    assert crashed.exit_reason is not None
+    assert crashed.exit_reason.startswith("killed by SIGKILL (exit status 137)")
+    _wait("the crashed run's JVM exits with its driver", lambda: not deployments.group_members(deployment.pid), 60, log)
+    later = _produce(stack, 300, seed, first=1200)  # written while nothing runs: the restart must read them
+
+    # Dagster's health sensor: one restart run for the crash, tagged with why; lag observed on the asset.
+    defs = build_definitions(kappa=kappa)
+    instance = DagsterInstance.ephemeral()
+    sensor = defs.get_sensor_def(SENSOR_NAME)
+    result = sensor(build_sensor_context(instance=instance, resources={"kappa": kappa}, definitions=defs))
+    assert isinstance(result, SensorResult)
+    [request] = result.run_requests or []
+    assert isinstance(request, RunRequest)
+    assert request.job_name == f"restart_{JOB.name}"
+    assert request.tags[REASON_TAG] == "killed by SIGKILL (exit status 137)"
+    [observation] = result.asset_events or []
+    assert observation.asset_key == output_key(JOB)
+    assert observation.metadata["health"].value == "crashed"
+    job_def = defs.get_job_def(request.job_name)
+    run = job_def.execute_in_process(run_config=request.run_config, tags=request.tags, instance=instance)
+    assert run.success
+    [recorded] = instance.get_runs()
+    assert recorded.tags[REASON_TAG] == "killed by SIGKILL (exit status 137)"
+    restart_events = [e for e in run.all_events if e.event_type_value == "ASSET_OBSERVATION"]
+    assert len(restart_events) == 1  # the restart run observes the output asset: health running, restarts 1
+
+    [restarted] = deployments.status(settings)
+    assert restarted.health is Health.RUNNING
+    assert restarted.deployment.restarts == 1
+    assert restarted.deployment.pid != deployment.pid
+    assert (restarted.deployment.last_exit_reason or "").startswith("crashed: killed by SIGKILL (exit status 137)")
+    assert restarted.deployment.env == deployment.env  # the same settings as the first start
+    assert kappa.overrides.items() <= deployment.env.items()
+
+    # Resumed from the checkpoint: every click of this test in the table exactly once, nothing else repeated.
+    def all_in() -> bool:
+        if not Path(table).is_dir():
+            return False
+        ids = DeltaTable(table).to_pyarrow_table(columns=["event_id"]).column("event_id").to_pylist()
+        return mine | more | later <= set(ids) and caught_up()
+
+    _wait("the restarted run reads what arrived meanwhile", all_in, 240, log)
+    rows = DeltaTable(table).to_pyarrow_table(columns=["event_id", "kafka_partition", "kafka_offset"]).to_pylist()
+    positions = Counter((r["kafka_partition"], r["kafka_offset"]) for r in rows)
+    assert max(positions.values()) == 1  # no record of the log twice in the table
+    ours = Counter(r["event_id"] for r in rows if r["event_id"].startswith(f"evt-{seed}-"))
+    assert set(ours) == mine | more | later
+    assert set(ours.values()) == {1}
+
+    # The next tick: the running deployment observed with its lag, rows and last batch; no new run.
+    cursor = result.cursor
+    tick = sensor(build_sensor_context(instance=instance, resources={"kappa": kappa}, definitions=defs, cursor=cursor))
+    assert isinstance(tick, SensorResult)
+    assert not tick.run_requests
+    [observed] = tick.asset_events or []
+    metadata = {k: v.value for k, v in observed.metadata.items()}
+    assert metadata["health"] == "running"
+    assert metadata["consumer_lag"] == 0
+    assert metadata["restarts"] == 1
+    assert metadata["rows"] >= len(mine | more | later)
+    assert metadata["last_batch_id"] is not None
+
+    # Stop: SIGTERM, the runner finishes its batch and exits 0; the sensor leaves a stopped deployment alone.
+    stopped = deployments.stop(settings, JOB.name, JOB.version)
+    assert stopped.desired == "stopped"
+    assert deployments.exit_status(stopped.log_path.read_text()) == 0
+    assert "raw_clicks v1: stopped by signal" in deployments.last_run(stopped.log_path.read_text())
+    assert not deployments.group_members(restarted.deployment.pid)
+    [state] = deployments.status(settings)
+    assert state.health is Health.STOPPED
+    final = sensor(
+        build_sensor_context(instance=instance, resources={"kappa": kappa}, definitions=defs, cursor=tick.cursor)
+    )
+    assert isinstance(final, SensorResult)
+    assert not final.run_requests

@@ -1,0 +1,241 @@
+"""kappa.deployments without Kafka or Spark: command lines, the state file, lag arithmetic, the log's exit reason
+and last batch, and the wrapper's supervision of a stand-in process (a Python sleeper named like a job)."""
+
+import os
+import signal
+import sys
+import textwrap
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from kappa import deployments
+from kappa.deployments import Deployment, Health
+from kappa.errors import SettingsError
+from kappa.settings import KappaSettings, Launcher, load_settings
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> KappaSettings:
+    return load_settings(state_dir=tmp_path, deployments_dir=tmp_path / "deployments")
+
+
+def test_subprocess_launcher_runs_the_cli_here(settings: KappaSettings) -> None:
+    assert settings.deploy_launcher is Launcher.SUBPROCESS
+    assert deployments.job_command(settings, "raw_clicks", 2) == [
+        sys.executable,
+        *("-m", "kappa.cli", "jobs", "run", "raw_clicks", "--version", "2"),
+    ]
+
+
+def test_spark_submit_launcher_submits_to_the_master_in_client_mode(tmp_path: Path) -> None:
+    settings = load_settings(
+        state_dir=tmp_path,
+        deploy_launcher="spark-submit",
+        spark_master="spark://spark-master:7077",
+        spark_submit="/opt/spark/bin/spark-submit",
+    )
+    conf = {
+        "spark.master": "spark://spark-master:7077",
+        "spark.jars": "/jars/a.jar,/jars/b.jar",
+        "spark.driver.memory": "3g",
+        "spark.sql.shuffle.partitions": "8",
+        "spark.app.name": "kappa-sessionize-v3",
+    }
+    command = deployments.job_command(settings, "sessionize", 3, spark_conf=conf, cli_path="/app/kappa/cli.py")
+    assert command == [
+        "/opt/spark/bin/spark-submit",
+        *("--master", "spark://spark-master:7077", "--deploy-mode", "client", "--name", "kappa-sessionize-v3"),
+        *("--driver-memory", "3g"),
+        *("--conf", f"spark.pyspark.python={sys.executable}"),
+        *("--conf", f"spark.pyspark.driver.python={sys.executable}"),
+        *("--jars", "/jars/a.jar,/jars/b.jar"),
+        *("--conf", "spark.app.name=kappa-sessionize-v3", "--conf", "spark.sql.shuffle.partitions=8"),
+        *("/app/kappa/cli.py", "jobs", "run", "sessionize", "--version", "3"),
+    ]
+    # What marks the process as this deployment is on the command line, whichever the launcher.
+    assert deployments.marker("sessionize", 3) in " ".join(deployments.wrapped(command))
+
+
+def test_spark_submit_needs_a_cluster_master(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match=r"KAPPA_DEPLOY_LAUNCHER=spark-submit .* 'local\[\*\]'"):
+        load_settings(state_dir=tmp_path, deploy_launcher="spark-submit")
+    with pytest.raises(SettingsError, match=r"KAPPA_DEPLOY_LAUNCHER: Input should be 'subprocess' or 'spark-submit'"):
+        load_settings(state_dir=tmp_path, deploy_launcher="kubectl")
+    for master in ("yarn", "k8s://https://10.0.0.1:6443", "spark://a:7077"):
+        assert load_settings(state_dir=tmp_path, deploy_launcher="spark-submit", spark_master=master).spark_master
+
+
+def test_lag_is_end_minus_committed_per_partition() -> None:
+    committed = {"clicks": {0: 10, 1: 50}, "user_profiles": {0: 7}}
+    watermarks = {
+        "clicks": {0: (0, 25), 1: (0, 50), 2: (5, 9)},  # p2: no batch committed yet -> all of 5..9 unread
+        "user_profiles": {0: (20, 30)},  # committed 7 below low 20: retention took 7..19, 10 records left
+    }
+    assert deployments.topic_lag(committed, watermarks) == {"clicks": 15 + 0 + 4, "user_profiles": 10}
+    lag = deployments.Lag(group="kappa.x.v1", per_topic=deployments.topic_lag(committed, watermarks))
+    assert lag.total == 29
+    assert deployments.topic_lag({"t": {0: 9}}, {"t": {0: (0, 9)}}) == {"t": 0}
+
+
+LOG = textwrap.dedent(
+    """\
+    === kappa-deployment: started raw_clicks v1 at 2026-11-22T08:00:00+00:00 (restart 0): python -m kappa.cli ...
+    2026-11-22 08:00:10,120 kappa.progress raw_clicks_v1 batch 0: 100 rows, 50 rows/s, 2000 ms
+    kappa: error: job raw_clicks_v1: query raw_clicks_v1 failed: Kafka went away
+    === kappa-deployment: exit status 2 at 2026-11-22T08:00:11Z
+    === kappa-deployment: started raw_clicks v1 at 2026-11-22T08:01:00+00:00 (restart 1): python -m kappa.cli ...
+    2026-11-22 08:01:05,002 kappa.progress raw_clicks_v1_dlq batch 0: 3 rows, 1 rows/s, 900 ms
+    2026-11-22 08:01:05,250 kappa.progress raw_clicks_v1 batch 1: 40 rows, 20 rows/s, 800 ms
+    2026-11-22 08:01:10,500 kappa.progress raw_clicks_v1 batch 2: 0 rows, 0 rows/s, 100 ms
+    """
+)
+
+
+def test_last_batch_and_rows_of_the_output_query() -> None:
+    last, rows = deployments.batches(LOG, "raw_clicks_v1")
+    assert last == deployments.LastBatch(at=datetime(2026, 11, 22, 8, 1, 10, 500_000, tzinfo=UTC), batch_id=2, rows=0)
+    assert rows == 140  # 100 + 40 + 0: the dead-letter query's 3 are not the output's
+
+
+def test_exit_reason_reads_only_the_latest_run() -> None:
+    crashed = LOG.split("=== kappa-deployment: started raw_clicks v1 at 2026-11-22T08:01")[0]
+    assert deployments.exit_status(crashed) == 2
+    assert deployments.exit_reason(crashed) == (
+        "exit status 2; last log lines: kappa: error: job raw_clicks_v1: query raw_clicks_v1 failed: Kafka went away"
+    )
+    killed = LOG + "=== kappa-deployment: exit status 137 at 2026-11-22T08:02:00Z\n"
+    reason = deployments.exit_reason(killed)
+    assert reason.startswith("killed by SIGKILL (exit status 137); last log lines: ")
+    assert "Kafka went away" not in reason  # the earlier run's error is not this run's reason
+    assert deployments.exit_status(LOG) is None  # still running, or killed with its wrapper
+    assert deployments.exit_reason(LOG).startswith("no exit status recorded")
+
+
+def _deployment(settings: KappaSettings, pid: int, **changes: object) -> Deployment:
+    fields: dict[str, object] = {
+        "job": "fake",
+        "version": 1,
+        "pid": pid,
+        "command": ["python", "-m", "kappa.cli", "jobs", "run", "fake", "--version", "1"],
+        "launcher": "subprocess",
+        "started_at": deployments.now_iso(),
+        "log_file": str(settings.deployments_path / "fake.v1.log"),
+        "env": {"KAPPA_KAFKA_PORT": "19092"},
+    }
+    return Deployment(**(fields | changes))  # type: ignore[arg-type]
+
+
+def test_state_file_round_trip_and_a_foreign_pid_is_never_ours(settings: KappaSettings) -> None:
+    # This test's own pid is alive but is not a deployment: a reused pid reads as crashed, and is never signalled.
+    deployment = _deployment(settings, os.getpid(), restarts=2, last_exit_reason="exit status 1")
+    deployments.save(settings, deployment)
+    assert deployments.load(settings, "fake", 1) == deployment
+    assert deployments.load(settings, "fake", 2) is None
+    [state] = deployments.status(settings)
+    assert state.health is Health.CRASHED
+    assert state.exit_reason == "no exit status recorded (its whole process group was killed, or the machine restarted)"
+    assert deployments.stop(settings, "fake", 1, timeout_s=1).desired == "stopped"  # nothing of ours to signal
+    [state] = deployments.status(settings)
+    assert state.health is Health.STOPPED
+    assert deployments.stop_if_running(settings, "fake", 1) is False
+
+
+# A stand-in for `kappa jobs run`: its command line carries the marker; SIGTERM ends it after a "batch".
+SLEEPER = """
+import signal, sys, time
+def stop(*_):
+    print("stopping after the current batch", flush=True); time.sleep(0.3); sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+print("running", flush=True)
+while True: time.sleep(0.1)
+"""
+
+
+def _spawn_sleeper(settings: KappaSettings) -> Deployment:
+    log = settings.deployments_path / "fake.v1.log"
+    command = [sys.executable, "-c", SLEEPER, "jobs", "run", "fake", "--version", "1"]
+    pid = deployments.spawn(command, log, deployments.launch_env({}))
+    deployment = _deployment(settings, pid, command=command)
+    deployments.save(settings, deployment)
+    deadline = time.monotonic() + 10
+    while not ("running" in log.read_text() and deployments.driver_pids(deployment)):
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.05)
+    return deployment
+
+
+def test_the_wrapper_records_how_the_job_ended(settings: KappaSettings) -> None:
+    deployment = _spawn_sleeper(settings)
+    try:
+        assert deployments.is_ours(deployment.pid, "fake", 1)
+        assert not deployments.is_ours(deployment.pid, "fake", 2)
+        [driver] = deployments.driver_pids(deployment)
+        assert deployments.state_of(deployment).health is Health.RUNNING
+        os.kill(driver, signal.SIGKILL)  # a crash: the driver dies, the wrapper records it
+        deadline = time.monotonic() + 10
+        while deployments.is_ours(deployment.pid, "fake", 1):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        state = deployments.state_of(deployment)
+        assert state.health is Health.CRASHED
+        assert state.exit_reason is not None
+        assert state.exit_reason.startswith("killed by SIGKILL (exit status 137)")
+    finally:
+        deployments._terminate(deployment, timeout_s=1)
+    assert deployments.group_members(deployment.pid) == []
+
+
+def test_stop_terminates_the_driver_gracefully(settings: KappaSettings) -> None:
+    deployment = _spawn_sleeper(settings)
+    try:
+        started = time.monotonic()
+        stopped = deployments.stop(settings, "fake", 1, timeout_s=20)
+        assert time.monotonic() - started < 10  # SIGTERM did it, not the SIGKILL after the timeout
+        assert stopped.desired == "stopped"
+        log = Path(deployment.log_file).read_text()
+        assert "stopping after the current batch" in log
+        assert deployments.exit_status(log) == 0
+        assert deployments.state_of(stopped).health is Health.STOPPED
+        assert deployments.group_members(deployment.pid) == []
+    finally:
+        deployments._terminate(deployment, timeout_s=1)
+
+
+def test_the_code_location_has_stop_and_restart_jobs_and_a_running_health_sensor() -> None:
+    from dagster import DefaultSensorStatus
+
+    from dagster_project.definitions import defs
+    from dagster_project.operations import SENSOR_INTERVAL_S, SENSOR_NAME
+    from kappa.runtime.discovery import discover
+
+    names = {j.name for j in defs.get_repository_def().get_all_jobs()}
+    for job in discover():
+        assert {f"stop_{job}", f"restart_{job}"} <= names
+    sensor = defs.get_sensor_def(SENSOR_NAME)
+    assert sensor.default_status is DefaultSensorStatus.RUNNING
+    assert sensor.minimum_interval_seconds == SENSOR_INTERVAL_S
+    assert {t.job_name for t in sensor.targets} == {f"restart_{job}" for job in discover()}
+
+
+def test_a_crash_becomes_one_restart_run_tagged_with_why(settings: KappaSettings) -> None:
+    from dagster_project.operations import REASON_TAG, restart_request
+
+    crashed = deployments.DeploymentState(
+        _deployment(settings, 4242, started_at="2026-11-22T08:00:00+00:00", restarts=1),
+        Health.CRASHED,
+        exit_reason="killed by SIGKILL (exit status 137); last log lines: x",
+    )
+    request = restart_request(crashed)
+    assert request.job_name == "restart_fake"
+    assert request.run_key == "fake.v1:4242:2026-11-22T08:00:00+00:00"  # the same crash never restarts twice
+    assert request.tags[REASON_TAG] == "killed by SIGKILL (exit status 137)"
+    assert request.tags["kappa/restarts"] == "2"
+    config = request.run_config["ops"]["restart_fake_deployment"]["config"]
+    assert config == {
+        "version": 1,
+        "reason": "crashed: killed by SIGKILL (exit status 137); last log lines: x",
+        "crashed_pid": 4242,
+    }
