@@ -194,7 +194,7 @@ def cmd_verify(settings: KappaSettings, args: argparse.Namespace) -> int:
 
 
 def cmd_golive(settings: KappaSettings, args: argparse.Namespace) -> int:
-    from kappa import deployments
+    import kappa.deployments as deployments
     from kappa.replay import load
 
     replay = load(settings, args.job, args.version)

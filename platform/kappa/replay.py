@@ -556,7 +556,7 @@ def retire(settings: KappaSettings, replay: Replay) -> dict[str, Any]:
         raise ReplayRefusedError(
             f"{replay.job.name} v{replay.version} is live for {replay.dataset}: cut over to another version first"
         )
-    from kappa import deployments
+    import kappa.deployments as deployments
     from kappa.kafka_client import admin_client
 
     stopped = deployments.stop_if_running(settings, replay.job.name, replay.version)

@@ -142,7 +142,7 @@ def test_runbooks_as_written(stack: KappaSettings, tmp_path: Path, unique_name: 
         from kappa import deployments
 
         for version in started:
-            deployments.stop_if_running(stack, "enrich_clicks", version)
+            deployments.stop_if_running(d.settings(stack), "enrich_clicks", version, timeout_s=30)
 
     steps = [(s.step, s.from_version, s.to_version, s.outcome) for s in registry.steps("enrich_clicks")]
     for expected in [("cutover", 1, 2, "ok"), ("retire", 2, 1, "ok"), ("cutover", 2, 3, "ok"),

@@ -35,6 +35,17 @@ class Deployment:
     prefix: str
     env: dict[str, str]
 
+    def settings(self, stack: KappaSettings) -> KappaSettings:
+        """The stack's settings as this copy's commands see them (its own Delta, checkpoints, deployments)."""
+        fields = {"delta_root", "checkpoint_root", "deployments_dir", "schemas_dir"}
+        return stack.model_copy(
+            update={
+                name: (Path(value) if name.endswith("_dir") else value)
+                for name in fields
+                if (value := self.env.get(f"KAPPA_{name.upper()}")) is not None
+            }
+        )
+
     def kappa(self, *args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(
             [sys.executable, "-m", "kappa.cli", *args],
@@ -97,6 +108,7 @@ def deploy_copy(
         PYTHONUNBUFFERED="1",  # progress lines reach the test as they are logged
         KAPPA_DELTA_ROOT=str(where / "delta"),
         KAPPA_CHECKPOINT_ROOT=str(where / "checkpoints"),
+        KAPPA_DEPLOYMENTS_DIR=str(where / "deployments"),
     )
     deployment = Deployment(code, prefix, env)
     deployment.kappa("topics", "apply")
