@@ -109,6 +109,7 @@ def deploy_copy(
         KAPPA_DELTA_ROOT=str(where / "delta"),
         KAPPA_CHECKPOINT_ROOT=str(where / "checkpoints"),
         KAPPA_DEPLOYMENTS_DIR=str(where / "deployments"),
+        **(env or {}),
     )
     deployment = Deployment(code, prefix, env)
     deployment.kappa("topics", "apply")
