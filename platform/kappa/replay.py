@@ -476,9 +476,11 @@ def verify(settings: KappaSettings, replay: Replay) -> Verification:
 
 def _quality(settings: KappaSettings, replay: Replay, frame: DataFrame) -> dict[str, Any]:
     """The dataset's expectation suite on the whole output (none kept for the dataset: nothing to run)."""
-    try:
-        from kappa import quality
-    except ImportError:
+    import importlib
+
+    try:  # the data contracts (kappa.quality) are optional: without them, nothing to run
+        quality: Any = importlib.import_module("kappa.quality")
+    except ModuleNotFoundError:
         return {"suite": None, "note": "no quality module"}
     suite = quality.suite_for(settings, replay.dataset)
     if suite is None:
