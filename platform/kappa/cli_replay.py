@@ -255,9 +255,11 @@ def cmd_status(settings: KappaSettings, args: argparse.Namespace) -> int:
 
     job = get_job(args.job)
     registry = AliasRegistry(settings)
-    live = registry.live(job.output.name)
+    from kappa.deployment import dataset_of
+
+    live = registry.live(dataset_of(job))
     print(
-        f"{job.name}: declared v{job.version}; {job.output.name} live: "
+        f"{job.name}: declared v{job.version}; {dataset_of(job)} live: "
         + (f"v{live.version} ({live.physical}) since {_when(live.changed_at)} by {live.changed_by}" if live else "none")
     )
     print(f"{'when':<24} {'step':<10} {'from':>5} {'to':>4}  {'outcome':<12} by")

@@ -18,14 +18,20 @@ from kappa.settings import KappaSettings
 from kappa.topics import Topic, dead_letters_of, late_events_of
 
 
+def table_dataset(table: str) -> str:
+    """A Delta table's name in the alias registry: `delta:<table>` (a table and a topic may share a name)."""
+    return f"delta:{table}"
+
+
 def dataset_of(job: JobSpec) -> str:
-    """The dataset a job writes (also for a job already bound to its versioned topic)."""
-    return job.output.dataset_name if isinstance(job.output, Topic) else job.output.name
+    """The alias name of what a job writes: the topic's dataset (also for a job bound to its versioned
+    topic), or `delta:<table>`."""
+    return job.output.dataset_name if isinstance(job.output, Topic) else table_dataset(job.output.name)
 
 
 def writers(jobs: Mapping[str, JobSpec]) -> dict[str, JobSpec]:
-    """Dataset -> the job that declares it as its output."""
-    return {job.output.name: job for job in jobs.values()}
+    """Topic dataset -> the job that writes it (a Delta table is no job's input)."""
+    return {job.output.name: job for job in jobs.values() if isinstance(job.output, Topic)}
 
 
 def input_versions(job: JobSpec, jobs: Mapping[str, JobSpec], aliases: Mapping[str, Alias]) -> dict[str, int]:
@@ -74,7 +80,7 @@ def cluster_topics(catalog: Iterable[Topic], jobs: Mapping[str, JobSpec], aliase
     written = set(writers(jobs))
     wanted: dict[str, Topic] = {t.name: t for t in catalog if t.name not in written}
     for job in jobs.values():
-        live = aliases.get(job.output.name)
+        live = aliases.get(dataset_of(job))
         for version in sorted({job.version, *([live.version] if live else [])}):
             for topic in deployment_topics(bind(job, version, jobs, aliases)):
                 wanted.setdefault(topic.name, topic)

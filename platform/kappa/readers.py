@@ -45,7 +45,9 @@ def live(settings: KappaSettings, dataset: str) -> Alias:
 
 def table_path(settings: KappaSettings, table: str) -> str:
     """The live version's Delta path of a table dataset (`page_stats` -> <delta_root>/page_stats/v2)."""
-    return live(settings, table).physical
+    from kappa.deployment import table_dataset
+
+    return live(settings, table_dataset(table)).physical
 
 
 def read_dataset(spark: SparkSession, settings: KappaSettings, dataset: Topic) -> DataFrame:

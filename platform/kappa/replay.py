@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from kappa.aliases import DELTA_KIND, Alias, AliasRegistry, now_ms
-from kappa.deployment import bind, deployment_topics, physical_output
+from kappa.deployment import bind, dataset_of, deployment_topics, physical_output
 from kappa.errors import KappaError
 from kappa.runtime.declaration import DeltaTable, JobContext, JobSpec, Starting
 from kappa.settings import KappaSettings
@@ -58,7 +58,7 @@ class Replay:
 
     @property
     def dataset(self) -> str:
-        return self.job.output.name
+        return dataset_of(self.job)
 
     @property
     def live(self) -> Alias | None:

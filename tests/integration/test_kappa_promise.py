@@ -56,7 +56,7 @@ from kappa.topic_io import DecodedTopic, decode_topic, kafka_source, read_topic,
 from kappa.topics import Cleanup, Topic, apply
 from tests.integration.conftest import stack_env
 
-EVENTS = int(os.environ.get("KAPPA_PROMISE_EVENTS", "100000"))
+EVENTS = int(os.environ.get("KAPPA_PROMISE_EVENTS", "50000"))
 # Late clicks arrive 150 min late: beyond sessionize's allowed lateness (120), so `.late` is exercised too.
 CONFIG = StreamConfig(
     events=EVENTS, users=2000, seed=31, late_share=0.01, late_by_ms=150 * 60_000, profile_change_share=0.02
@@ -169,7 +169,7 @@ def topics(avro_topic: Callable[..., Topic], stack: KappaSettings) -> dict[str, 
     return made
 
 
-@pytest.mark.timeout(2400)  # every job three ways over 100,000 events: about 7 minutes on 2 cores
+@pytest.mark.timeout(2400)  # every job three ways over 50,000 events: about 4 minutes on 2 cores
 def test_live_with_sigkill_replay_and_batch_give_identical_outputs(
     stack: KappaSettings, spark: SparkSession, topics: dict[str, Topic], tmp_path: Path
 ) -> None:
