@@ -32,6 +32,7 @@ from dagster import (
 
 from dagster_project.resources import KappaResource
 from kappa import deployments
+from kappa.aliases import CONTROL_TOPICS
 from kappa.avro.registry import Registry, value_subject
 from kappa.deadletter import dlq_topic
 from kappa.errors import KappaError
@@ -39,6 +40,7 @@ from kappa.runtime.declaration import DeltaTable, JobSpec
 from kappa.runtime.pipes import BATCH_MESSAGE
 from kappa.topics import FOREVER, Cleanup, Topic
 
+CONTROL_NAMES = {t.name for t in CONTROL_TOPICS}
 JOBS_GROUP = "jobs"  # outputs of the streaming jobs
 SOURCES_GROUP = "sources"  # topics written outside the platform
 DAY_MS = 24 * 60 * 60 * 1000
@@ -238,6 +240,8 @@ def build_assets(
     sources: dict[str, Topic] = {}
     for topic in [*catalog, *read.values()]:
         if topic_key(topic.name) in writers or is_side_topic(topic.name) or topic.name in sources:
+            continue
+        if topic.name in CONTROL_NAMES:  # the alias registry and the audit trail: the platform's, not data
             continue
         sources[topic.name] = topics_by_name.get(topic.name, topic)
     external = [

@@ -188,6 +188,10 @@ def cmd_jobs_run(settings: KappaSettings, args: argparse.Namespace) -> int:
         starting = Starting.parse(args.start_from)
     except ValueError as exc:
         raise KappaError(str(exc)) from None
+    if args.pipes:
+        from kappa.runtime.pipes import require_pipes
+
+        require_pipes()  # before anything is read or bound
     spec = deployed_job(settings, args.job, args.version)
     ensure_live(settings, spec, args.version or spec.version)
 

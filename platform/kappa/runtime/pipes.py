@@ -84,15 +84,22 @@ class PipesReporter:
             self._context.report_asset_materialization(metadata=report_metadata(report))
 
 
-@contextmanager
-def pipes_reporter() -> Iterator[PipesReporter]:
-    """Open the Pipes connection Dagster prepared (its DAGSTER_PIPES_* environment); an exception inside the
-    block is reported to Dagster as the run's failure before it propagates."""
+def require_pipes() -> None:
+    """Fail at once, before any work, unless Dagster Pipes launched this process."""
     try:
-        from dagster_pipes import DAGSTER_PIPES_CONTEXT_ENV_VAR, open_dagster_pipes
+        from dagster_pipes import DAGSTER_PIPES_CONTEXT_ENV_VAR
     except ImportError:
         raise KappaError("--pipes needs the dagster-pipes package (pip install dagster-pipes)") from None
     if DAGSTER_PIPES_CONTEXT_ENV_VAR not in os.environ:
         raise KappaError(f"--pipes: not launched by Dagster Pipes ({DAGSTER_PIPES_CONTEXT_ENV_VAR} is not set)")
+
+
+@contextmanager
+def pipes_reporter() -> Iterator[PipesReporter]:
+    """Open the Pipes connection Dagster prepared (its DAGSTER_PIPES_* environment); an exception inside the
+    block is reported to Dagster as the run's failure before it propagates."""
+    require_pipes()
+    from dagster_pipes import open_dagster_pipes
+
     with open_dagster_pipes() as context:
         yield PipesReporter(context)
