@@ -44,7 +44,7 @@ def _step(
             to_version=to,
             from_version=live,
             outcome="refused",
-            details={"error": str(exc)},
+            details={"error": str(exc), "dataset": replay.dataset},
             by=by,
         )
         raise
@@ -55,11 +55,12 @@ def _step(
             to_version=to,
             from_version=live,
             outcome="failed",
-            details={"error": str(exc)},
+            details={"error": str(exc), "dataset": replay.dataset},
             by=by,
         )
         raise
     outcome = str(found.pop("_outcome", "ok"))
+    found.setdefault("dataset", replay.dataset)  # a job name may write datasets on several deployments
     registry.record(replay.job.name, step, to_version=to, from_version=live, outcome=outcome, details=found, by=by)
 
 

@@ -493,9 +493,13 @@ def _quality(settings: KappaSettings, replay: Replay, frame: DataFrame) -> dict[
 # ------------------------------------------------------------------ 5-8. go live, cut over, roll back, retire
 
 
-def verified(registry: AliasRegistry, job: str, version: int) -> bool:
-    """Did the latest verification of this version pass?"""
-    outcomes = [s.outcome for s in registry.steps(job) if s.step == "verify" and s.to_version == version]
+def verified(registry: AliasRegistry, job: str, version: int, dataset: str) -> bool:
+    """Did the latest verification of this version of the dataset pass?"""
+    outcomes = [
+        s.outcome
+        for s in registry.steps(job)
+        if s.step == "verify" and s.to_version == version and s.facts.get("dataset") == dataset
+    ]
     return bool(outcomes) and outcomes[-1] == "ok"
 
 
@@ -504,7 +508,7 @@ def cutover(settings: KappaSettings, replay: Replay, *, by: str | None = None, f
     live = replay.live
     if live is not None and live.version == replay.version:
         raise ReplayRefusedError(f"{replay.dataset} already points at v{replay.version}")
-    if not force and not verified(registry, replay.job.name, replay.version):
+    if not force and not verified(registry, replay.job.name, replay.version, replay.dataset):
         raise ReplayRefusedError(
             f"{replay.job.name} v{replay.version} has not passed verification: run "
             f"`kappa replay verify {replay.job.name} --version {replay.version}` (or `replay start`) first"
