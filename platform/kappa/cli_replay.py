@@ -6,6 +6,7 @@ Exit status: 0 done, 1 verification failed (the report says why), 2 refused or f
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -35,33 +36,19 @@ def _step(
     found: dict[str, Any] = {}
     live = replay.live.version if replay.live else None
     to = replay.version if to_version is None else to_version
+    details = found
     try:
         yield found
-    except ReplayRefusedError as exc:
-        registry.record(
-            replay.job.name,
-            step,
-            to_version=to,
-            from_version=live,
-            outcome="refused",
-            details={"error": str(exc), "dataset": replay.dataset},
-            by=by,
-        )
+        outcome = str(found.pop("_outcome", "ok"))
+    except BaseException as exc:  # an interrupted step is recorded too
+        outcome = "refused" if isinstance(exc, ReplayRefusedError) else "failed"
+        details = {"error": str(exc) or type(exc).__name__}
         raise
-    except KappaError as exc:
+    finally:
+        details.setdefault("dataset", replay.dataset)  # a job name may write datasets on several deployments
         registry.record(
-            replay.job.name,
-            step,
-            to_version=to,
-            from_version=live,
-            outcome="failed",
-            details={"error": str(exc), "dataset": replay.dataset},
-            by=by,
+            replay.job.name, step, to_version=to, from_version=live, outcome=outcome, details=details, by=by
         )
-        raise
-    outcome = str(found.pop("_outcome", "ok"))
-    found.setdefault("dataset", replay.dataset)  # a job name may write datasets on several deployments
-    registry.record(replay.job.name, step, to_version=to, from_version=live, outcome=outcome, details=found, by=by)
 
 
 def _starting(text: str) -> Any:
@@ -113,15 +100,15 @@ def cmd_check(settings: KappaSettings, args: argparse.Namespace) -> int:
 def cmd_start(settings: KappaSettings, args: argparse.Namespace) -> int:
     """check -> prepare -> catch-up -> verify; launched again after a kill, it resumes from the checkpoint."""
     from kappa.replay import catch_up, check, describe_progress, load, prepare, verify
+    from kappa.runtime.pipes import pipes_reporter
     from kappa.runtime.runner import configure_logging
 
     configure_logging()
     starting = _starting(args.start_from)
     replay = load(settings, args.job, args.version)
     by = args.by
-    pipes_cm = _pipes() if args.pipes else None
-    reporter = pipes_cm.__enter__() if pipes_cm else None
-    try:
+    with contextlib.ExitStack() as stack:  # with --pipes, a failure reaches Dagster as the run's failure
+        reporter = stack.enter_context(pipes_reporter()) if args.pipes else None
         with _step(settings, replay, "check", by) as found:
             found |= check(settings, replay, starting)
         with _step(settings, replay, "prepare", by) as found:
@@ -170,15 +157,6 @@ def cmd_start(settings: KappaSettings, args: argparse.Namespace) -> int:
             )
             reporter.materialize({"version": replay.version, "catch_up": caught_up, "verification": result.as_dict()})
         return 0 if result.passed else 1
-    finally:
-        if pipes_cm is not None:
-            pipes_cm.__exit__(None, None, None)
-
-
-def _pipes() -> Any:
-    from kappa.runtime.pipes import pipes_reporter
-
-    return pipes_reporter()
 
 
 def cmd_verify(settings: KappaSettings, args: argparse.Namespace) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
-from kappa.aliases import DELTA_KIND, TOPIC_KIND, Alias
+from kappa.aliases import DELTA_KIND, TOPIC_KIND, Alias, AliasRegistry
 from kappa.errors import KappaError
 from kappa.runtime.declaration import DeltaTable, JobSpec
 from kappa.settings import KappaSettings
@@ -89,7 +89,7 @@ def cluster_topics(catalog: Iterable[Topic], jobs: Mapping[str, JobSpec], aliase
 
 def deployed_job(settings: KappaSettings, name: str, version: int | None = None) -> JobSpec:
     """The discovered job `name`, bound for `version` (default: its declared one) against the live aliases."""
-    from kappa.aliases import AliasRegistry
+
     from kappa.runtime.discovery import discover, get_job
 
     job = get_job(name)
@@ -103,7 +103,7 @@ def deployed_job(settings: KappaSettings, name: str, version: int | None = None)
 
 def topics_to_apply(settings: KappaSettings, catalog: Iterable[Topic]) -> list[Topic]:
     """`cluster_topics` for the discovered jobs and the live aliases (none yet on a fresh cluster)."""
-    from kappa.aliases import AliasRegistry
+
     from kappa.runtime.discovery import discover
 
     return cluster_topics(catalog, discover(), AliasRegistry(settings).all())
@@ -112,26 +112,40 @@ def topics_to_apply(settings: KappaSettings, catalog: Iterable[Topic]) -> list[T
 def ensure_live(settings: KappaSettings, job: JobSpec, version: int) -> Alias | None:
     """A dataset with no live version gets one: the first version of its job that runs. Later versions go
     live only by a cutover. Returns the alias it set, None if the dataset already had one."""
-    from kappa.aliases import AliasRegistry
 
     registry = AliasRegistry(settings)
     dataset = dataset_of(job)
     if registry.live(dataset) is not None:
         return None
-    kind, physical = physical_output(job, settings, version)
     try:
-        alias = registry.move(
-            dataset,
-            job=job.name,
-            kind=kind,
-            version=version,
-            physical=physical,
-            expected_version=None,
-            reason="first deployment",
-        )
+        alias = point_alias(settings, registry, job, version, expected=None, reason="first deployment")
     except KappaError:
         if registry.live(dataset) is not None:
             return None  # another first run won the race: that one is live
         raise
-    registry.record(job.name, "deploy", to_version=version, from_version=None, details={"physical": physical})
+    registry.record(job.name, "deploy", to_version=version, from_version=None, details={"physical": alias.physical})
     return alias
+
+
+def point_alias(
+    settings: KappaSettings,
+    registry: AliasRegistry,
+    job: JobSpec,
+    version: int,
+    *,
+    expected: int | None,
+    reason: str,
+    by: str | None = None,
+) -> Alias:
+    """Move the alias of what `job` writes to `version`, if it still points at `expected` (kappa.aliases)."""
+    kind, physical = physical_output(job, settings, version)
+    return registry.move(
+        dataset_of(job),
+        job=job.name,
+        kind=kind,
+        version=version,
+        physical=physical,
+        expected_version=expected,
+        reason=reason,
+        by=by,
+    )

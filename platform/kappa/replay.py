@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from kappa.aliases import DELTA_KIND, Alias, AliasRegistry, now_ms
-from kappa.deployment import bind, dataset_of, deployment_topics, physical_output
+from kappa.deployment import bind, dataset_of, deployment_topics, physical_output, point_alias
 from kappa.errors import KappaError
 from kappa.runtime.declaration import DeltaTable, JobContext, JobSpec, Starting
 from kappa.settings import KappaSettings
@@ -395,52 +395,58 @@ def read_output(spark: SparkSession, settings: KappaSettings, job: JobSpec, vers
 
 
 def reconcile(new: DataFrame, live: DataFrame, keys: list[str]) -> dict[str, Any]:
-    """Counts and key-level differences between two versions' outputs, with samples of each kind."""
+    """Counts and key-level differences between two versions' outputs, with samples of each kind.
+
+    One full outer join, kept in memory, and one aggregation for every count: each output is read once."""
     from pyspark.sql import functions as F
 
     values = [c for c in new.columns if c not in keys and c in live.columns]
-    n, o = new.alias("n"), live.alias("o")
-    joined = n.join(o, on=[F.col(f"n.{k}").eqNullSafe(F.col(f"o.{k}")) for k in keys], how="full_outer")
-    only_new = joined.where(F.coalesce(*[F.col(f"o.{k}").isNull() for k in keys]))
-    only_live = joined.where(F.coalesce(*[F.col(f"n.{k}").isNull() for k in keys]))
-    both = joined.where(~F.coalesce(*[F.col(f"o.{k}").isNull() for k in keys])).where(
-        ~F.coalesce(*[F.col(f"n.{k}").isNull() for k in keys])
-    )
+    n = new.withColumn("_in", F.lit(True)).alias("n")
+    o = live.withColumn("_in", F.lit(True)).alias("o")
+    in_new, in_live = F.col("n._in").isNotNull(), F.col("o._in").isNotNull()
     differs = F.lit(False)
     for c in values:
         differs = differs | ~F.col(f"n.{c}").eqNullSafe(F.col(f"o.{c}"))
-    changed = both.where(differs)
+    joined = (
+        n.join(o, on=[F.col(f"n.{k}").eqNullSafe(F.col(f"o.{k}")) for k in keys], how="full_outer")
+        .select(
+            in_new.alias("in_new"),
+            in_live.alias("in_live"),
+            (in_new & in_live & differs).alias("changed"),
+            *[F.coalesce(F.col(f"n.{k}"), F.col(f"o.{k}")).alias(k) for k in keys],
+            *[F.struct(F.col(f"o.{c}").alias("live"), F.col(f"n.{c}").alias("new")).alias(c) for c in values],
+        )
+        .persist()
+    )
+    try:
+        counts = joined.agg(
+            F.count(F.when(F.col("in_new"), 1)).alias("rows_new"),
+            F.count(F.when(F.col("in_live"), 1)).alias("rows_live"),
+            F.count(F.when(F.col("in_new") & ~F.col("in_live"), 1)).alias("only_in_new"),
+            F.count(F.when(F.col("in_live") & ~F.col("in_new"), 1)).alias("only_in_live"),
+            F.count(F.when(F.col("changed"), 1)).alias("changed"),
+        ).first()
+        assert counts is not None
 
-    def sample(frame: DataFrame, side: str) -> list[dict[str, Any]]:
-        return [r.asDict(recursive=True) for r in frame.select(f"{side}.*").limit(SAMPLES).collect()]
+        def sample(where: Any, side: str) -> list[dict[str, Any]]:
+            rows = joined.where(where).select(*keys, *[F.col(f"{c}.{side}").alias(c) for c in values])
+            return [r.asDict(recursive=True) for r in rows.limit(SAMPLES).collect()]
 
-    def changed_sample() -> list[dict[str, Any]]:
-        rows = changed.select(*[F.col(f"n.{k}").alias(k) for k in keys], *[
-            F.struct(F.col(f"o.{c}").alias("live"), F.col(f"n.{c}").alias("new")).alias(c) for c in values
-        ]).limit(SAMPLES).collect()  # fmt: skip
-        return [
+        changed = [
             {**{k: r[k] for k in keys}, **{c: r[c].asDict() for c in values if r[c]["live"] != r[c]["new"]}}
-            for r in rows
+            for r in joined.where(F.col("changed")).limit(SAMPLES).collect()
         ]
-
-    counts = joined.agg(
-        F.count(F.when(~F.coalesce(*[F.col(f"n.{k}").isNull() for k in keys]), 1)).alias("new"),
-        F.count(F.when(~F.coalesce(*[F.col(f"o.{k}").isNull() for k in keys]), 1)).alias("live"),
-    ).first()
-    assert counts is not None
-    return {
-        "keys": keys,
-        "rows_new": int(counts["new"]),
-        "rows_live": int(counts["live"]),
-        "only_in_new": only_new.count(),
-        "only_in_live": only_live.count(),
-        "changed": changed.count(),
-        "samples": {
-            "only_in_new": sample(only_new, "n"),
-            "only_in_live": sample(only_live, "o"),
-            "changed": changed_sample(),
-        },
-    }
+        return {
+            "keys": keys,
+            **{name: int(counts[name]) for name in ("rows_new", "rows_live", "only_in_new", "only_in_live", "changed")},
+            "samples": {
+                "only_in_new": sample(F.col("in_new") & ~F.col("in_live"), "new"),
+                "only_in_live": sample(F.col("in_live") & ~F.col("in_new"), "live"),
+                "changed": changed,
+            },
+        }
+    finally:
+        joined.unpersist()
 
 
 def output_keys(job: JobSpec, frame: DataFrame) -> list[str]:
@@ -513,17 +519,9 @@ def cutover(settings: KappaSettings, replay: Replay, *, by: str | None = None, f
             f"{replay.job.name} v{replay.version} has not passed verification: run "
             f"`kappa replay verify {replay.job.name} --version {replay.version}` (or `replay start`) first"
         )
-    kind, physical = physical_output(replay.job, settings, replay.version)
-    return registry.move(
-        replay.dataset,
-        job=replay.job.name,
-        kind=kind,
-        version=replay.version,
-        physical=physical,
-        expected_version=live.version if live else None,
-        reason="cutover" + (" (forced past verification)" if force else ""),
-        by=by,
-    )
+    reason = "cutover" + (" (forced past verification)" if force else "")
+    expected = live.version if live else None
+    return point_alias(settings, registry, replay.job, replay.version, expected=expected, reason=reason, by=by)
 
 
 def rollback(settings: KappaSettings, replay: Replay, *, by: str | None = None) -> Alias:
@@ -533,17 +531,8 @@ def rollback(settings: KappaSettings, replay: Replay, *, by: str | None = None) 
     back = live.previous_version
     if not output_exists(settings, replay.job, back):
         raise ReplayRefusedError(f"{replay.job.name} v{back} was retired: its output is gone; replay it instead")
-    kind, physical = physical_output(replay.job, settings, back)
-    return AliasRegistry(settings).move(
-        replay.dataset,
-        job=replay.job.name,
-        kind=kind,
-        version=back,
-        physical=physical,
-        expected_version=live.version,
-        reason=f"rollback from v{live.version}",
-        by=by,
-    )
+    reason = f"rollback from v{live.version}"
+    return point_alias(settings, AliasRegistry(settings), replay.job, back, expected=live.version, reason=reason, by=by)
 
 
 def output_exists(settings: KappaSettings, job: JobSpec, version: int) -> bool:

@@ -22,6 +22,7 @@ from confluent_kafka.admin import (
 )
 
 from kappa.avro.compat import Compatibility
+from kappa.deadletter import dlq_topic
 from kappa.errors import KappaError
 
 FOREVER = -1  # retention.ms = -1: a retained log keeps everything
@@ -92,25 +93,23 @@ class Topic:
         return {**wanted, **self.extra_configs}
 
 
+def _side_topic(name: str, doc: str) -> Topic:
+    """Original bytes plus headers saying why, kept 30 days to inspect and re-inject."""
+    return Topic(name=name, partitions=1, cleanup=Cleanup.DELETE, retention_ms=SIDE_RETENTION_MS, doc=doc)
+
+
 def dead_letters_of(topic: Topic) -> Topic:
-    """The dead-letter topic of a (physical) topic: original bytes plus headers naming the error; 30 days."""
-    return Topic(
-        name=f"{topic.name}.dlq",
-        partitions=1,
-        cleanup=Cleanup.DELETE,
-        retention_ms=SIDE_RETENTION_MS,
-        doc=f"Records of {topic.name} that could not be decoded or broke their contract.",
+    """The dead-letter topic of a (physical) topic: records that could not be decoded or broke their contract."""
+    return _side_topic(
+        dlq_topic(topic.name), f"Records of {topic.name} that could not be decoded or broke their contract."
     )
 
 
 def late_events_of(topic: Topic) -> Topic:
-    """The side topic of input records too late for the job writing `topic`: original bytes plus headers."""
-    return Topic(
-        name=f"{topic.name}.late",
-        partitions=1,
-        cleanup=Cleanup.DELETE,
-        retention_ms=SIDE_RETENTION_MS,
-        doc=f"Input records the job writing {topic.name} set aside as beyond its lateness contract, counted.",
+    """The side topic of input records too late for the job writing `topic`."""
+    return _side_topic(
+        f"{topic.name}.late",
+        f"Input records the job writing {topic.name} set aside as beyond its lateness contract, counted.",
     )
 
 
