@@ -28,6 +28,9 @@ CLOCK_RESET = datetime(1970, 1, 1, 0, 0, 1, tzinfo=UTC)
 # Columns of each Delta table a suite is kept for (what the view jobs write).
 TABLE_COLUMNS = {
     "page_stats": {"page", "hour_start", "views", "distinct_users", "median_time_on_page_ms"},
+    "raw_clicks": {
+        "event_id", "user_id", "page", "referrer", "event_time", "device", "kafka_partition", "kafka_offset",
+    },
     "user_activity": {"user_id", "sessions", "clicks", "first_seen", "last_seen", "segment"},
     "sessions": {
         "session_id", "user_id", "start_time", "end_time", "clicks", "distinct_pages", "entry_page", "exit_page",
