@@ -88,7 +88,8 @@ def main() -> None:
             table_rows: dict[str, int] = {}
             for run in range(args.runs):
                 for mode, settings in modes.items():
-                    job = dataclasses.replace(RAW_CLICKS, name=f"raw_clicks_bench_{uuid.uuid4().hex[:6]}")
+                    name = f"raw_clicks_bench_{uuid.uuid4().hex[:6]}"  # fresh checkpoints and table
+                    job = dataclasses.replace(RAW_CLICKS, name=name, output=DeltaTable(name))
                     seconds = timed(lambda j=job, s=settings: run_job(j, s, available_now=True))  # type: ignore[misc]
                     assert isinstance(job.output, DeltaTable)
                     table_rows[mode] = DeltaTable_(job.output.path(settings, job.version)).count()
