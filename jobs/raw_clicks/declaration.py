@@ -1,4 +1,5 @@
-"""raw_clicks: Kafka `clicks` (Confluent Avro) -> Delta `raw_clicks`; undecodable records -> `clicks.dlq`.
+"""raw_clicks: Kafka `clicks` (Confluent Avro) -> Delta `raw_clicks`; undecodable records and records breaking
+the clicks contract (schemas/expectations/clicks.json) -> `clicks.dlq`.
 
 Two streaming queries over the same topic, each with its own checkpoint: the table append (the job's one
 output) and the dead-letter sink. Every input record lands in exactly one of them.
@@ -18,7 +19,8 @@ TABLE = DeltaTable("raw_clicks", doc="Every decodable click, one row each, with 
 
 
 def start(ctx: JobContext) -> Sequence[StreamingQuery]:
-    clicks = ctx.read(CLICKS)
+    [source] = ctx.spec.inputs  # CLICKS, or the topic a bound spec names
+    clicks = ctx.read(source)
     table = (
         click_rows(clicks.records)
         .writeStream.format("delta")
@@ -28,7 +30,7 @@ def start(ctx: JobContext) -> Sequence[StreamingQuery]:
         .trigger(**ctx.trigger())
         .start(ctx.output_path())
     )
-    dead = ctx.start_dead_letters(clicks, CLICKS)
+    dead = ctx.start_dead_letters(clicks, source)
     return [table, dead]
 
 

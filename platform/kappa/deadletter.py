@@ -27,6 +27,9 @@ H_SOURCE_OFFSET = "kappa.source.offset"
 H_JOB = "kappa.job"
 H_JOB_VERSION = "kappa.job.version"
 H_TIME = "kappa.dead-lettered.at"  # processing time: metadata, never compared
+# Contract violations only: the broken expectations' names (comma-separated) and the suite they belong to.
+H_CONTRACT_BROKEN = "kappa.contract.broken"
+H_CONTRACT_SUITE = "kappa.contract.suite"
 HEADERS = (H_KIND, H_MESSAGE, H_SOURCE_TOPIC, H_SOURCE_PARTITION, H_SOURCE_OFFSET, H_JOB, H_JOB_VERSION, H_TIME)
 
 

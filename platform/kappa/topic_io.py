@@ -6,6 +6,11 @@
     write_topic(rows, settings, ENRICHED_CLICKS, key=F.col("event_id"))  # a DataStreamWriter
 
 Every input row lands in exactly one of the two (tombstones, null values, are neither: see `tombstones`).
+
+Data contracts: `read_topic` applies the row-level expectations of the topic's dataset suite
+(`schemas/expectations/<dataset>.json`, kappa.quality) while it splits: a record that decodes but breaks the
+contract is a dead letter of kind `contract-violation`, its `kappa.contract.broken` header naming the broken
+expectations. The check is one Spark expression in the same projection as the decoding: no Python per record.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from kappa.avro.registry import Registry
 from kappa.avro.schemas import topic_value_schema
 from kappa.avro.spark import DEAD_LETTER, RECORD, decode_confluent, encode_confluent, struct_for
 from kappa.deadletter import (
+    H_CONTRACT_BROKEN,
+    H_CONTRACT_SUITE,
     H_JOB,
     H_JOB_VERSION,
     H_KIND,
@@ -30,9 +37,11 @@ from kappa.deadletter import (
     H_SOURCE_PARTITION,
     H_SOURCE_TOPIC,
     H_TIME,
+    DeadLetterKind,
     dlq_topic,
 )
 from kappa.errors import KappaError
+from kappa.quality import RowContract, row_contract, suite_for
 from kappa.settings import KappaSettings
 from kappa.topics import Topic
 
@@ -91,30 +100,48 @@ def decode_topic(
     job: str,
     job_version: int,
     with_raw: bool = False,
+    contract: RowContract | None = None,
 ) -> DecodedTopic:
     """Split raw Kafka rows into decoded records, dead letters and tombstones.
 
     `with_raw`: records also carry `kafka_topic` and their original bytes (`raw_value`), for side outputs.
+    `contract`: decoded records breaking it are dead letters too (kind `contract-violation`), not records.
     """
     decoded = decode_confluent(raw, reader_schema, writers)
+    field_names = [f["name"] for f in reader_schema["fields"]]
+    keeps = F.col(RECORD).isNotNull()
+    broken: Column = F.lit(None).cast("string")
+    if contract is not None and contract.expectations:
+        contract.require(field_names)
+        passes = contract.passes(F.col(RECORD).getField)
+        keeps = keeps & passes
+        breaks = F.col(RECORD).isNotNull() & ~passes
+        # Only a failing row pays for the names (the array is built under the `when`).
+        broken = F.when(breaks, F.array_join(contract.violations(F.col(RECORD).getField), ", "))
+        violation = F.struct(
+            F.lit(DeadLetterKind.CONTRACT_VIOLATION.value).alias("kind"),
+            F.concat(F.lit(f"breaks its data contract {contract.suite}: "), broken).alias("message"),
+        )
+        decoded = decoded.withColumn(DEAD_LETTER, F.when(breaks, violation).otherwise(F.col(DEAD_LETTER)))
     meta = [
         F.col("partition").alias("kafka_partition"),
         F.col("offset").alias("kafka_offset"),
         F.col("timestamp").alias("kafka_timestamp"),
     ]
-    field_names = [f["name"] for f in reader_schema["fields"]]
-    # one row per decoded record
+    # one row per decoded record that keeps its contract
     raw_columns = [F.col("topic").alias("kafka_topic"), F.col("value").alias("raw_value")] if with_raw else []
-    records = decoded.where(F.col(RECORD).isNotNull()).select(
+    records = decoded.where(keeps).select(
         F.col("key").cast("string").alias("key"),
         *[F.col(f"{RECORD}.{n}").alias(n) for n in field_names],
         *meta,
         *raw_columns,
     )
-    # one row per record that could not be decoded, original bytes untouched
-    dead = decoded.where(F.col(DEAD_LETTER).isNotNull()).select(
-        "key", "value", dead_letter_headers(job, job_version).alias("headers")
-    )
+    # one row per record that could not be decoded or broke its contract, original bytes untouched
+    headers = dead_letter_headers(job, job_version)
+    if contract is not None and contract.expectations:
+        named = F.array(kafka_header(H_CONTRACT_BROKEN, broken), kafka_header(H_CONTRACT_SUITE, F.lit(contract.suite)))
+        headers = F.concat(headers, F.filter(named, lambda _: broken.isNotNull()))
+    dead = decoded.where(F.col(DEAD_LETTER).isNotNull()).select("key", "value", headers.alias("headers"))
     tombstones = decoded.where(F.col("value").isNull()).select(F.col("key").cast("string").alias("key"), *meta)
     return DecodedTopic(records, dead, tombstones)
 
@@ -150,14 +177,26 @@ def read_topic(
     max_offsets_per_trigger: int | None = None,
     starting_timestamp_ms: int | None = None,
     with_raw: bool = False,
+    enforce_contract: bool = True,
 ) -> DecodedTopic:
-    """A declared topic, decoded into its declared schema from every writer version the registry knows."""
+    """A declared topic, decoded into its declared schema from every writer version the registry knows.
+
+    `enforce_contract`: records breaking the row-level expectations of the dataset's suite, if it has one,
+    go to the dead letters (False: every decodable record is a record, e.g. to measure the contract).
+    """
     with Registry(settings.registry) as registry:
         writers = writer_schemas(registry, topic)
     raw = kafka_source(
         spark, settings, topic, streaming, starting_offsets, max_offsets_per_trigger, starting_timestamp_ms
     )
-    return decode_topic(raw, value_schema(settings, topic), writers, job, job_version, with_raw)
+    contract = topic_contract(settings, topic) if enforce_contract else None
+    return decode_topic(raw, value_schema(settings, topic), writers, job, job_version, with_raw, contract)
+
+
+def topic_contract(settings: KappaSettings, topic: Topic) -> RowContract | None:
+    """The row-level contract of a topic: its dataset's suite (a versioned topic shares its dataset's)."""
+    suite = suite_for(settings, topic.dataset_name)
+    return row_contract(suite) if suite is not None else None
 
 
 def topic_encoder(settings: KappaSettings, topic: Topic) -> Callable[[DataFrame, Column, Column | None], DataFrame]:
