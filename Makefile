@@ -18,10 +18,14 @@ DAGSTER_PORT ?= 3000
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-18s %s\n", $$1, $$2}'
 
-system-packages: ## Debian packages the stack needs (Java 17 for Spark, Maven), installed only if missing
+system-packages: ## Debian packages: Java 17 for Spark, Maven, chromium for the Dagster UI test; only if missing
 	@command -v java >/dev/null && command -v mvn >/dev/null || { \
 	  echo "installing Java 17 and Maven with apt-get"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jdk-headless maven; }
+	@# Debian's chromium, driven headless by Playwright in tests/e2e/test_dagster_ui.py (Playwright downloads no browser).
+	@test -x /usr/bin/chromium || { \
+	  echo "installing chromium with apt-get"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
 setup: system-packages ## install Python packages (uv, locked) and fetch the JVM artifacts (once)
 	@command -v $(UV) >/dev/null || python3 -m pip install --quiet "uv==$(UV_VERSION)"

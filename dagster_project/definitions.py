@@ -9,7 +9,9 @@ from collections.abc import Iterable, Mapping
 from dagster import Definitions, PipesSubprocessClient
 
 from dagster_project.assets import build_assets
+from dagster_project.checks import quality_checks
 from dagster_project.operations import operations_definitions
+from dagster_project.replay import replay_asset_checks, replay_definitions
 from dagster_project.resources import KappaResource
 from kappa.runtime.declaration import JobSpec
 from kappa.topics import Topic
@@ -33,7 +35,9 @@ def build_definitions(
     op_jobs, sensors = operations_definitions(jobs)
     return Definitions(
         assets=[*job_assets, *sources],
-        jobs=op_jobs,
+        # data_contract on Delta outputs; replay_quality and replay_reconciliation on every output
+        asset_checks=[*quality_checks(jobs), *replay_asset_checks(jobs)],
+        jobs=[*op_jobs, *replay_definitions(jobs)],  # stop_/restart_ and replay_/rollback_/retire_<job>
         sensors=sensors,
         resources={
             "kappa": kappa or KappaResource(),

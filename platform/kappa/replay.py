@@ -481,18 +481,15 @@ def verify(settings: KappaSettings, replay: Replay) -> Verification:
 
 
 def _quality(settings: KappaSettings, replay: Replay, frame: DataFrame) -> dict[str, Any]:
-    """The dataset's expectation suite on the whole output (none kept for the dataset: nothing to run)."""
-    import importlib
+    """The output's expectation suite on the whole output (none kept for it: nothing to run)."""
+    from kappa.quality import suite_for, validate_dataframe
 
-    try:  # the data contracts (kappa.quality) are optional: without them, nothing to run
-        quality: Any = importlib.import_module("kappa.quality")
-    except ModuleNotFoundError:
-        return {"suite": None, "note": "no quality module"}
-    suite = quality.suite_for(settings, replay.dataset)
+    output = replay.job.output
+    name = output.dataset_name if isinstance(output, Topic) else output.name  # a table's suite is its name
+    suite = suite_for(settings, name)
     if suite is None:
-        return {"suite": None, "note": f"no expectation suite kept for {replay.dataset}"}
-    report = quality.validate_dataframe(frame, suite)
-    result: dict[str, Any] = report.as_dict()
+        return {"suite": None, "note": f"no expectation suite kept for {name}"}
+    result: dict[str, Any] = validate_dataframe(frame, suite).as_dict()
     return result
 
 
