@@ -13,7 +13,7 @@ export UV_PYTHON := 3.11
 DAGSTER_HOME ?= $(CURDIR)/.state/dagster
 DAGSTER_PORT ?= 3000
 
-.PHONY: help setup system-packages demo test test-unit test-integration test-e2e lint format up down status topics dagster bench-avro bench-pipeline ci clean
+.PHONY: help setup system-packages demo test test-unit test-integration test-e2e lint format up down status topics dagster bench-avro bench-pipeline bench-contracts bench-replay ci clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-18s %s\n", $$1, $$2}'
@@ -76,6 +76,12 @@ bench-avro: setup ## benchmark: Spark decoding Confluent Avro from Kafka (1 vs 3
 
 bench-pipeline: setup ## benchmark: replay throughput of every job (5M events) vs Kafka's ceiling, live latency, profiles
 	$(UV) run --frozen python -m tests.benchmarks.bench_pipeline $(BENCH_ARGS)
+
+bench-contracts: setup ## benchmark: raw_clicks replay throughput with and without the row-level data contract
+	$(UV) run --frozen python -m tests.benchmarks.bench_contracts $(BENCH_ARGS)
+
+bench-replay: setup ## benchmark: a replay of enrich_clicks on the demo data set (wall, events/s, checks' overhead, cutover)
+	$(UV) run --frozen python -m tests.benchmarks.bench_replay $(BENCH_ARGS)
 
 ci: lint test ## exactly what CI runs (.ci/run)
 
