@@ -26,6 +26,7 @@ from typing import Any
 
 from kappa.aliases import AliasRegistry, Step
 from kappa.generate import StreamConfig
+from kappa.quality import EXPECTATIONS_DIR, suites_dir
 from tests.benchmarks.common import bench_stack, report
 from tests.integration.replay_pipeline import Deployment, deploy_copy, produce
 
@@ -57,6 +58,8 @@ def replay_round(d: Deployment, registry: AliasRegistry, dataset: str, version: 
     catch_up = step(registry, dataset, "catch-up", version)
     verify = step(registry, dataset, "verify", version)
     assert verify.outcome == "ok", verify.details
+    suite = (verify.facts.get("quality") or {}).get("suite")
+    assert (suite is not None) == (mode == "with"), f"{mode} the contracts, verify ran suite {suite}"
     facts = catch_up.facts
     return {
         "version": version,
@@ -66,7 +69,7 @@ def replay_round(d: Deployment, registry: AliasRegistry, dataset: str, version: 
         "catch_up_s": facts["seconds"],
         "catch_up_events_per_s": facts["events_per_second"],
         "verify_s": round((verify.at - catch_up.at) / 1000, 1),
-        "suite": (verify.facts.get("quality") or {}).get("suite") or "none",
+        "suite": suite or "none",
     }
 
 
@@ -80,10 +83,17 @@ def main() -> None:
     with bench_stack(keep=args.keep) as stack, tempfile.TemporaryDirectory(prefix="bench-replay-") as tmp:
         prefix = f"br{int(time.time())}_"
         d = deploy_copy(stack, Path(tmp, "pipeline"), prefix)
-        bare = Path(tmp, "schemas-without-contracts")
-        bare.mkdir()
-        for avsc in d.settings(stack).schemas_path.glob("*.avsc"):
-            shutil.copy(avsc, bare / avsc.name)
+        # The copy's datasets are prefixed: its suites are the repository's, under the prefixed names.
+        schemas = d.settings(stack).schemas_path
+        with_dir, bare = Path(tmp, "schemas-with-contracts"), Path(tmp, "schemas-without-contracts")
+        for folder in (with_dir, bare):
+            folder.mkdir()
+            for avsc in schemas.glob("*.avsc"):
+                shutil.copy(avsc, folder / avsc.name)
+        (with_dir / EXPECTATIONS_DIR).mkdir()
+        for suite in suites_dir(d.settings(stack)).glob("*.json"):
+            shutil.copy(suite, with_dir / EXPECTATIONS_DIR / f"{prefix}{suite.name}")
+        d = Deployment(d.code, d.prefix, {**d.env, "KAPPA_SCHEMAS_DIR": str(with_dir)})
         without = Deployment(d.code, d.prefix, {**d.env, "KAPPA_SCHEMAS_DIR": str(bare)})
 
         produce(stack, d, slice(0, None), demo_config(args.events))

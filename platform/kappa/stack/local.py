@@ -410,11 +410,17 @@ def _server_properties(index: int, nodes: int, kafka_port: int, controller_port:
     return "".join(f"{k}={v}\n" for k, v in lines.items())
 
 
+def _format_command(java: str, classpath: str, props: Path, cluster_id: str) -> list[str]:
+    # `--cluster-id=<id>`, one argument: a random id can start with "-" (base64url), which as a separate
+    # argument the tool's parser takes for an option ("expected one argument").
+    return [java, *_log4j_option(), "-cp", classpath, "kafka.tools.StorageTool", "format",
+            f"--cluster-id={cluster_id}", "-c", str(props)]  # fmt: skip
+
+
 def _format_storage(java: str, classpath: str, props: Path, cluster_id: str, log: Path) -> None:
     import subprocess
 
-    command = [java, *_log4j_option(), "-cp", classpath, "kafka.tools.StorageTool", "format",
-               "-t", cluster_id, "-c", str(props)]  # fmt: skip
+    command = _format_command(java, classpath, props, cluster_id)
     result = subprocess.run(command, capture_output=True, text=True, check=False, timeout=120)
     log.write_text(result.stdout + result.stderr)
     if result.returncode != 0:
