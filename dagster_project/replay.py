@@ -18,6 +18,7 @@ Every step runs the `kappa` CLI outside Dagster's process (job code and Spark ne
 who, when, from and to in the audit trail, exactly as when an operator runs the same command by hand.
 """
 
+import contextlib
 import os
 import re
 import signal
@@ -59,12 +60,11 @@ from dagster import (
 
 from dagster_project.assets import output_key
 from dagster_project.resources import KappaResource
+from kappa.aliases import Alias, Step
+from kappa.cli_replay import INTERRUPTED, NOT_VERIFIED, PROGRESS_MESSAGE, REFUSED, VERIFICATION_MESSAGE, VERIFIED
 from kappa.deployment import dataset_of
 from kappa.runtime.declaration import JobSpec
 
-# The `kind` of the custom messages `kappa replay start --pipes` sends (kappa.cli_replay).
-PROGRESS_MESSAGE = "replay_progress"
-VERIFICATION_MESSAGE = "replay_verification"
 QUALITY_CHECK = "replay_quality"
 RECONCILIATION_CHECK = "replay_reconciliation"
 REPLAY_CHECKS = (QUALITY_CHECK, RECONCILIATION_CHECK)
@@ -72,8 +72,6 @@ CHECK_DOC = {
     QUALITY_CHECK: "The dataset's quality suite on",
     RECONCILIATION_CHECK: "Counts and key-level differences against the live version, of",
 }
-# Exit statuses of `kappa replay start` (kappa.cli_replay): verified, verification failed, refused.
-VERIFIED, NOT_VERIFIED, REFUSED, INTERRUPTED = 0, 1, 2, 130
 LOG_RECORD = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ ")  # kappa's logging format
 OBSERVE_EVERY_S = 5.0  # at most one progress observation of the output asset per interval (and the last one)
 
@@ -102,18 +100,19 @@ def _tail(path: Path, lines: int = 20) -> str:
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the step's process group (a job stops after its current batch and resumes from its checkpoint),
-    then SIGKILL whatever is left after 60 s."""
-    if process.poll() is not None:
-        return
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(60)
-    except subprocess.TimeoutExpired:
+    """SIGTERM the CLI's Python process alone (the catch-up stops after its current batch and resumes from its
+    checkpoint; a SIGTERM to the whole group would kill Spark's JVM mid-batch), then SIGKILL whatever is left
+    of its process group after 60 s."""
+    if process.poll() is None:
+        try:
+            process.send_signal(signal.SIGTERM)
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            pass
+    with contextlib.suppress(ProcessLookupError):  # the group is gone when everything exited on its own
         os.killpg(process.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
         process.wait(10)
-    except ProcessLookupError:
-        pass
 
 
 def run_cli(context: OpExecutionContext, kappa: KappaResource, args: Sequence[str]) -> str:
@@ -147,9 +146,9 @@ CATCH_UP_CONFIG = {
 
 
 def _progress_metadata(report: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: report[k] for k in ("offsets_done", "offsets_total", "percent", "events_per_second") if k in report} | {
-        "seconds_left": report.get("seconds_left") if report.get("seconds_left") is not None else 0.0,
-    }
+    """Offsets done and total, events per second, and the time left once a rate is known (left out before)."""
+    keys = ("offsets_done", "offsets_total", "percent", "events_per_second", "seconds_left")
+    return {k: report[k] for k in keys if report.get(k) is not None}
 
 
 @op(
@@ -221,9 +220,9 @@ def catch_up(context: OpExecutionContext) -> Iterator[Any]:
             context.log.info(line)
     reports = [m for m in messages if isinstance(m, dict) and m.get("kind") == VERIFICATION_MESSAGE]
     progress = [m for m in messages if isinstance(m, dict) and m.get("kind") == PROGRESS_MESSAGE]
-    if status == REFUSED:
-        message = error.splitlines()[-1] if error else "refused"
-        raise Failure(description=f"replay refused: {message}", metadata={"stderr": MetadataValue.text(error)})
+    if status == REFUSED:  # a refused check or a failed step: the CLI's one message says which
+        message = error.splitlines()[-1] if error else f"exited {status}"
+        raise Failure(description=f"kappa replay start: {message}", metadata={"stderr": MetadataValue.text(error)})
     if status == INTERRUPTED:
         raise Failure(description="the catch-up was stopped by a signal: launch the replay again to resume")
     if status not in (VERIFIED, NOT_VERIFIED) or not reports:
@@ -521,27 +520,33 @@ def replay_checks(job: JobSpec) -> list[AssetChecksDefinition]:
 
 
 def recorded_verification(kappa: KappaResource, job: JobSpec) -> dict[str, tuple[bool, str, dict[str, Any]]]:
-    """The checks' results from the audit trail: the latest `verify` step of the declared version. A declared
-    version that is live without one went live as the dataset's first deployment (nothing to reconcile)."""
+    """The checks' results from the audit trail (no Spark in Dagster's process)."""
     from kappa.aliases import AliasRegistry
 
     registry = AliasRegistry(kappa.settings())
+    return evaluations_from_audit(job, registry.steps(job.name), registry.live(dataset_of(job)))
+
+
+def evaluations_from_audit(
+    job: JobSpec, steps: Sequence[Step], live: Alias | None
+) -> dict[str, tuple[bool, str, dict[str, Any]]]:
+    """check name -> (passed, description, metadata) from the latest `verify` step of the declared version. A
+    declared version that is live without one went live as the dataset's first deployment (nothing to
+    reconcile); a verify step that crashed passes neither check."""
     dataset = dataset_of(job)
     verifies = [
-        s
-        for s in registry.steps(job.name)
-        if s.step == "verify" and s.to_version == job.version and s.facts.get("dataset") == dataset
+        s for s in steps if s.step == "verify" and s.to_version == job.version and s.facts.get("dataset") == dataset
     ]
     if verifies:
         step = verifies[-1]
-        report = step.facts
-        report["passed"] = step.outcome == "ok"
-        found = check_evaluations(report)
+        if "error" in step.facts:
+            note = f"v{job.version}: the verification by {step.by} did not complete: {step.facts['error']}"
+            return {name: (False, note, {"verified_at": step.at}) for name in REPLAY_CHECKS}
+        report = step.facts | {"passed": step.outcome == "ok"}
         return {
             name: (passed, f"v{job.version}, verified by {step.by}: {text}", meta | {"verified_at": step.at})
-            for name, (passed, text, meta) in found.items()
+            for name, (passed, text, meta) in check_evaluations(report).items()
         }
-    live = registry.live(dataset_of(job))
     if live is not None and live.version == job.version:
         note = f"v{job.version} is live ({live.reason}); no replay of it was verified: nothing to reconcile"
         return {name: (True, note, {"live_version": live.version}) for name in REPLAY_CHECKS}

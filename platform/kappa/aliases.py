@@ -52,7 +52,8 @@ TOPIC_KIND, DELTA_KIND = "TOPIC", "DELTA"
 
 
 def operator() -> str:
-    """Who is acting: KAPPA_OPERATOR (Dagster sets it to the run's launcher), else the login name."""
+    """Who is acting when no `--by` is given: KAPPA_OPERATOR (e.g. set per user by a wrapper), else the login
+    name. (Dagster passes `--by`: the run config's `by`, else the run's `dagster/user` tag.)"""
     return os.environ.get("KAPPA_OPERATOR") or getpass.getuser()
 
 

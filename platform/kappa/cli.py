@@ -233,26 +233,9 @@ def cmd_jobs_start(settings: KappaSettings, args: argparse.Namespace) -> int:
 
     job, version = _job_version(args)
     deployment = deployments.start(settings, job, version)
-    _still_running(deployment, args.wait)
+    deployments.confirm_running(deployment, args.wait)
     print(f"{job} v{version}: started, pid {deployment.pid}, log {deployment.log_file}")
     return 0
-
-
-def _still_running(deployment: Any, seconds: float) -> None:
-    """Watch a new deployment for a few seconds: a bad setting or an unreachable Kafka ends it at once."""
-    from kappa import deployments
-
-    deadline = time.monotonic() + seconds
-    while True:
-        state = deployments.state_of(deployment)
-        if state.health is not deployments.Health.RUNNING:
-            raise KappaError(
-                f"{deployment.job} v{deployment.version} exited at once: {state.exit_reason} "
-                f"(log: {deployment.log_file})"
-            )
-        if time.monotonic() >= deadline:
-            return
-        time.sleep(0.5)
 
 
 def cmd_jobs_stop(settings: KappaSettings, args: argparse.Namespace) -> int:
@@ -270,7 +253,7 @@ def cmd_jobs_restart(settings: KappaSettings, args: argparse.Namespace) -> int:
 
     job, version = _job_version(args)
     deployment = deployments.restart(settings, job, version, reason=args.reason, timeout_s=args.timeout)
-    _still_running(deployment, args.wait)
+    deployments.confirm_running(deployment, args.wait)
     print(f"{job} v{version}: restarted (restart {deployment.restarts}), pid {deployment.pid}")
     return 0
 

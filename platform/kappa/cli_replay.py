@@ -1,6 +1,7 @@
 """`kappa replay ...` and `kappa aliases`: the replay protocol of DESIGN.md, one command per step.
 
-Exit status: 0 done, 1 verification failed (the report says why), 2 refused or failed (one message).
+Exit status: 0 done, 2 refused or failed (one message), 3 verification failed (the report says why), 130
+stopped by a signal (launch again to resume). 1 is left to Python itself: an unexpected crash.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from kappa.settings import KappaSettings
 
 PROGRESS_MESSAGE = "replay_progress"
 VERIFICATION_MESSAGE = "replay_verification"
+VERIFIED, REFUSED, NOT_VERIFIED, INTERRUPTED = 0, 2, 3, 130
 
 
 def _when(ms: int) -> str:
@@ -99,7 +101,7 @@ def cmd_check(settings: KappaSettings, args: argparse.Namespace) -> int:
 
 def cmd_start(settings: KappaSettings, args: argparse.Namespace) -> int:
     """check -> prepare -> catch-up -> verify; launched again after a kill, it resumes from the checkpoint."""
-    from kappa.replay import catch_up, check, describe_progress, load, prepare, verify
+    from kappa.replay import catch_up, check, describe_progress, exclusive_catch_up, load, prepare, verify
     from kappa.runtime.pipes import pipes_reporter
     from kappa.runtime.runner import configure_logging
 
@@ -110,6 +112,7 @@ def cmd_start(settings: KappaSettings, args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as stack:  # with --pipes, a failure reaches Dagster as the run's failure
         reporter = stack.enter_context(pipes_reporter()) if args.pipes else None
         with _step(settings, replay, "check", by) as found:
+            stack.enter_context(exclusive_catch_up(settings, replay))  # refused (and recorded) while in use
             found |= check(settings, replay, starting)
         with _step(settings, replay, "prepare", by) as found:
             found |= prepare(settings, replay)
@@ -143,8 +146,7 @@ def cmd_start(settings: KappaSettings, args: argparse.Namespace) -> int:
         )
         if run.stopped_by_signal:
             print("stopped by signal: launch the same command again to resume from the checkpoint")
-            return 130
-        caught_up = found
+            return INTERRUPTED
         with _step(settings, replay, "verify", by) as found:
             result = verify(settings, replay)
             found |= result.as_dict()
@@ -152,11 +154,12 @@ def cmd_start(settings: KappaSettings, args: argparse.Namespace) -> int:
                 found["_outcome"] = "failed"
         print_verification(result)
         if reporter is not None:
+            # The Dagster op yields the output with this report; the process itself materializes nothing
+            # (the op targets no asset).
             reporter.message(
                 VERIFICATION_MESSAGE, result.as_dict(), f"verification {'passed' if result.passed else 'FAILED'}"
             )
-            reporter.materialize({"version": replay.version, "catch_up": caught_up, "verification": result.as_dict()})
-        return 0 if result.passed else 1
+        return VERIFIED if result.passed else NOT_VERIFIED
 
 
 def cmd_verify(settings: KappaSettings, args: argparse.Namespace) -> int:
@@ -169,7 +172,7 @@ def cmd_verify(settings: KappaSettings, args: argparse.Namespace) -> int:
         if not result.passed:
             found["_outcome"] = "failed"
     print_verification(result)
-    return 0 if result.passed else 1
+    return VERIFIED if result.passed else NOT_VERIFIED
 
 
 def cmd_golive(settings: KappaSettings, args: argparse.Namespace) -> int:
@@ -179,6 +182,7 @@ def cmd_golive(settings: KappaSettings, args: argparse.Namespace) -> int:
     replay = load(settings, args.job, args.version)
     with _step(settings, replay, "go-live", args.by) as found:
         deployment = deployments.start(settings, args.job, replay.version)
+        deployments.confirm_running(deployment, args.wait)
         found |= {"pid": deployment.pid, "log": str(deployment.log_path)}
     print(
         f"{args.job} v{replay.version} runs continuously from its checkpoint (pid {found['pid']}, log {found['log']})"
@@ -304,7 +308,8 @@ def add_replay_commands(sub: Any) -> None:
             p.add_argument("--max-offsets-per-trigger", type=int, default=None, help="cap each catch-up batch")
             p.add_argument("--pipes", action="store_true", help="report progress to Dagster (set by Dagster)")
     add("verify", cmd_verify, "the quality suite and the reconciliation against the live version")
-    add("golive", cmd_golive, "run the version continuously from its catch-up checkpoint")
+    golive = add("golive", cmd_golive, "run the version continuously from its catch-up checkpoint")
+    golive.add_argument("--wait", type=float, default=5.0, help="seconds to watch it for an early exit")
     cut = add(
         "cutover", cmd_cutover, "move the dataset's alias to the version, atomically (it must have passed verify)"
     )

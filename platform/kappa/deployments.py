@@ -559,6 +559,22 @@ def _read_log(deployment: Deployment) -> str:
         return ""
 
 
+def confirm_running(deployment: Deployment, seconds: float) -> None:
+    """Watch a new deployment for a few seconds: a bad setting or an unreachable Kafka ends it at once, and the
+    command that started it says so instead of reporting a start."""
+    deadline = time.monotonic() + seconds
+    while True:
+        state = state_of(deployment)
+        if state.health is not Health.RUNNING:
+            raise KappaError(
+                f"{deployment.job} v{deployment.version} exited at once: {state.exit_reason} "
+                f"(log: {deployment.log_file})"
+            )
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(0.5)
+
+
 def state_of(deployment: Deployment, now: datetime | None = None) -> DeploymentState:
     if is_ours(deployment.pid, deployment.job, deployment.version):
         started = datetime.fromisoformat(deployment.started_at)

@@ -346,6 +346,11 @@ def _gx() -> Any:
     return gx
 
 
+# Each expectation's place in its suite, in the meta given to GX: results map back to the suite's names even
+# when two expectations differ only in `mostly` or `row_condition`.
+_POSITION = "kappa_position"
+
+
 def validate_dataframe(frame: DataFrame | pd.DataFrame, suite: Suite) -> QualityReport:
     """Run the whole suite through Great Expectations on a Spark or pandas DataFrame (ephemeral context: no
     files written). A Spark frame is cached for the run (GX computes its metrics in several Spark jobs)."""
@@ -357,7 +362,10 @@ def validate_dataframe(frame: DataFrame | pd.DataFrame, suite: Suite) -> Quality
     context.variables.progress_bars = ProgressBarsConfig(globally=False)
     gx_suite = ExpectationSuite(
         name=suite.name,
-        expectations=[{"type": e.type, "kwargs": dict(e.kwargs), "meta": dict(e.meta)} for e in suite.expectations],
+        expectations=[
+            {"type": e.type, "kwargs": dict(e.kwargs), "meta": {**e.meta, _POSITION: i}}
+            for i, e in enumerate(suite.expectations)
+        ],
     )
     label = f"kappa_{uuid.uuid4().hex[:8]}"
     spark_frame = not _is_pandas(frame)
@@ -376,11 +384,11 @@ def validate_dataframe(frame: DataFrame | pd.DataFrame, suite: Suite) -> Quality
     finally:
         if spark_frame:
             frame.unpersist()
-    by_config = {_config_key(e.type, e.kwargs): e for e in suite.expectations}
     results = []
     for r in outcome.results:
         config = r.expectation_config
-        expectation = by_config.get(_config_key(config.type, config.kwargs))
+        position = (config.meta or {}).get(_POSITION)  # GX reorders results; the meta comes back as given
+        expectation = suite.expectations[position] if isinstance(position, int) else None
         info = r.exception_info or {}
         error = info.get("exception_message") if info.get("raised_exception") else None
         detail = r.result or {}
@@ -400,21 +408,6 @@ def validate_dataframe(frame: DataFrame | pd.DataFrame, suite: Suite) -> Quality
     order = {e.name: i for i, e in enumerate(suite.expectations)}
     results.sort(key=lambda r: order.get(r.name, len(order)))
     return QualityReport(suite.name, bool(outcome.success), tuple(results))
-
-
-def _config_key(type_: str, kwargs: Mapping[str, Any]) -> str:
-    """GX returns results in its own order and fills defaults into kwargs: match on the suite's own kwargs."""
-    keep = ("column", "column_A", "column_B", "column_list", "value_set", "min_value", "max_value", "regex", "value")
-    return json.dumps([type_, {k: _numbers(kwargs.get(k)) for k in keep if kwargs.get(k) is not None}], default=str)
-
-
-def _numbers(value: Any) -> Any:
-    """1 and 1.0 alike (GX turns a suite's integer bounds into floats)."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    if isinstance(value, list | tuple):
-        return [_numbers(v) for v in value]
-    return _jsonable(value)
 
 
 def _is_pandas(frame: object) -> bool:

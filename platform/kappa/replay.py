@@ -16,11 +16,14 @@ Every step appends who, when, from and to (and what it found) to the audit trail
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
+import os
 import shutil
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -247,6 +250,38 @@ def prepare(settings: KappaSettings, replay: Replay) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------ 3. catch-up -------------------------
+
+
+@contextmanager
+def exclusive_catch_up(settings: KappaSettings, replay: Replay) -> Iterator[None]:
+    """One writer per checkpoint: refuse a catch-up while another catch-up of the version runs (two launches of
+    the same replay) or while the version already runs continuously (after go-live). The lock is held by the
+    process, so a killed catch-up's lock goes with it and a relaunch resumes."""
+    from kappa import deployments
+
+    job, version = replay.job.name, replay.version
+    settings.deployments_path.mkdir(parents=True, exist_ok=True)
+    with (settings.deployments_path / f"{job}.v{version}.catch-up.lock").open("a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read().strip() or "another process"
+            raise ReplayRefusedError(
+                f"a catch-up of {job} v{version} is already running ({holder}) on the same checkpoint: wait for "
+                "it, or stop it and launch the replay again to resume"
+            ) from None
+        lock.seek(0)
+        lock.truncate()
+        lock.write(f"pid {os.getpid()}, since {_iso(now_ms())}")
+        lock.flush()
+        deployment = deployments.load(settings, job, version)
+        if deployment is not None and deployments.state_of(deployment).health is deployments.Health.RUNNING:
+            raise ReplayRefusedError(
+                f"{job} v{version} already runs continuously (pid {deployment.pid}, since go-live): its checkpoint "
+                f"is in use. Verify it with `kappa replay verify {job}`, or stop it first to catch up again."
+            )
+        yield
 
 
 @dataclass

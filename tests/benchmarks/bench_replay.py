@@ -79,6 +79,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="replays per mode; the best counts")
     parser.add_argument("--keep", action="store_true", help="leave the bench stack running")
     args = parser.parse_args()
+    if args.rounds < 1 or args.events < 1:
+        parser.error("--rounds and --events must be at least 1")
 
     with bench_stack(keep=args.keep) as stack, tempfile.TemporaryDirectory(prefix="bench-replay-") as tmp:
         prefix = f"br{int(time.time())}_"

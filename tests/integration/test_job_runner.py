@@ -87,3 +87,30 @@ def test_run_available_now_then_continuous_with_sigterm(stack: KappaSettings, tm
     assert "stopped by signal" in out
     assert DeltaTable(str(tmp_path / "delta" / "raw_clicks" / "v1")).to_pyarrow_table().num_rows == before + 2500
     assert _committed(stack, "kappa.raw_clicks.v1") == _ends(stack)
+
+
+def test_sigterm_while_spark_starts_is_a_clean_stop(stack: KappaSettings, tmp_path: Path) -> None:
+    # A deployment stopped (or a sensor-restarted one stopped again) during the tens of seconds Spark takes to
+    # start: the runner's handler is set before the session is built, so the stop is graceful and starts nothing.
+    env = stack_env(
+        stack, KAPPA_DELTA_ROOT=str(tmp_path / "delta"), KAPPA_CHECKPOINT_ROOT=str(tmp_path / "checkpoints")
+    )
+    job = subprocess.Popen([sys.executable, "-m", "kappa.cli", "jobs", "run", JOB.name], env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    try:
+        assert job.stdout is not None
+        lines: list[str] = []
+        for line in job.stdout:
+            lines.append(line)
+            if f"starting {JOB.name}: Spark session" in line:
+                break
+        job.send_signal(signal.SIGTERM)
+        out, _ = job.communicate(timeout=120)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    out = "".join(lines) + out
+    assert job.returncode == 0, out[-2000:]
+    assert f"stopped before {JOB.name}_v{JOB.version} started a query" in out, out[-2000:]
+    assert "stopped by signal" in out
+    assert not list(tmp_path.rglob("offsets")), "a query was started"

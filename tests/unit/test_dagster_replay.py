@@ -2,6 +2,7 @@
 steps in the protocol's order, and the verification report as blocking checks that stop a failed version
 before it goes live. (The steps themselves run the `kappa` CLI: tests/e2e/test_dagster_ui.py runs them.)"""
 
+import json
 from typing import Any
 
 import pytest
@@ -24,9 +25,11 @@ from dagster_project.replay import (
     QUALITY_CHECK,
     RECONCILIATION_CHECK,
     check_evaluations,
+    evaluations_from_audit,
     replay_definitions,
     verification,
 )
+from kappa.aliases import Alias, Step
 from kappa.deployment import dataset_of
 from kappa.runtime.discovery import discover
 
@@ -178,3 +181,36 @@ def test_a_failed_check_blocks_what_comes_after() -> None:
     assert success
     assert ran == ["after"]
     assert checks == {QUALITY_CHECK: True, RECONCILIATION_CHECK: True}
+
+
+def _verify_step(version: int, outcome: str, details: dict[str, Any], dataset: str) -> Step:
+    facts = details | {"dataset": dataset}
+    return Step("enrich_clicks", "verify", 1, version, outcome, "alice", 1_700_000_000_000, json.dumps(facts))
+
+
+def test_checks_on_their_own_read_the_latest_verification_of_the_declared_version() -> None:
+    job = JOBS["enrich_clicks"]
+    dataset = dataset_of(job)
+    live = Alias(dataset, "topic", job.name, job.version, "enriched_clicks", None, "bob", 1, "first deployment")
+
+    def passed(steps: list[Step], live: Alias | None) -> dict[str, bool]:
+        return {name: ok for name, (ok, _, _) in evaluations_from_audit(job, steps, live).items()}
+
+    both = {QUALITY_CHECK: True, RECONCILIATION_CHECK: True}
+    neither = {QUALITY_CHECK: False, RECONCILIATION_CHECK: False}
+    # Live as the first deployment, never replayed: nothing to reconcile.
+    assert passed([], live) == both
+    # Neither live nor verified: launch the replay first.
+    assert passed([], None) == neither
+    # The latest verify step of this version and dataset decides; others are ignored.
+    failed = _verify_step(job.version, "failed", MISSING_KEYS, dataset)
+    ok = _verify_step(job.version, "ok", PASSED, dataset)
+    other_version = _verify_step(job.version + 1, "failed", MISSING_KEYS, dataset)
+    other_dataset = _verify_step(job.version, "failed", MISSING_KEYS, "another_dataset")
+    assert passed([failed, ok, other_version, other_dataset], None) == both
+    assert passed([ok, failed], None) == {QUALITY_CHECK: True, RECONCILIATION_CHECK: False}
+    # A verification that crashed left no report: it passes neither check, even for a live version.
+    crashed = _verify_step(job.version, "failed", {"error": "Kafka did not answer"}, dataset)
+    found = evaluations_from_audit(job, [ok, crashed], live)
+    assert {name: ok for name, (ok, _, _) in found.items()} == neither
+    assert "did not complete: Kafka did not answer" in found[QUALITY_CHECK][1]

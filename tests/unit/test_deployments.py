@@ -1,6 +1,7 @@
 """kappa.deployments without Kafka or Spark: command lines, the state file, lag arithmetic, the log's exit reason
 and last batch, and the wrapper's supervision of a stand-in process (a Python sleeper named like a job)."""
 
+import dataclasses
 import os
 import signal
 import sys
@@ -14,6 +15,8 @@ import pytest
 from kappa import deployments
 from kappa.deployments import Deployment, Health
 from kappa.errors import SettingsError
+from kappa.replay import Replay, ReplayRefusedError, exclusive_catch_up
+from kappa.runtime.discovery import discover
 from kappa.settings import KappaSettings, Launcher, load_settings
 
 
@@ -239,3 +242,23 @@ def test_a_crash_becomes_one_restart_run_tagged_with_why(settings: KappaSettings
         "reason": "crashed: killed by SIGKILL (exit status 137); last log lines: x",
         "crashed_pid": 4242,
     }
+
+
+def test_one_catch_up_per_checkpoint(settings: KappaSettings) -> None:
+    replay = Replay(job=dataclasses.replace(discover()["raw_clicks"], name="fake"), version=1, jobs={}, aliases={})
+
+    def another_launch() -> None:
+        with exclusive_catch_up(settings, replay):
+            pass
+
+    first = rf"catch-up of fake v1 is already running \(pid {os.getpid()},"
+    # A second launch of the same replay is refused, naming the first.
+    with exclusive_catch_up(settings, replay), pytest.raises(ReplayRefusedError, match=first):
+        another_launch()
+    another_launch()  # released with its holder
+    deployment = _spawn_sleeper(settings)  # fake v1 deployed: its checkpoint belongs to the continuous run
+    try:
+        with pytest.raises(ReplayRefusedError, match="fake v1 already runs continuously"):
+            another_launch()
+    finally:
+        deployments._terminate(deployment, timeout_s=1)

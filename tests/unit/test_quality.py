@@ -16,7 +16,16 @@ from jobs.catalog import CLICKS, DATASETS
 from kappa.avro.schemas import topic_value_schema
 from kappa.avro.wire import frame
 from kappa.deadletter import H_CONTRACT_BROKEN, H_CONTRACT_SUITE, H_KIND, DeadLetterKind
-from kappa.quality import VIOLATIONS, Suite, row_contract, split_rows, suite_for, suites_dir, validate_table
+from kappa.quality import (
+    VIOLATIONS,
+    Suite,
+    row_contract,
+    split_rows,
+    suite_for,
+    suites_dir,
+    validate_dataframe,
+    validate_table,
+)
 from kappa.settings import KappaSettings, load_settings
 from kappa.topic_io import decode_topic
 from tests.unit.test_raw_clicks_transforms import CLICK, avro, kafka_rows
@@ -244,3 +253,16 @@ def test_validate_table_names_a_missing_table(tmp_path: Path) -> None:
     assert suite is not None
     with pytest.raises(Exception, match="no Delta table"):
         validate_table(str(tmp_path / "nothing"), suite)
+
+
+def test_results_keep_the_suite_names_of_expectations_that_differ_only_in_mostly() -> None:
+    between = {"column": "x", "min_value": 0, "max_value": 10}
+    suite = Suite.from_dict({"name": "t", "expectations": [
+        {"type": "expect_column_values_to_be_between", "kwargs": between, "meta": {"name": "x in range"}},
+        {"type": "expect_column_values_to_be_between", "kwargs": between | {"mostly": 0.5},
+         "meta": {"name": "x mostly in range"}},
+    ]})  # fmt: skip
+    report = validate_dataframe(pd.DataFrame({"x": [1, 2, 3, 50]}), suite)
+    assert report.failed == ["x in range"]
+    assert [r.name for r in report.results if r.success] == ["x mostly in range"]
+    assert report.result("x in range").unexpected_count == 1

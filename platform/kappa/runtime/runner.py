@@ -11,12 +11,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kappa.errors import KappaError
 from kappa.runtime.declaration import JobContext, JobSpec, Starting
 from kappa.runtime.progress import ProgressRecorder, checkpoint_offsets
 from kappa.settings import KappaSettings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger("kappa.runner")
 
@@ -52,7 +55,37 @@ def run_job(
     `on_batch` is called with each batch's progress (as JSON dict), once per batch."""
     from kappa.spark import get_spark
 
-    spark = get_spark(settings, f"kappa-{spec.name}")
+    # Handlers first: a stop requested while Spark is still starting (tens of seconds) is honoured too, as a clean
+    # exit that starts nothing, instead of Python's default SIGTERM death.
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("received %s: stopping %s after its current batch", signal.Signals(signum).name, spec.name)
+        stop.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    log.info("starting %s: Spark session", spec.name)
+    try:
+        return _run_until_stopped(spec, settings, get_spark(settings, f"kappa-{spec.name}"), stop, version=version,
+                                  available_now=available_now, starting=starting,
+                                  max_offsets_per_trigger=max_offsets_per_trigger, on_batch=on_batch)  # fmt: skip
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _run_until_stopped(
+    spec: JobSpec,
+    settings: KappaSettings,
+    spark: SparkSession,
+    stop: threading.Event,
+    *,
+    version: int | None,
+    available_now: bool,
+    starting: Starting | None,
+    max_offsets_per_trigger: int | None,
+    on_batch: Callable[[dict[str, Any]], None] | None,
+) -> RunReport:
     context = JobContext(
         spark=spark,
         settings=settings,
@@ -65,15 +98,12 @@ def run_job(
     recorder = ProgressRecorder(settings.bootstrap, {context.query_name(): context.consumer_group}, on_batch)
     # What the checkpoint says is done, before any new batch: a restart with nothing new to read reports none.
     recorder.commit(context.consumer_group, checkpoint_offsets(context.checkpoint()))
-    spark.streams.addListener(recorder)
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        log.info("received %s: stopping %s after its current batch", signal.Signals(signum).name, context.id)
-        stop.set()
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     started = time.monotonic()
+    if stop.is_set():
+        log.info("stopped before %s started a query", context.id)
+        return RunReport(job=spec.name, version=context.version, seconds=0.0, batches={}, input_rows={},
+                         stopped_by_signal=True, output_query=context.query_name())  # fmt: skip
+    spark.streams.addListener(recorder)
     queries = list(spec.start(context))
     try:
         while not stop.is_set():
@@ -95,8 +125,6 @@ def run_job(
             first_line = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
             raise KappaError(f"job {context.id}: query {name} failed: {first_line}")
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
         spark.streams.removeListener(recorder)
     return RunReport(
         job=spec.name,
