@@ -6,11 +6,13 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from deltalake import DeltaTable
 
 from jobs.catalog import CLICKS, TOPICS, dead_letters_of
 from jobs.raw_clicks.declaration import JOB
+from kappa.aliases import CONTROL_TOPICS
 from kappa.avro.contracts import apply_schemas
 from kappa.avro.registry import Registry, value_subject
 from kappa.avro.schemas import topic_value_schema
@@ -42,11 +44,19 @@ def _ends(settings: KappaSettings) -> dict[int, int]:
         consumer.close()
 
 
+@pytest.fixture
+def catalog_clicks(stack: KappaSettings) -> None:
+    """The catalog's `clicks` (the job's declared input), its dead letters and the control topics (a job's first
+    run makes its version live): set up here, whichever tests ran on the session stack before."""
+    needed = [t for t in TOPICS if t in (CLICKS, dead_letters_of(CLICKS), *CONTROL_TOPICS)]
+    apply(admin_client(stack), needed)
+    apply_schemas(stack.schemas_path, needed, stack.registry)
+
+
+@pytest.mark.usefixtures("catalog_clicks")
 def test_run_available_now_then_continuous_with_sigterm(stack: KappaSettings, tmp_path: Path) -> None:
-    # The job's declared input is the catalog's `clicks` topic, which other tests on the session stack may
-    # have written to already (the Dagster materialization does): count from what is there.
-    apply(admin_client(stack), [t for t in TOPICS if t in (CLICKS, dead_letters_of(CLICKS))])
-    apply_schemas(stack.schemas_path, [CLICKS], stack.registry)
+    # Other tests on the session stack may have written to `clicks` already (the Dagster materialization
+    # does): count from what is there.
     before = sum(_ends(stack).values())
     with Registry(stack.registry) as registry:
         encoder = AvroEncoder(registry, value_subject(CLICKS.name), topic_value_schema(stack.schemas_path, CLICKS))
@@ -89,6 +99,7 @@ def test_run_available_now_then_continuous_with_sigterm(stack: KappaSettings, tm
     assert _committed(stack, "kappa.raw_clicks.v1") == _ends(stack)
 
 
+@pytest.mark.usefixtures("catalog_clicks")
 def test_sigterm_while_spark_starts_is_a_clean_stop(stack: KappaSettings, tmp_path: Path) -> None:
     # A deployment stopped (or a sensor-restarted one stopped again) during the tens of seconds Spark takes to
     # start: the runner's handler is set before the session is built, so the stop is graceful and starts nothing.
