@@ -1,7 +1,7 @@
 """`kappa replay ...` and `kappa aliases`: the replay protocol of DESIGN.md, one command per step.
 
 Exit status: 0 done, 2 refused or failed (one message), 3 verification failed (the report says why), 130
-stopped by a signal (launch again to resume). 1 is left to Python itself: an unexpected crash.
+when the catch-up is stopped by a signal (launch again to resume). 1 is left to Python itself: an unexpected crash.
 """
 
 from __future__ import annotations

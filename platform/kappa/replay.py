@@ -16,10 +16,9 @@ Every step appends who, when, from and to (and what it found) to the audit trail
 
 from __future__ import annotations
 
-import fcntl
+import contextlib
 import json
 import logging
-import os
 import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -255,31 +254,23 @@ def prepare(settings: KappaSettings, replay: Replay) -> dict[str, Any]:
 @contextmanager
 def exclusive_catch_up(settings: KappaSettings, replay: Replay) -> Iterator[None]:
     """One writer per checkpoint: refuse a catch-up while another catch-up of the version runs (two launches of
-    the same replay) or while the version already runs continuously (after go-live). The lock is held by the
-    process, so a killed catch-up's lock goes with it and a relaunch resumes."""
+    the same replay) or while the version is deployed to run continuously (after go-live, even if it has just
+    crashed: the sensor would restart it). A killed catch-up's lock goes with it, so a relaunch resumes."""
     from kappa import deployments
 
     job, version = replay.job.name, replay.version
-    settings.deployments_path.mkdir(parents=True, exist_ok=True)
-    with (settings.deployments_path / f"{job}.v{version}.catch-up.lock").open("a+") as lock:
+    with contextlib.ExitStack() as held:
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            lock.seek(0)
-            holder = lock.read().strip() or "another process"
-            raise ReplayRefusedError(
-                f"a catch-up of {job} v{version} is already running ({holder}) on the same checkpoint: wait for "
-                "it, or stop it and launch the replay again to resume"
-            ) from None
-        lock.seek(0)
-        lock.truncate()
-        lock.write(f"pid {os.getpid()}, since {_iso(now_ms())}")
-        lock.flush()
+            held.enter_context(deployments.catch_up_lock(settings, job, version))
+        except KappaError as exc:
+            raise ReplayRefusedError(f"{exc}: wait for it, or stop it and launch the replay again to resume") from None
         deployment = deployments.load(settings, job, version)
-        if deployment is not None and deployments.state_of(deployment).health is deployments.Health.RUNNING:
+        if deployment is not None and deployment.desired == "running":
+            health = deployments.state_of(deployment).health.value
             raise ReplayRefusedError(
-                f"{job} v{version} already runs continuously (pid {deployment.pid}, since go-live): its checkpoint "
-                f"is in use. Verify it with `kappa replay verify {job}`, or stop it first to catch up again."
+                f"{job} v{version} is deployed to run continuously ({health}, pid {deployment.pid}): its checkpoint "
+                f"is in use. Verify it with `kappa replay verify {job}`, or `kappa jobs stop {job} --version "
+                f"{version}` first to catch up again."
             )
         yield
 
@@ -584,9 +575,18 @@ def retire(settings: KappaSettings, replay: Replay) -> dict[str, Any]:
             f"{replay.job.name} v{replay.version} is live for {replay.dataset}: cut over to another version first"
         )
     import kappa.deployments as deployments
-    from kappa.kafka_client import admin_client
 
     stopped = deployments.stop_if_running(settings, replay.job.name, replay.version)
+    with deployments.catch_up_lock(settings, replay.job.name, replay.version):  # refused while one catches up
+        deleted = _delete_version(settings, replay)
+    ctx = replay.context(settings)
+    return {"stopped": stopped, "deleted": deleted, "checkpoint": str(Path(ctx.checkpoint()).parent)}
+
+
+def _delete_version(settings: KappaSettings, replay: Replay) -> list[str]:
+    """The version's output, side topic, checkpoint and consumer group."""
+    from kappa.kafka_client import admin_client
+
     ctx = replay.context(settings)
     admin = admin_client(settings)
     deleted: list[str] = []
@@ -606,7 +606,7 @@ def retire(settings: KappaSettings, replay: Replay) -> dict[str, Any]:
             future.result(timeout=15)
     except KafkaException as exc:
         log.info("group %s: %s", ctx.consumer_group, exc)  # no group recorded yet: nothing to delete
-    return {"stopped": stopped, "deleted": deleted, "checkpoint": str(Path(ctx.checkpoint()).parent)}
+    return deleted
 
 
 def as_json(value: Any) -> str:

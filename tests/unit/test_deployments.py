@@ -14,7 +14,7 @@ import pytest
 
 from kappa import deployments
 from kappa.deployments import Deployment, Health
-from kappa.errors import SettingsError
+from kappa.errors import KappaError, SettingsError
 from kappa.replay import Replay, ReplayRefusedError, exclusive_catch_up
 from kappa.runtime.discovery import discover
 from kappa.settings import KappaSettings, Launcher, load_settings
@@ -252,13 +252,22 @@ def test_one_catch_up_per_checkpoint(settings: KappaSettings) -> None:
             pass
 
     first = rf"catch-up of fake v1 is already running \(pid {os.getpid()},"
-    # A second launch of the same replay is refused, naming the first.
-    with exclusive_catch_up(settings, replay), pytest.raises(ReplayRefusedError, match=first):
-        another_launch()
+    # A second launch of the same replay is refused, naming the first; so is a deployment of the version.
+    with exclusive_catch_up(settings, replay):
+        with pytest.raises(ReplayRefusedError, match=first):
+            another_launch()
+        with pytest.raises(KappaError, match=first):  # (past the check that "fake" is a declared job)
+            deployments._start(settings, "fake", 1, env=None, restarts=0, last_exit_reason=None)
     another_launch()  # released with its holder
     deployment = _spawn_sleeper(settings)  # fake v1 deployed: its checkpoint belongs to the continuous run
     try:
-        with pytest.raises(ReplayRefusedError, match="fake v1 already runs continuously"):
+        with pytest.raises(ReplayRefusedError, match=r"fake v1 is deployed to run continuously \(running,"):
             another_launch()
     finally:
         deployments._terminate(deployment, timeout_s=1)
+    # Crashed but still meant to run: the sensor would restart it beside the catch-up.
+    deployments.save(settings, dataclasses.replace(deployment, desired="running"))
+    with pytest.raises(ReplayRefusedError, match=r"fake v1 is deployed to run continuously \(crashed,"):
+        another_launch()
+    deployments.stop(settings, "fake", 1, timeout_s=1)
+    another_launch()

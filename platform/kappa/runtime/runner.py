@@ -66,9 +66,13 @@ def run_job(
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     log.info("starting %s: Spark session", spec.name)
     try:
-        return _run_until_stopped(spec, settings, get_spark(settings, f"kappa-{spec.name}"), stop, version=version,
-                                  available_now=available_now, starting=starting,
-                                  max_offsets_per_trigger=max_offsets_per_trigger, on_batch=on_batch)  # fmt: skip
+        spark = get_spark(settings, f"kappa-{spec.name}")
+        # A new SparkContext sets its own SIGINT handler (cancel every job, raise KeyboardInterrupt): ours again,
+        # so Ctrl-C also stops after the current batch.
+        signal.signal(signal.SIGINT, on_signal)
+        return _run_until_stopped(spec, settings, spark, stop, version=version, available_now=available_now,
+                                  starting=starting, max_offsets_per_trigger=max_offsets_per_trigger,
+                                  on_batch=on_batch)  # fmt: skip
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
