@@ -13,12 +13,12 @@ racing cutovers cannot both win.
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import json
 import os
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -80,7 +80,7 @@ class Step:
     step: str
     from_version: int | None
     to_version: int
-    outcome: str  # ok, refused, failed
+    outcome: str  # ok, refused, failed, interrupted
     by: str
     at: int
     details: str  # JSON
@@ -91,54 +91,102 @@ class Step:
         return parsed
 
 
-def _read_all(settings: KappaSettings, topic: Topic, schema: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every record of a one-partition control topic, in log order (read_committed: no aborted move)."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": settings.bootstrap,
-            "group.id": "kappa.control-reader",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-            # The end is the partition's end: the last offsets of a transactional write are markers that
-            # are never delivered, so "the offset before the high watermark" may never come.
-            "enable.partition.eof": True,
-            "log_level": 0,
-        }
-    )
-    records: list[dict[str, Any]] = []
-    try:
-        partition = TopicPartition(topic.name, 0)
+class ControlReader:
+    """Reads a one-partition control topic in log order (read_committed: no aborted move). Kept open, each
+    `read_new()` returns what was appended since the last one; when nothing was, that costs one offsets
+    request, not a new consumer."""
+
+    def __init__(self, settings: KappaSettings, topic: Topic, schema: dict[str, Any]) -> None:
+        self._settings = settings
+        self._topic = topic
+        self._partition = TopicPartition(topic.name, 0)
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": settings.bootstrap,
+                "group.id": "kappa.control-reader",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                # The end is the partition's end: the last offsets of a transactional write are markers that
+                # are never delivered, so "the offset before the high watermark" may never come.
+                "enable.partition.eof": True,
+                "log_level": 0,
+            }
+        )
+        self._registry = Registry(settings.registry)
+        self._decoder = AvroDecoder(self._registry, schema)
+        self._end: int | None = None  # the partition end (past any markers) where the last read stopped
+
+    def read_new(self) -> list[dict[str, Any]]:
+        name = self._topic.name
         try:
-            meta = consumer.list_topics(topic.name, timeout=10).topics.get(topic.name)
-            if meta is None or meta.error is not None:
-                return []  # a cluster where nothing was deployed yet (`kappa topics apply` creates it)
-            low, high = consumer.get_watermark_offsets(partition, timeout=10)
+            if self._end is None:
+                meta = self._consumer.list_topics(name, timeout=10).topics.get(name)
+                if meta is None or meta.error is not None:
+                    return []  # a cluster where nothing was deployed yet (`kappa topics apply` creates it)
+            low, high = self._consumer.get_watermark_offsets(self._partition, timeout=10, cached=False)
         except KafkaException as exc:
             if exc.args and exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                 return []
-            raise KappaError(f"cannot read {topic.name} at {settings.bootstrap}: {exc} (is Kafka up?)") from None
-        if high <= low:
+            raise KappaError(f"cannot read {name} at {self._settings.bootstrap}: {exc} (is Kafka up?)") from None
+        if self._end is None:
+            if high <= low:
+                return []
+            self._consumer.assign([TopicPartition(name, 0, low)])
+        elif high <= self._end:
             return []
-        consumer.assign([TopicPartition(topic.name, 0, low)])
-        with Registry(settings.registry) as registry:
-            decoder = AvroDecoder(registry, schema)
-            deadline = time.monotonic() + 30
-            while True:
-                if time.monotonic() > deadline:
-                    raise KappaError(f"could not read {topic.name} to its end within 30 s")
-                message = consumer.poll(1.0)
-                if message is None:
-                    continue
-                error = message.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        break
-                    raise KappaError(f"reading {topic.name}: {error}")
-                if message.value() is not None:
-                    records.append(decoder.decode(message.value()))
+        records: list[dict[str, Any]] = []
+        deadline = time.monotonic() + 30
+        while True:
+            if time.monotonic() > deadline:
+                raise KappaError(f"could not read {name} to its end within 30 s")
+            message = self._consumer.poll(1.0)
+            if message is None:
+                continue
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    # The event carries the end it reached: what arrives after it raises the watermark past it.
+                    reached = message.offset()
+                    self._end = reached if reached is not None and reached >= 0 else high
+                    return records
+                raise KappaError(f"reading {name}: {error}")
+            if message.value() is not None:
+                records.append(self._decoder.decode(message.value()))
+
+    def close(self) -> None:
+        self._consumer.close()
+        self._registry.close()
+
+
+def _read_all(settings: KappaSettings, topic: Topic, schema: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every record of a one-partition control topic, in log order."""
+    reader = ControlReader(settings, topic, schema)
+    try:
+        return reader.read_new()
     finally:
-        consumer.close()
-    return records
+        reader.close()
+
+
+def _alias(record: dict[str, Any]) -> Alias:
+    return Alias(**(record | {"changed_at": _millis(record["changed_at"])}))
+
+
+class AliasWatch:
+    """Every dataset's live alias, kept current by one open reader of `kappa.aliases`: what a follower asks every
+    few seconds (`AliasConsumer`) costs one offsets request while nothing moves."""
+
+    def __init__(self, settings: KappaSettings) -> None:
+        self._reader = ControlReader(settings, ALIASES, load(settings.schemas_path / "alias.avsc"))
+        self._live: dict[str, Alias] = {}
+
+    def live(self, dataset: str) -> Alias | None:
+        for record in self._reader.read_new():
+            alias = _alias(record)
+            self._live[alias.dataset] = alias
+        return self._live.get(dataset)
+
+    def close(self) -> None:
+        self._reader.close()
 
 
 class AliasRegistry:
@@ -154,8 +202,7 @@ class AliasRegistry:
         """Dataset -> its live alias."""
         latest: dict[str, Alias] = {}
         for record in _read_all(self.settings, ALIASES, self._alias_schema):
-            record["changed_at"] = _millis(record["changed_at"])
-            latest[record["dataset"]] = Alias(**record)
+            latest[record["dataset"]] = _alias(record)
         return latest
 
     def live(self, dataset: str) -> Alias | None:
@@ -163,12 +210,8 @@ class AliasRegistry:
 
     def history(self, dataset: str) -> list[Alias]:
         """The moves of one dataset's alias still in the (compacted) topic, oldest first."""
-        moves = []
-        for record in _read_all(self.settings, ALIASES, self._alias_schema):
-            if record["dataset"] == dataset:
-                record["changed_at"] = _millis(record["changed_at"])
-                moves.append(Alias(**record))
-        return moves
+        records = _read_all(self.settings, ALIASES, self._alias_schema)
+        return [_alias(record) for record in records if record["dataset"] == dataset]
 
     def move(
         self,
@@ -249,7 +292,7 @@ class AliasRegistry:
             encoder = AvroEncoder(registry, topic.value_subject, schema, register=False)
         return encoder.encode(record)
 
-    @contextmanager
+    @contextlib.contextmanager
     def _transaction(self, dataset: str) -> Iterator[Producer]:
         producer = Producer(
             {
@@ -265,8 +308,13 @@ class AliasRegistry:
             raise KappaError(f"cannot start the alias transaction for {dataset}: {exc} (is Kafka up?)") from None
         try:
             yield producer
-        except BaseException:
-            producer.abort_transaction(30)
+        except BaseException as exc:
+            # A fenced mover's abort fails too (the broker has aborted its transaction already): the first error
+            # is the one to report.
+            with contextlib.suppress(KafkaException):
+                producer.abort_transaction(30)
+            if isinstance(exc, KafkaException):  # e.g. fenced by a racing mover while producing
+                raise KappaError(f"moving the alias of {dataset} failed, nothing changed: {exc}") from None
             raise
         try:
             producer.commit_transaction(30)

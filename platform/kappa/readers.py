@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from kappa.aliases import Alias, AliasRegistry
+from kappa.aliases import Alias, AliasRegistry, AliasWatch
 from kappa.avro.registry import Registry
 from kappa.avro.serde import AvroDecoder
 from kappa.errors import KappaError
@@ -37,7 +37,10 @@ if TYPE_CHECKING:
 
 def live(settings: KappaSettings, dataset: str) -> Alias:
     """The live version of a dataset, or a clear error if none is."""
-    alias = AliasRegistry(settings).live(dataset)
+    return _required(AliasRegistry(settings).live(dataset), dataset)
+
+
+def _required(alias: Alias | None, dataset: str) -> Alias:
     if alias is None:
         raise KappaError(f"no version of {dataset} is live: deploy the job that writes it (`kappa jobs run`)")
     return alias
@@ -94,7 +97,7 @@ class AliasConsumer:
         self.group = group
         self.delivered: MutableMapping[str, bytes] = {} if delivered is None else delivered
         self.version: int | None = None
-        self._aliases = AliasRegistry(settings)
+        self._aliases = AliasWatch(settings)  # one open reader of the registry, asked every alias_poll_s
         self._alias_poll_s = alias_poll_s
         self._checked = 0.0
         self._committed = 0.0
@@ -118,6 +121,7 @@ class AliasConsumer:
             self._consumer.commit(asynchronous=False)
         self._consumer.close()
         self._registry.close()
+        self._aliases.close()
 
     def __enter__(self) -> AliasConsumer:
         return self
@@ -179,7 +183,7 @@ class AliasConsumer:
         self.version = version
 
     def _live_version(self) -> int:
-        return live(self.settings, self.dataset.name).version
+        return _required(self._aliases.live(self.dataset.name), self.dataset.name).version
 
     def changes(self, idle_timeout_s: float | None = None) -> Iterator[Change]:
         """Every change, following the alias; stops after `idle_timeout_s` with nothing new (None: never)."""

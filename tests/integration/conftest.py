@@ -5,6 +5,7 @@ from collections.abc import Callable
 
 import pytest
 
+from kappa.aliases import CONTROL_TOPICS
 from kappa.avro.contracts import apply_schemas
 from kappa.kafka_client import admin_client
 from kappa.settings import KappaSettings
@@ -28,6 +29,13 @@ def stack_env(stack: KappaSettings, **extra: str) -> dict[str, str]:
 @pytest.fixture(autouse=True)
 def _stack_is_up(stack: KappaSettings) -> None:
     return None
+
+
+@pytest.fixture
+def control_topics(stack: KappaSettings) -> None:
+    """`kappa.aliases` and `kappa.audit` with their schemas, whichever tests ran on the session stack before."""
+    apply(admin_client(stack), list(CONTROL_TOPICS))
+    apply_schemas(stack.schemas_path, list(CONTROL_TOPICS), stack.registry)
 
 
 @pytest.fixture

@@ -1,0 +1,111 @@
+"""The alias registry on the real broker. A move is a compare-and-set inside a transaction fenced by the
+dataset's transactional id, so of two racing cutovers exactly one wins, and a crashed mover changes nothing.
+A follower's `AliasWatch` sees every committed move, in order, and never an aborted one."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable
+
+import pytest
+
+from kappa.aliases import ALIASES, TOPIC_KIND, Alias, AliasRegistry, AliasWatch
+from kappa.errors import KappaError
+from kappa.settings import KappaSettings
+
+pytestmark = pytest.mark.usefixtures("control_topics")
+
+
+def move(registry: AliasRegistry, dataset: str, version: int, expected: int | None, by: str = "alice") -> Alias:
+    return registry.move(
+        dataset,
+        job="enrich_clicks",
+        kind=TOPIC_KIND,
+        version=version,
+        physical=f"{dataset}.v{version}",
+        expected_version=expected,
+        reason="test",
+        by=by,
+    )
+
+
+def test_a_move_is_a_compare_and_set(stack: KappaSettings, unique_name: Callable[[str], str]) -> None:
+    registry = AliasRegistry(stack)
+    dataset = unique_name("ds")
+    first = move(registry, dataset, 1, expected=None)
+    assert registry.live(dataset) == first
+    assert (first.previous_version, first.changed_by) == (None, "alice")
+
+    # Someone who saw no alias yet (a stale view) cannot move it: the alias stays where it is.
+    with pytest.raises(KappaError, match=rf"{dataset}: the alias points at v1 now, not vNone: someone moved it"):
+        move(registry, dataset, 2, expected=None)
+    second = move(registry, dataset, 2, expected=1, by="bob")
+    assert registry.live(dataset) == second
+    assert [(a.version, a.previous_version, a.changed_by) for a in registry.history(dataset)] == [
+        (1, None, "alice"),
+        (2, 1, "bob"),
+    ]
+
+
+def test_of_two_racing_cutovers_exactly_one_wins(stack: KappaSettings, unique_name: Callable[[str], str]) -> None:
+    dataset = unique_name("race")
+    move(AliasRegistry(stack), dataset, 1, expected=None)
+    start = threading.Barrier(2)
+    outcomes: dict[int, Alias | Exception] = {}
+
+    def cut_over(version: int) -> None:
+        registry = AliasRegistry(stack)  # each racer its own producer, as two operators' processes have
+        start.wait()
+        try:
+            outcomes[version] = move(registry, dataset, version, expected=1)
+        except Exception as exc:  # the loser's error is asserted on below
+            outcomes[version] = exc
+
+    racers = [threading.Thread(target=cut_over, args=(v,)) for v in (2, 3)]
+    for racer in racers:
+        racer.start()
+    for racer in racers:
+        racer.join(120)
+    won = [v for v, outcome in outcomes.items() if isinstance(outcome, Alias)]
+    lost = [outcome for outcome in outcomes.values() if not isinstance(outcome, Alias)]
+    assert len(won) == 1, outcomes
+    assert len(lost) == 1, outcomes
+    assert isinstance(lost[0], KappaError), outcomes  # a clear error, never a raw one
+    registry = AliasRegistry(stack)
+    live = registry.live(dataset)
+    assert live is not None
+    assert live.version == won[0]
+    assert [a.version for a in registry.history(dataset)] == [1, won[0]]  # the loser wrote nothing
+
+
+def test_a_watch_sees_each_committed_move_and_no_aborted_one(
+    stack: KappaSettings, unique_name: Callable[[str], str]
+) -> None:
+    registry = AliasRegistry(stack)
+    dataset = unique_name("watched")
+    watch = AliasWatch(stack)
+    try:
+        assert watch.live(dataset) is None
+        first = move(registry, dataset, 1, expected=None)
+        assert watch.live(dataset) == first
+
+        # A mover that crashes inside its transaction: its record is written, then aborted.
+        crashed = dataclasses.replace(first, version=9, physical=f"{dataset}.v9", previous_version=1)
+
+        def crash_while_moving() -> None:
+            with registry._transaction(dataset) as producer:
+                producer.produce(ALIASES.name, key=dataset.encode(), value=registry._encode(ALIASES, vars(crashed)))
+                producer.flush(30)
+                raise RuntimeError("the mover crashed before committing")
+
+        with pytest.raises(RuntimeError, match="crashed before committing"):
+            crash_while_moving()
+        assert watch.live(dataset) == first
+        assert registry.live(dataset) == first
+
+        second = move(registry, dataset, 2, expected=1)
+        assert watch.live(dataset) == second
+        assert watch.live(dataset) == second  # nothing new since: the same answer
+    finally:
+        watch.close()
