@@ -224,7 +224,9 @@ def catch_up(context: OpExecutionContext) -> Iterator[Any]:
         message = error.splitlines()[-1] if error else f"exited {status}"
         raise Failure(description=f"kappa replay start: {message}", metadata={"stderr": MetadataValue.text(error)})
     if status == INTERRUPTED:
-        raise Failure(description="the catch-up was stopped by a signal: launch the replay again to resume")
+        raise Failure(
+            description="the replay was stopped by a signal: launch it again (a catch-up resumes from its checkpoint)"
+        )
     if status not in (VERIFIED, NOT_VERIFIED) or not reports:
         raise Failure(
             description=f"kappa replay start exited {status} without a verification report",

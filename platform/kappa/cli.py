@@ -6,11 +6,11 @@ Every failure a user can act on is a KappaError: printed as one message, exit st
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from kappa.errors import KappaError
 from kappa.settings import KappaSettings, load_settings
@@ -180,8 +180,10 @@ def cmd_jobs_list(settings: KappaSettings, args: argparse.Namespace) -> int:
 
 def cmd_jobs_run(settings: KappaSettings, args: argparse.Namespace) -> int:
     from kappa.deployment import deployed_job, ensure_live
+    from kappa.deployments import checkpoint_lock
     from kappa.runtime.declaration import Starting
-    from kappa.runtime.runner import RunReport, configure_logging, run_job
+    from kappa.runtime.pipes import pipes_reporter, require_pipes
+    from kappa.runtime.runner import configure_logging, run_job
 
     configure_logging()
     try:
@@ -189,31 +191,28 @@ def cmd_jobs_run(settings: KappaSettings, args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise KappaError(str(exc)) from None
     if args.pipes:
-        from kappa.runtime.pipes import require_pipes
-
         require_pipes()  # before anything is read or bound
     spec = deployed_job(settings, args.job, args.version)
-    ensure_live(settings, spec, args.version or spec.version)
-
-    def run(on_batch: Callable[[dict[str, Any]], None] | None = None) -> RunReport:
-        return run_job(
+    version = args.version or spec.version
+    with contextlib.ExitStack() as stack:
+        # Launched by Dagster: each batch, the run's report and any refusal go back through Pipes.
+        pipes = stack.enter_context(pipes_reporter()) if args.pipes else None
+        # Held until the run ends: a replay's catch-up, a deployment start or a second run of the version is refused.
+        stack.enter_context(
+            checkpoint_lock(settings, spec.name, version, f"`kappa jobs run {spec.name} --version {version}`")
+        )
+        ensure_live(settings, spec, version)
+        report = run_job(
             spec,
             settings,
             version=args.version,
             available_now=args.available_now,
             starting=starting,
             max_offsets_per_trigger=args.max_offsets_per_trigger,
-            on_batch=on_batch,
+            on_batch=pipes.batch if pipes else None,
         )
-
-    if args.pipes:  # launched by Dagster: report each batch and the run back through Pipes
-        from kappa.runtime.pipes import pipes_reporter
-
-        with pipes_reporter() as pipes:
-            report = run(pipes.batch)
+        if pipes:
             pipes.finish(report)
-    else:
-        report = run()
     how = "stopped by signal" if report.stopped_by_signal else "done"
     rows = sum(report.input_rows.values())
     print(f"{report.job} v{report.version}: {how} after {report.seconds:.1f} s, {rows} input rows")

@@ -1,17 +1,21 @@
 """`kappa replay ...` and `kappa aliases`: the replay protocol of DESIGN.md, one command per step.
 
 Exit status: 0 done, 2 refused or failed (one message), 3 verification failed (the report says why), 130
-when the catch-up is stopped by a signal (launch again to resume). 1 is left to Python itself: an unexpected crash.
+when stopped by a signal (SIGTERM or Ctrl-C; recorded as interrupted; launch again: a catch-up resumes from its
+checkpoint). 1 is left to Python itself: an unexpected crash.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
+import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from types import FrameType
 from typing import Any
 
 from kappa.errors import KappaError
@@ -42,7 +46,10 @@ def _step(
     try:
         yield found
         outcome = str(found.pop("_outcome", "ok"))
-    except BaseException as exc:  # an interrupted step is recorded too
+    except KeyboardInterrupt as exc:  # Ctrl-C, or a SIGTERM (see _signals_interrupt)
+        outcome, details = "interrupted", {"error": f"stopped by {str(exc) or 'SIGINT'}"}
+        raise
+    except BaseException as exc:
         outcome = "refused" if isinstance(exc, ReplayRefusedError) else "failed"
         details = {"error": str(exc) or type(exc).__name__}
         raise
@@ -51,6 +58,28 @@ def _step(
         registry.record(
             replay.job.name, step, to_version=to, from_version=live, outcome=outcome, details=details, by=by
         )
+
+
+Command = Callable[[KappaSettings, argparse.Namespace], int]
+
+
+def _signals_interrupt(command: Command) -> Command:
+    """A SIGTERM (Dagster stopping its run, a `kill`) ends a step as Ctrl-C does, through KeyboardInterrupt:
+    the step is recorded as interrupted and the CLI exits 130, instead of Python dying unrecorded. A catch-up
+    sets its own handler while it runs: it stops after its current batch."""
+
+    @functools.wraps(command)
+    def run(settings: KappaSettings, args: argparse.Namespace) -> int:
+        def interrupt(signum: int, _frame: FrameType | None) -> None:
+            raise KeyboardInterrupt(signal.Signals(signum).name)
+
+        previous = signal.signal(signal.SIGTERM, interrupt)
+        try:
+            return command(settings, args)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+    return run
 
 
 def _starting(text: str) -> Any:
@@ -287,11 +316,9 @@ def add_replay_commands(sub: Any) -> None:
     )
     steps = parser.add_subparsers(dest="replay_command", required=True, metavar="step")
 
-    def add(
-        name: str, func: Callable[[KappaSettings, argparse.Namespace], int], help_: str, version: bool = True
-    ) -> argparse.ArgumentParser:
+    def add(name: str, func: Command, help_: str, version: bool = True) -> argparse.ArgumentParser:
         p: argparse.ArgumentParser = steps.add_parser(name, help=help_, description=help_)
-        p.set_defaults(func=func)
+        p.set_defaults(func=_signals_interrupt(func))
         p.add_argument("job")
         if version:
             p.add_argument("--version", type=int, default=None, help="the job version (default: the declared one)")

@@ -316,23 +316,22 @@ def _locked(settings: KappaSettings, job: str, version: int) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def catch_up_lock(settings: KappaSettings, job: str, version: int) -> Iterator[None]:
-    """Held by a version's catch-up (`kappa replay start`) for its whole run, and briefly by whatever else writes
-    or deletes the version's checkpoint (a start, a retire): one writer per checkpoint. Never waits: raises a
-    KappaError naming the holder. A flock, so a killed holder's lock goes with its process."""
+def checkpoint_lock(settings: KappaSettings, job: str, version: int, holder: str) -> Iterator[None]:
+    """One writer per checkpoint. Held for their whole run by whatever runs a version's queries (`kappa jobs run`
+    in any mode, so a deployment and Dagster's catch-up runs too; `kappa replay start`'s catch-up), and briefly
+    by whatever else writes or deletes the checkpoint (a deployment start, a retire). Never waits: raises a
+    KappaError naming the holder (`holder` says who we are). A flock, so a killed holder's lock goes with it."""
     settings.deployments_path.mkdir(parents=True, exist_ok=True)
-    with (settings.deployments_path / f"{job}.v{version}.catch-up.lock").open("a+") as lock:
+    with (settings.deployments_path / f"{job}.v{version}.checkpoint.lock").open("a+") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             lock.seek(0)
-            holder = lock.read().strip() or "another process"
-            raise KappaError(
-                f"a catch-up of {job} v{version} is already running ({holder}) on the same checkpoint"
-            ) from None
+            held_by = lock.read().strip() or "another process"
+            raise KappaError(f"the checkpoint of {job} v{version} is in use by {held_by}") from None
         lock.seek(0)
         lock.truncate()
-        lock.write(f"pid {os.getpid()}, since {now_iso()}")
+        lock.write(f"{holder} (pid {os.getpid()}, since {now_iso()})")
         lock.flush()
         yield
 
@@ -469,7 +468,7 @@ def _start(
             f"{job} v{version} is already running (pid {current.pid}, since {current.started_at}); "
             f"`kappa jobs restart {job} --version {version}` restarts it"
         )
-    with catch_up_lock(settings, job, version):  # refused while a catch-up writes the checkpoint
+    with checkpoint_lock(settings, job, version, "a deployment start"):  # refused while another writer runs
         pass
     _, log_file = _paths(settings, job, version)
     command = job_command(settings, job, version)

@@ -253,25 +253,27 @@ def prepare(settings: KappaSettings, replay: Replay) -> dict[str, Any]:
 
 @contextmanager
 def exclusive_catch_up(settings: KappaSettings, replay: Replay) -> Iterator[None]:
-    """One writer per checkpoint: refuse a catch-up while another catch-up of the version runs (two launches of
-    the same replay) or while the version is deployed to run continuously (after go-live, even if it has just
-    crashed: the sensor would restart it). A killed catch-up's lock goes with it, so a relaunch resumes."""
+    """One writer per checkpoint: refuse a catch-up while the version is deployed to run continuously (after
+    go-live, even if it has just crashed: the sensor would restart it) or while anything else runs it (another
+    launch of the same replay, a `kappa jobs run`). A killed catch-up's lock goes with it: a relaunch resumes."""
     from kappa import deployments
 
     job, version = replay.job.name, replay.version
+    deployment = deployments.load(settings, job, version)
+    if deployment is not None and deployment.desired == "running":
+        health = deployments.state_of(deployment).health.value
+        raise ReplayRefusedError(
+            f"{job} v{version} is deployed to run continuously ({health}, pid {deployment.pid}): its checkpoint "
+            f"is in use. Verify it with `kappa replay verify {job}`, or `kappa jobs stop {job} --version "
+            f"{version}` first to catch up again."
+        )
     with contextlib.ExitStack() as held:
         try:
-            held.enter_context(deployments.catch_up_lock(settings, job, version))
+            held.enter_context(
+                deployments.checkpoint_lock(settings, job, version, "the catch-up of `kappa replay start`")
+            )
         except KappaError as exc:
             raise ReplayRefusedError(f"{exc}: wait for it, or stop it and launch the replay again to resume") from None
-        deployment = deployments.load(settings, job, version)
-        if deployment is not None and deployment.desired == "running":
-            health = deployments.state_of(deployment).health.value
-            raise ReplayRefusedError(
-                f"{job} v{version} is deployed to run continuously ({health}, pid {deployment.pid}): its checkpoint "
-                f"is in use. Verify it with `kappa replay verify {job}`, or `kappa jobs stop {job} --version "
-                f"{version}` first to catch up again."
-            )
         yield
 
 
@@ -486,6 +488,7 @@ def verify(settings: KappaSettings, replay: Replay) -> Verification:
     """The quality suite on the new output, and its reconciliation against the live version."""
     from kappa.spark import get_spark
 
+    log.info("verifying %s v%d: the quality suite, then the reconciliation", replay.job.name, replay.version)
     spark = get_spark(settings, f"kappa-verify-{replay.job.name}")
     new = read_output(spark, settings, replay.job, replay.version)
     problems: list[str] = []
@@ -577,7 +580,7 @@ def retire(settings: KappaSettings, replay: Replay) -> dict[str, Any]:
     import kappa.deployments as deployments
 
     stopped = deployments.stop_if_running(settings, replay.job.name, replay.version)
-    with deployments.catch_up_lock(settings, replay.job.name, replay.version):  # refused while one catches up
+    with deployments.checkpoint_lock(settings, replay.job.name, replay.version, "a retire"):  # refused while in use
         deleted = _delete_version(settings, replay)
     ctx = replay.context(settings)
     return {"stopped": stopped, "deleted": deleted, "checkpoint": str(Path(ctx.checkpoint()).parent)}

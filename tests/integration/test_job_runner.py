@@ -12,7 +12,6 @@ from deltalake import DeltaTable
 
 from jobs.catalog import CLICKS, TOPICS, dead_letters_of
 from jobs.raw_clicks.declaration import JOB
-from kappa.aliases import CONTROL_TOPICS
 from kappa.avro.contracts import apply_schemas
 from kappa.avro.registry import Registry, value_subject
 from kappa.avro.schemas import topic_value_schema
@@ -45,10 +44,10 @@ def _ends(settings: KappaSettings) -> dict[int, int]:
 
 
 @pytest.fixture
-def catalog_clicks(stack: KappaSettings) -> None:
-    """The catalog's `clicks` (the job's declared input), its dead letters and the control topics (a job's first
-    run makes its version live): set up here, whichever tests ran on the session stack before."""
-    needed = [t for t in TOPICS if t in (CLICKS, dead_letters_of(CLICKS), *CONTROL_TOPICS)]
+def catalog_clicks(stack: KappaSettings, control_topics: None) -> None:
+    """The catalog's `clicks` (the job's declared input) and its dead letters, and the control topics (a job's
+    first run makes its version live): set up here, whichever tests ran on the session stack before."""
+    needed = [t for t in TOPICS if t in (CLICKS, dead_letters_of(CLICKS))]
     apply(admin_client(stack), needed)
     apply_schemas(stack.schemas_path, needed, stack.registry)
 
@@ -89,6 +88,13 @@ def test_run_available_now_then_continuous_until_ctrl_c(stack: KappaSettings, tm
             if table.num_rows == before + 2500 and _committed(stack, "kappa.raw_clicks.v1") == _ends(stack):
                 break
             time.sleep(1)
+        # While it runs, it holds the version's checkpoint: a second run of the version is refused, naming it.
+        second = subprocess.run([*command, "--available-now"], env=env, capture_output=True, text=True, timeout=120)
+        assert second.returncode == 2
+        assert (
+            f"the checkpoint of raw_clicks v1 is in use by `kappa jobs run raw_clicks --version 1` (pid {live.pid},"
+            in second.stderr
+        )
         live.send_signal(signal.SIGINT)
         out, _ = live.communicate(timeout=120)
     finally:

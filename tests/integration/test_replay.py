@@ -1,7 +1,8 @@
 """The replay protocol on the real stack, through the CLI, as an operator runs it.
 
 enrich_clicks v1 is live. Its logic changes (a shorter profile lateness) and the version is bumped to 2. The
-replay is killed halfway and launched again; it resumes. v2 is verified and cut over, then rolled back. A
+replay is killed halfway and launched again; it resumes, and is stopped while it verifies (recorded as
+interrupted). v2 is verified and cut over, then rolled back. A
 consumer following the alias sees every change exactly once. Its table equals a fresh computation of v2 after
 the cutover and of v1 after the rollback, while the log also grew in between.
 """
@@ -106,13 +107,27 @@ def test_replay_cutover_and_rollback_through_the_cli(
                 os.killpg(replay.pid, signal.SIGKILL)
                 break
         replay.wait(60)
-        done = v2.kappa("replay", "start", "enrich_clicks", "--max-offsets-per-trigger", "400", "--by", "alice",
-                        check=False)  # fmt: skip
+        # Relaunched, it resumes and catches up. Stopped while it verifies (SIGTERM to its Python, as Dagster
+        # stops a run), it records the step as interrupted and exits 130; `replay verify` finishes the job.
+        relaunch = v2.popen("replay", "start", "enrich_clicks", "--max-offsets-per-trigger", "400", "--by", "alice")
+        assert relaunch.stdout is not None
+        lines = []
+        for line in relaunch.stdout:
+            lines.append(line)
+            if "verifying enrich_clicks v2" in line:
+                relaunch.send_signal(signal.SIGTERM)
+                break
+        out = "".join(lines) + relaunch.communicate(timeout=120)[0]
+        assert relaunch.returncode == 130, out[-3000:]
+        assert "kappa: interrupted" in out
+        resumed = [s for s in registry.steps("enrich_clicks") if s.step == "prepare" and s.to_version == 2]
+        assert resumed[-1].facts["resuming"] is True  # the relaunch found the killed run's checkpoint
+        stopped = [s for s in registry.steps("enrich_clicks") if s.step == "verify"][-1]
+        assert (stopped.outcome, stopped.facts["error"]) == ("interrupted", "stopped by SIGTERM")
+        done = v2.kappa("replay", "verify", "enrich_clicks", "--by", "alice", check=False)
         assert done.returncode == 0, done.stdout + done.stderr
         assert "verification: PASSED" in done.stdout
         assert f"{len(differing):,} changed" in done.stdout  # the reconciliation found exactly the changed keys
-        resumed = [s for s in registry.steps("enrich_clicks") if s.step == "prepare" and s.to_version == 2]
-        assert resumed[-1].facts["resuming"] is True  # the relaunch found the killed run's checkpoint
 
         cut = v2.kappa("replay", "cutover", "enrich_clicks", "--version", "2", "--by", "alice")
         assert "v1 -> v2" in cut.stdout

@@ -244,14 +244,14 @@ def test_a_crash_becomes_one_restart_run_tagged_with_why(settings: KappaSettings
     }
 
 
-def test_one_catch_up_per_checkpoint(settings: KappaSettings) -> None:
+def test_one_writer_per_checkpoint(settings: KappaSettings) -> None:
     replay = Replay(job=dataclasses.replace(discover()["raw_clicks"], name="fake"), version=1, jobs={}, aliases={})
 
     def another_launch() -> None:
         with exclusive_catch_up(settings, replay):
             pass
 
-    first = rf"catch-up of fake v1 is already running \(pid {os.getpid()},"
+    first = rf"checkpoint of fake v1 is in use by the catch-up of `kappa replay start` \(pid {os.getpid()},"
     # A second launch of the same replay is refused, naming the first; so is a deployment of the version.
     with exclusive_catch_up(settings, replay):
         with pytest.raises(ReplayRefusedError, match=first):
@@ -259,6 +259,12 @@ def test_one_catch_up_per_checkpoint(settings: KappaSettings) -> None:
         with pytest.raises(KappaError, match=first):  # (past the check that "fake" is a declared job)
             deployments._start(settings, "fake", 1, env=None, restarts=0, last_exit_reason=None)
     another_launch()  # released with its holder
+    running_job = r"in use by `kappa jobs run fake --version 1` \(pid"  # a run of the version holds it
+    with (
+        deployments.checkpoint_lock(settings, "fake", 1, "`kappa jobs run fake --version 1`"),
+        pytest.raises(ReplayRefusedError, match=running_job),
+    ):
+        another_launch()
     deployment = _spawn_sleeper(settings)  # fake v1 deployed: its checkpoint belongs to the continuous run
     try:
         with pytest.raises(ReplayRefusedError, match=r"fake v1 is deployed to run continuously \(running,"):
