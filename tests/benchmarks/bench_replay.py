@@ -26,7 +26,6 @@ from typing import Any
 
 from kappa.aliases import AliasRegistry, Step
 from kappa.generate import StreamConfig
-from kappa.quality import EXPECTATIONS_DIR, suites_dir
 from tests.benchmarks.common import bench_stack, report
 from tests.integration.replay_pipeline import Deployment, deploy_copy, produce
 
@@ -84,18 +83,11 @@ def main() -> None:
 
     with bench_stack(keep=args.keep) as stack, tempfile.TemporaryDirectory(prefix="bench-replay-") as tmp:
         prefix = f"br{int(time.time())}_"
-        d = deploy_copy(stack, Path(tmp, "pipeline"), prefix)
-        # The copy's datasets are prefixed: its suites are the repository's, under the prefixed names.
-        schemas = d.settings(stack).schemas_path
-        with_dir, bare = Path(tmp, "schemas-with-contracts"), Path(tmp, "schemas-without-contracts")
-        for folder in (with_dir, bare):
-            folder.mkdir()
-            for avsc in schemas.glob("*.avsc"):
-                shutil.copy(avsc, folder / avsc.name)
-        (with_dir / EXPECTATIONS_DIR).mkdir()
-        for suite in suites_dir(d.settings(stack)).glob("*.json"):
-            shutil.copy(suite, with_dir / EXPECTATIONS_DIR / f"{prefix}{suite.name}")
-        d = Deployment(d.code, d.prefix, {**d.env, "KAPPA_SCHEMAS_DIR": str(with_dir)})
+        d = deploy_copy(stack, Path(tmp, "pipeline"), prefix)  # with the data contracts, as the pipeline
+        bare = Path(tmp, "schemas-without-contracts")  # the same schemas, no expectation suites
+        bare.mkdir()
+        for avsc in d.settings(stack).schemas_path.glob("*.avsc"):
+            shutil.copy(avsc, bare / avsc.name)
         without = Deployment(d.code, d.prefix, {**d.env, "KAPPA_SCHEMAS_DIR": str(bare)})
 
         produce(stack, d, slice(0, None), demo_config(args.events))

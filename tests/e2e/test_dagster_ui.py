@@ -164,3 +164,8 @@ def test_launch_a_replay_from_the_dagster_ui(
     ]
     for step in ("check", "prepare", "catch-up", "verify", "go-live", "cutover"):
         assert (step, 2, "ok", OPERATOR) in steps, (step, steps, run_id)
+    [verified] = [
+        s for s in registry.steps("enrich_clicks") if s.step == "verify" and s.facts.get("dataset") == dataset
+    ]
+    quality = verified.facts["quality"]  # what the blocking replay_quality check showed: the suite ran and held
+    assert (quality["suite"], quality["success"]) == ("enriched_clicks", True), quality

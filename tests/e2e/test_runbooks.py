@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 import shlex
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -67,9 +66,8 @@ def test_every_runbook_in_replays_is_covered() -> None:
 @pytest.mark.timeout(1800)
 def test_runbooks_as_written(stack: KappaSettings, tmp_path: Path, unique_name: Callable[[str], str]) -> None:
     prefix = unique_name("rb") + "_"
-    schemas = tmp_path / "schemas"
-    shutil.copytree(REPO / "schemas", schemas)
-    d = deploy_copy(stack, tmp_path / "pipeline", prefix, env={"KAPPA_SCHEMAS_DIR": str(schemas)})
+    d = deploy_copy(stack, tmp_path / "pipeline", prefix)
+    schemas = d.settings(stack).schemas_path  # the copy's own: the schema change edits it
     produce(stack, d, slice(0, None))
     d.kappa("jobs", "run", "enrich_clicks", "--available-now")  # v1: live as the first version
     registry = AliasRegistry(stack)
@@ -89,6 +87,7 @@ def test_runbooks_as_written(stack: KappaSettings, tmp_path: Path, unique_name: 
         out = run(d, "planned-logic-change.md")
         started.append(2)
         assert "checks passed" in out
+        assert "quality suite enriched_clicks: ok" in out  # the data contract ran on the new output
         assert "verification: PASSED" in out
         assert "v1 -> v2" in out
         assert "v1 retired" in out

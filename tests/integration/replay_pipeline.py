@@ -1,9 +1,10 @@
 """A deployable copy of the pipeline for replay tests: its own topics, its own code to change.
 
 A replay is about code that changes while the old version keeps running. So each test deploys from its own
-copy of `jobs/`, with every catalog topic prefixed (nothing shared with other tests). It runs the `kappa` CLI
-against it as an operator would (`PYTHONPATH` puts the copy first). A logic change is an edit of the copy;
-the old code stays in an earlier copy.
+copy of `jobs/`, with every catalog topic prefixed (nothing shared with other tests), and its own copy of
+`schemas/` with the expectation suites also under the prefixed names, so the data contracts apply as in the
+pipeline. It runs the `kappa` CLI against it as an operator would (`PYTHONPATH` puts the copy first). A logic
+change is an edit of the copy; the old code stays in an earlier copy.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from kappa.generate import StreamConfig
 from kappa.produce_stream import generate
+from kappa.quality import EXPECTATIONS_DIR
 from kappa.settings import KappaSettings
 from kappa.topics import Cleanup, Topic
 from tests.integration.conftest import stack_env
@@ -106,15 +108,29 @@ def deploy_copy(
         stack,
         PYTHONPATH=str(code),
         PYTHONUNBUFFERED="1",  # progress lines reach the test as they are logged
-        KAPPA_DELTA_ROOT=str(where / "delta"),
-        KAPPA_CHECKPOINT_ROOT=str(where / "checkpoints"),
-        KAPPA_DEPLOYMENTS_DIR=str(where / "deployments"),
-        **(env or {}),
+        **{
+            "KAPPA_DELTA_ROOT": str(where / "delta"),
+            "KAPPA_CHECKPOINT_ROOT": str(where / "checkpoints"),
+            "KAPPA_DEPLOYMENTS_DIR": str(where / "deployments"),
+            "KAPPA_SCHEMAS_DIR": str(copy_schemas(where / "schemas", prefix)),
+            **(env or {}),
+        },
     )
     deployment = Deployment(code, prefix, env)
     deployment.kappa("topics", "apply")
     deployment.kappa("schemas", "apply")
     return deployment
+
+
+def copy_schemas(to: Path, prefix: str) -> Path:
+    """The repository's schemas and expectation suites for a copy: a topic's suite is kept under its dataset
+    name, which the copy prefixes, so the copy runs under the same data contracts as the pipeline itself."""
+    shutil.copytree(REPO / "schemas", to)
+    suites = to / EXPECTATIONS_DIR
+    for name in CATALOG_TOPICS:
+        if (suites / f"{name}.json").exists():
+            shutil.copy(suites / f"{name}.json", suites / f"{prefix}{name}.json")
+    return to
 
 
 def produce(stack: KappaSettings, d: Deployment, part: slice, config: StreamConfig = CONFIG) -> None:
