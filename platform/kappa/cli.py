@@ -187,7 +187,7 @@ def cmd_jobs_run(settings: KappaSettings, args: argparse.Namespace) -> int:
 
     configure_logging()
     try:
-        starting = Starting.parse(args.start_from)
+        starting = Starting.parse(args.start_from) if args.start_from else None  # None: earliest, or resume
     except ValueError as exc:
         raise KappaError(str(exc)) from None
     if args.pipes:
@@ -380,7 +380,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--version", type=int, default=None, help="physical version label (default: the declared)")
     run.add_argument("--available-now", action="store_true", help="process what is there, then stop")
     run.add_argument(
-        "--from", dest="start_from", default="earliest", help="earliest | latest | ISO timestamp (no checkpoint yet)"
+        "--from",
+        dest="start_from",
+        default=None,
+        help="earliest (default) | latest | ISO timestamp; a version keeps the start point its first run had",
     )
     run.add_argument("--max-offsets-per-trigger", type=int, default=None, help="cap each micro-batch")
     run.add_argument(

@@ -72,6 +72,10 @@ def test_run_available_now_then_continuous_until_ctrl_c(stack: KappaSettings, tm
     assert DeltaTable(str(tmp_path / "delta" / "raw_clicks" / "v1")).to_pyarrow_table().num_rows == before + 2000
     # Kafka's own tools see this job version's progress: its group's offsets are the topic's end offsets.
     assert _committed(stack, "kappa.raw_clicks.v1") == _ends(stack)
+    # The version started from earliest: a run asking it to start elsewhere is refused, not silently resumed.
+    moved = subprocess.run([*command, "--from", "latest"], env=env, capture_output=True, text=True, timeout=120)
+    assert moved.returncode == 2
+    assert "raw_clicks v1 started from earliest and its checkpoint resumes from there" in moved.stderr
 
     # Continuous: more input arrives, the job picks it up from its checkpoint, Ctrl-C (SIGINT) stops it cleanly
     # after its batch, though the SparkContext sets its own SIGINT handler. (SIGTERM: test_deployments.)

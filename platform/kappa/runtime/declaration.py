@@ -54,6 +54,15 @@ class Starting:
             raise ValueError(f"--from {text}: give a time zone (e.g. {text}Z): event times are UTC")
         return cls(offsets="timestamp", timestamp_ms=int(moment.timestamp() * 1000))
 
+    @property
+    def text(self) -> str:
+        """As `--from` takes it (the inverse of `parse`)."""
+        if self.offsets != "timestamp":
+            return self.offsets
+        from datetime import UTC, datetime
+
+        return datetime.fromtimestamp((self.timestamp_ms or 0) / 1000, tz=UTC).isoformat().replace("+00:00", "Z")
+
 
 @dataclass(frozen=True)
 class JobSpec:
@@ -86,6 +95,11 @@ class JobSpec:
             raise ValueError(f"job {self.name}: version must be >= 1")
 
 
+def version_checkpoints(settings: KappaSettings, job: str, version: int) -> str:
+    """The folder of one job version's checkpoints (one subfolder per query)."""
+    return f"{settings.checkpoint_root}/{job}/v{version}"
+
+
 @dataclass(frozen=True)
 class JobContext:
     """Everything a job's `start` needs, derived once by the runner."""
@@ -103,7 +117,7 @@ class JobContext:
         return f"{self.spec.name}_v{self.version}"
 
     def checkpoint(self, part: str = "output") -> str:
-        return f"{self.settings.checkpoint_root}/{self.spec.name}/v{self.version}/{part}"
+        return f"{version_checkpoints(self.settings, self.spec.name, self.version)}/{part}"
 
     def query_name(self, part: str = "output") -> str:
         return self.id if part == "output" else f"{self.id}_{part}"

@@ -14,7 +14,8 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from kappa.errors import KappaError
-from kappa.runtime.declaration import JobContext, JobSpec, Starting
+from kappa.runtime import start_point
+from kappa.runtime.declaration import JobContext, JobSpec, Starting, version_checkpoints
 from kappa.runtime.progress import ProgressRecorder, checkpoint_offsets
 from kappa.settings import KappaSettings
 
@@ -64,6 +65,9 @@ def run_job(
         stop.set()
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    # Before Spark starts: a start point that the checkpoint would silently override is refused at once.
+    number = version or spec.version
+    start_point.pin(version_checkpoints(settings, spec.name, number), spec.name, number, starting)
     log.info("starting %s: Spark session", spec.name)
     try:
         spark = get_spark(settings, f"kappa-{spec.name}")
