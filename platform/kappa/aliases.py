@@ -5,10 +5,12 @@ dataset (`enriched_clicks`) and follow its alias. The registry is the compacted 
 dataset: its latest record per key is the live version, and the records before it are the history, kept
 until the cleaner compacts them (the audit trail `kappa.audit` keeps every step for good).
 
-Moving an alias is one record written in a Kafka transaction whose id is the dataset's
-(`kappa.alias.<dataset>`): starting it fences any other writer of that dataset's alias, and the move checks,
-inside the transaction, that the alias is still where the caller saw it. So a cutover is atomic, and two
-racing cutovers cannot both win.
+Moving an alias is one record written in a Kafka transaction, under one transactional id for every mover
+(`MOVER_ID`): starting it fences any other mover and ends its open transaction, and the move checks, inside
+the transaction, that the alias is still where the caller saw it. So a cutover is atomic, and two racing
+cutovers cannot both win. The id is shared across datasets on purpose: a read_committed reader stops at the
+partition's first open transaction, so an open move of another dataset could hide a committed move of this
+one from the check. Two moves of different datasets at once fence each other; the loser changes nothing.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ AUDIT = Topic(
     doc="Every deployment and replay step: who, when, from and to (retained forever).",
 )
 CONTROL_TOPICS: tuple[Topic, ...] = (ALIASES, AUDIT)
+MOVER_ID = "kappa.aliases.mover"  # the transactional id of every alias move (see the module's docstring)
 
 TOPIC_KIND, DELTA_KIND = "TOPIC", "DELTA"
 
@@ -297,12 +300,12 @@ class AliasRegistry:
         producer = Producer(
             {
                 "bootstrap.servers": self.settings.bootstrap,
-                "transactional.id": f"kappa.alias.{dataset}",
+                "transactional.id": MOVER_ID,
                 "transaction.timeout.ms": 60_000,
             }
         )
         try:
-            producer.init_transactions(30)  # fences an earlier mover of this dataset's alias
+            producer.init_transactions(30)  # fences any earlier mover; its open transaction is aborted
             producer.begin_transaction()
         except KafkaException as exc:
             raise KappaError(f"cannot start the alias transaction for {dataset}: {exc} (is Kafka up?)") from None

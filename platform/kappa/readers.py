@@ -81,7 +81,9 @@ def _digest(raw: bytes | None) -> bytes:
 class AliasConsumer:
     """Follows a dataset's alias and yields every change of a key's value once, across cutovers and rollbacks.
 
-    Offsets are committed to `group` on the physical topic being read, after the change is handed over.
+    Offsets are committed to `group` on the physical topic being read, after the change is handed over: when
+    the caller asks for the next one. A caller that stops in between (its code raised, it crashed, it broke
+    out of the loop) gets that change again after a restart; none is skipped.
     """
 
     def __init__(
@@ -106,6 +108,9 @@ class AliasConsumer:
                 "bootstrap.servers": settings.bootstrap,
                 "group.id": group,
                 "enable.auto.commit": False,
+                # Offsets are stored only once a change is handed over (the caller asked for the next one), so a
+                # commit, the one in close() included, never covers a change the caller did not take.
+                "enable.auto.offset.store": False,
                 "auto.offset.reset": "earliest",
                 "isolation.level": "read_committed",
                 "log_level": 0,
@@ -175,9 +180,10 @@ class AliasConsumer:
         for key in [k for k in self.delivered if k not in latest]:
             latest[key] = (None, -1, -1)
         for key, (raw, p, offset) in latest.items():
-            if self.delivered.get(key, b"-") != _digest(raw):
-                self.delivered[key] = _digest(raw)
+            digest = _digest(raw)
+            if self.delivered.get(key, b"-") != digest:
                 yield self._change(key, raw, version, topic.name, p, offset)
+                self.delivered[key] = digest  # handed over: the caller asked for the next change
         self._consumer.assign([TopicPartition(topic.name, p, high) for p, (_low, high) in ends.items()])
         self._consumer.commit(offsets=[TopicPartition(topic.name, p, high) for p, (_low, high) in ends.items()])
         self.version = version
@@ -209,10 +215,12 @@ class AliasConsumer:
                 raise KappaError(f"reading {self.dataset.name} v{self.version}: {error}")
             idle_since = time.monotonic()
             key, raw = _key(message.key()), message.value()
-            if self.delivered.get(key, b"-") != _digest(raw):
-                self.delivered[key] = _digest(raw)
+            digest = _digest(raw)
+            if self.delivered.get(key, b"-") != digest:
                 where = (message.topic() or "", message.partition() or 0, message.offset() or 0)
                 yield self._change(key, raw, self.version or 0, *where)
+                self.delivered[key] = digest  # handed over: the caller asked for the next change
+            self._consumer.store_offsets(message=message)
             if time.monotonic() - self._committed >= 1.0:  # a redelivery after a crash is deduplicated anyway
                 self._consumer.commit(asynchronous=True)
                 self._committed = time.monotonic()

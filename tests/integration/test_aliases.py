@@ -1,5 +1,5 @@
 """The alias registry on the real broker. A move is a compare-and-set inside a transaction fenced by the
-dataset's transactional id, so of two racing cutovers exactly one wins, and a crashed mover changes nothing.
+movers' shared transactional id, so of two racing cutovers exactly one wins, and a crashed mover changes nothing.
 A follower's `AliasWatch` sees every committed move, in order, and never an aborted one."""
 
 from __future__ import annotations
@@ -109,3 +109,28 @@ def test_a_watch_sees_each_committed_move_and_no_aborted_one(
         assert watch.live(dataset) == second  # nothing new since: the same answer
     finally:
         watch.close()
+
+
+def test_an_open_move_of_another_dataset_hides_no_move(stack: KappaSettings, unique_name: Callable[[str], str]) -> None:
+    """A read_committed reader stops at the partition's first open transaction. So while another dataset's move
+    is open, a move of this one must neither wait for it nor check against a view that hides recent moves:
+    every mover shares one transactional id, and starting a move ends any open one (which then changes nothing)."""
+    registry = AliasRegistry(stack)
+    this, other = unique_name("this"), unique_name("other")
+    move(registry, this, 1, expected=None)
+    stalled = dataclasses.replace(move(registry, other, 1, expected=None), version=2, previous_version=1)
+    moved: list[Alias] = []
+
+    def move_while_another_is_open() -> None:
+        with AliasRegistry(stack)._transaction(other) as producer:  # another operator's move, stalled mid-way
+            producer.produce(ALIASES.name, key=other.encode(), value=registry._encode(ALIASES, vars(stalled)))
+            producer.flush(30)
+            moved.append(move(AliasRegistry(stack), this, 2, expected=1))  # fences the stalled mover
+            assert registry.live(this) == moved[0]  # seen at once, not after the stalled transaction's timeout
+
+    with pytest.raises(KappaError, match=rf"moving the alias of {other} failed, nothing changed"):
+        move_while_another_is_open()
+    assert moved
+    assert registry.live(this) == moved[0]
+    assert registry.live(other) is not None
+    assert registry.live(other).version == 1
