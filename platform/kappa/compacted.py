@@ -15,8 +15,11 @@ from kappa.topic_io import decode_topic, kafka_source, value_schema, writer_sche
 from kappa.topics import Topic
 
 
-def latest_per_key(spark: SparkSession, settings: KappaSettings, topic: Topic) -> DataFrame:
+def latest_per_key(
+    spark: SparkSession, settings: KappaSettings, topic: Topic, *, written_until_ms: int | None = None
+) -> DataFrame:
     """A batch read of the whole topic: one row per live key (the schema's fields, `key`, Kafka position).
+    With `written_until_ms`, the topic as it was then: only records whose (create) time is not later count.
 
     Raises nothing for undecodable records, but they are not in the result: count them with
     `decode_topic(...).dead_letters` when it matters.
@@ -28,6 +31,8 @@ def latest_per_key(spark: SparkSession, settings: KappaSettings, topic: Topic) -
     records = decoded.records.withColumn("_deleted", F.lit(False))
     deletes = decoded.tombstones.withColumn("_deleted", F.lit(True))
     everything = records.unionByName(deletes, allowMissingColumns=True)
+    if written_until_ms is not None:
+        everything = everything.where(F.col("kafka_timestamp") <= F.timestamp_millis(F.lit(written_until_ms)))
     # A key lives in one partition; its last record in log order wins.
     latest = Window.partitionBy("key").orderBy(F.col("kafka_partition").desc(), F.col("kafka_offset").desc())
     return (

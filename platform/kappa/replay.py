@@ -32,7 +32,8 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from kappa.aliases import DELTA_KIND, Alias, AliasRegistry, now_ms
 from kappa.deployment import bind, dataset_of, deployment_topics, physical_output, point_alias
 from kappa.errors import KappaError
-from kappa.runtime.declaration import DeltaTable, JobContext, JobSpec, Starting
+from kappa.runtime import start_point
+from kappa.runtime.declaration import DeltaTable, JobContext, JobSpec, Starting, version_checkpoints
 from kappa.settings import KappaSettings
 from kappa.topics import Cleanup, Topic
 
@@ -157,9 +158,7 @@ def _count(consumer: Consumer, topic: str, partition: int, low: int, high: int) 
 
 
 def _iso(ms: int) -> str:
-    from datetime import UTC, datetime
-
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat().replace("+00:00", "Z")
+    return Starting(offsets="timestamp", timestamp_ms=ms).text  # as --from takes it
 
 
 def check(settings: KappaSettings, replay: Replay, starting: Starting) -> dict[str, Any]:
@@ -177,6 +176,10 @@ def check(settings: KappaSettings, replay: Replay, starting: Starting) -> dict[s
             f"{replay.dataset} is live at v{live.version}, newer than v{version}: "
             f"go back with `kappa replay rollback {job.name}`, not a replay"
         )
+    try:  # a relaunch resumes from the checkpoint, so it must ask for the start point the checkpoint began with
+        start_point.refuse_another(version_checkpoints(settings, job.name, version), job.name, version, starting)
+    except start_point.StartPointError as exc:
+        raise ReplayRefusedError(str(exc)) from None
     found: dict[str, Any] = {"start": starting.offsets, "start_ms": starting.timestamp_ms}
     found["schema"] = _check_schema(settings, replay.bound)
     horizons = {}
@@ -411,15 +414,33 @@ class Verification:
         }
 
 
-def read_output(spark: SparkSession, settings: KappaSettings, job: JobSpec, version: int) -> DataFrame:
-    """One version's output as readers see it: a topic's latest value per key, or the Delta table."""
+def read_output(
+    spark: SparkSession, settings: KappaSettings, job: JobSpec, version: int, *, as_of_ms: int | None = None
+) -> DataFrame:
+    """One version's output as readers see it: a topic's latest value per key, or the Delta table. With
+    `as_of_ms`, as it was then: the records written until then, or the table's last commit by then."""
     if isinstance(job.output, DeltaTable):
-        return spark.read.format("delta").load(job.output.path(settings, version))
+        path = job.output.path(settings, version)
+        reader = spark.read.format("delta")
+        if as_of_ms is not None and (commit := commit_as_of(spark, path, as_of_ms)) is not None:
+            reader = reader.option("versionAsOf", commit)
+        return reader.load(path)
     from kappa.compacted import latest_per_key
 
-    return latest_per_key(spark, settings, job.output.versioned(version)).drop(
+    return latest_per_key(spark, settings, job.output.versioned(version), written_until_ms=as_of_ms).drop(
         "kafka_partition", "kafka_offset", "kafka_timestamp"
     )
+
+
+def commit_as_of(spark: SparkSession, path: str, at_ms: int) -> int | None:
+    """The table's latest version committed by `at_ms` (Delta's timestampAsOf refuses a time after the last
+    commit, so the history decides); None if it had none then."""
+    from delta.tables import DeltaTable as Delta
+    from pyspark.sql import functions as F
+
+    history = Delta.forPath(spark, path).history().where(F.col("timestamp") <= F.timestamp_millis(F.lit(at_ms)))
+    found = history.agg(F.max("version")).first()
+    return None if found is None or found[0] is None else int(found[0])
 
 
 def reconcile(new: DataFrame, live: DataFrame, keys: list[str]) -> dict[str, Any]:
@@ -484,6 +505,19 @@ def output_keys(job: JobSpec, frame: DataFrame) -> list[str]:
     return list(job.output.keys) or list(frame.columns)
 
 
+def catch_up_started_ms(registry: AliasRegistry, replay: Replay) -> int | None:
+    """When the version's last catch-up launch started (before its input ends were fixed), from the audit."""
+    launches = [
+        s.facts["started_ms"]
+        for s in registry.steps(replay.job.name)
+        if s.step == "catch-up"
+        and s.to_version == replay.version
+        and s.facts.get("dataset") == replay.dataset
+        and isinstance(s.facts.get("started_ms"), int)
+    ]
+    return launches[-1] if launches else None
+
+
 def verify(settings: KappaSettings, replay: Replay) -> Verification:
     """The quality suite on the new output, and its reconciliation against the live version."""
     from kappa.spark import get_spark
@@ -499,8 +533,12 @@ def verify(settings: KappaSettings, replay: Replay) -> Verification:
     if live is None:
         reconciliation: dict[str, Any] = {"against": None, "note": "nothing live yet: this is the first version"}
     else:
-        old = read_output(spark, settings, replay.job, live.version)
-        reconciliation = {"against": f"v{live.version}"} | reconcile(new, old, output_keys(replay.job, new))
+        # The live version keeps processing while the new one catches up to the input ends it saw at its start:
+        # compare with the live output as it was then, or keys the live version wrote since would count as lost.
+        as_of = catch_up_started_ms(AliasRegistry(settings), replay)
+        old = read_output(spark, settings, replay.job, live.version, as_of_ms=as_of)
+        against = f"v{live.version}" + (f" as of {_iso(as_of)} (the catch-up's start)" if as_of else "")
+        reconciliation = {"against": against} | reconcile(new, old, output_keys(replay.job, new))
         if reconciliation["only_in_live"]:
             problems.append(
                 f"{reconciliation['only_in_live']} key(s) of the live v{live.version} are missing from "
@@ -555,6 +593,12 @@ def rollback(settings: KappaSettings, replay: Replay, *, by: str | None = None) 
     if live is None or live.previous_version is None:
         raise ReplayRefusedError(f"{replay.dataset} has no earlier version to roll back to")
     back = live.previous_version
+    if live.reason.startswith("rollback"):  # a second rollback would undo the first, unverified
+        raise ReplayRefusedError(
+            f"{replay.dataset} is at v{live.version} by a rollback from v{back}: nothing earlier to roll back to. "
+            f"To return to v{back}, cut over to it (`kappa replay cutover {replay.job.name} --version {back}`), "
+            "which needs its verification to have passed"
+        )
     if not output_exists(settings, replay.job, back):
         raise ReplayRefusedError(f"{replay.job.name} v{back} was retired: its output is gone; replay it instead")
     reason = f"rollback from v{live.version}"
@@ -582,8 +626,8 @@ def retire(settings: KappaSettings, replay: Replay) -> dict[str, Any]:
     stopped = deployments.stop_if_running(settings, replay.job.name, replay.version)
     with deployments.checkpoint_lock(settings, replay.job.name, replay.version, "a retire"):  # refused while in use
         deleted = _delete_version(settings, replay)
-    ctx = replay.context(settings)
-    return {"stopped": stopped, "deleted": deleted, "checkpoint": str(Path(ctx.checkpoint()).parent)}
+    checkpoints = version_checkpoints(settings, replay.job.name, replay.version)
+    return {"stopped": stopped, "deleted": deleted, "checkpoint": checkpoints}
 
 
 def _delete_version(settings: KappaSettings, replay: Replay) -> list[str]:
@@ -600,10 +644,17 @@ def _delete_version(settings: KappaSettings, replay: Replay) -> list[str]:
             future.result(timeout=30)
             deleted.append(name)
     else:
+        from kappa.delta_views import facts_path
+
         path = physical_output(replay.job, settings, replay.version)[1]
-        shutil.rmtree(path.removeprefix("file:"), ignore_errors=True)
-        deleted.append(path)
-    shutil.rmtree(str(Path(ctx.checkpoint()).parent), ignore_errors=True)
+        # A view's private facts table goes with it: a replay of this version again must not start from them.
+        for table in (path, facts_path(path)):
+            if Path(table.removeprefix("file:")).exists():
+                shutil.rmtree(table.removeprefix("file:"))
+                deleted.append(table)
+    # Every query's checkpoint, and the start point the version was pinned to (kappa.runtime.start_point).
+    checkpoints = version_checkpoints(settings, replay.job.name, replay.version)
+    shutil.rmtree(checkpoints.removeprefix("file:"), ignore_errors=True)
     try:
         for future in admin.delete_consumer_groups([ctx.consumer_group], request_timeout=15).values():
             future.result(timeout=15)

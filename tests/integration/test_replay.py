@@ -15,12 +15,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from jobs.enrich_clicks.logic import MINUTE_MS, Profile, answer
 from kappa.aliases import AliasRegistry
 from kappa.generate import Click, ProfileVersion, StreamConfig, clickstream
+from kappa.kafka_client import Outgoing, produce_all
+from kappa.quality import suite_for
 from kappa.readers import AliasConsumer
 from kappa.settings import KappaSettings
 from kappa.topics import Cleanup, Topic
@@ -53,6 +55,20 @@ def rule(config: StreamConfig, lateness_minutes: int, emissions: slice) -> dict[
 
 def table(changes: dict[str, dict[str, object] | None]) -> dict[str, tuple[object, object]]:
     return {k: (v["profile_version"], v["segment"]) for k, v in changes.items() if v is not None}
+
+
+def a_value_of(stack: KappaSettings, topic: str) -> bytes:
+    """The value bytes of one record of the topic (Confluent-framed Avro, as its writer produced it)."""
+    consumer = Consumer({"bootstrap.servers": stack.bootstrap, "group.id": "test-replay-sample", "log_level": 0})
+    try:
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(4)])
+        while True:
+            message = consumer.poll(10)
+            assert message is not None, f"{topic} holds no record"
+            if message.error() is None and message.value() is not None:
+                return bytes(message.value())
+    finally:
+        consumer.close()
 
 
 def follow(consumer: AliasConsumer, seen: dict[str, dict[str, object] | None], counts: list[int]) -> None:
@@ -107,6 +123,10 @@ def test_replay_cutover_and_rollback_through_the_cli(
                 os.killpg(replay.pid, signal.SIGKILL)
                 break
         replay.wait(60)
+        # Its checkpoint began at the earliest record: a relaunch asking for another start is refused, not ignored.
+        moved = v2.kappa("replay", "start", "enrich_clicks", "--from", "2026-01-01T00:00:00Z", check=False)
+        assert moved.returncode == 2, moved.stdout + moved.stderr
+        assert "enrich_clicks v2 started from earliest" in moved.stderr
         # Relaunched, it resumes and catches up. Stopped while it verifies (SIGTERM to its Python, as Dagster
         # stops a run), it records the step as interrupted and exits 130; `replay verify` finishes the job.
         relaunch = v2.popen("replay", "start", "enrich_clicks", "--max-offsets-per-trigger", "400", "--by", "alice")
@@ -124,10 +144,27 @@ def test_replay_cutover_and_rollback_through_the_cli(
         assert resumed[-1].facts["resuming"] is True  # the relaunch found the killed run's checkpoint
         stopped = [s for s in registry.steps("enrich_clicks") if s.step == "verify"][-1]
         assert (stopped.outcome, stopped.facts["error"]) == ("interrupted", "stopped by SIGTERM")
+        # Meanwhile the live v1 goes on writing: here a key that no replay of this log can have. Verification
+        # compares with v1 as it was when the catch-up started, so the key is not counted as lost.
+        later = Outgoing(key=unique_name("written-later").encode(), value=a_value_of(stack, f"{dataset}.v1"))
+        produce_all(stack, f"{dataset}.v1", [later])
         done = v2.kappa("replay", "verify", "enrich_clicks", "--by", "alice", check=False)
         assert done.returncode == 0, done.stdout + done.stderr
         assert "verification: PASSED" in done.stdout
         assert f"{len(differing):,} changed" in done.stdout  # the reconciliation found exactly the changed keys
+        verified = [
+            s for s in registry.steps("enrich_clicks") if s.step == "verify" and s.facts.get("dataset") == dataset
+        ]
+        quality = verified[-1].facts["quality"]  # the data contract ran on the whole new output, and held
+        suite = suite_for(v2.settings(stack), dataset)
+        assert suite is not None
+        assert quality["suite"] == suite.name
+        assert (quality["success"], quality["evaluated"]) == (True, len(suite.expectations)), quality
+
+        assert " as of " in done.stdout  # against v1 as of the catch-up's start
+        produce_all(stack, f"{dataset}.v1", [Outgoing(key=later.key, value=None)])  # v1 deletes it again
+        follow(consumer, seen, counts)  # the follower sees both before the cutover
+        assert seen.get(later.key.decode()) is None
 
         cut = v2.kappa("replay", "cutover", "enrich_clicks", "--version", "2", "--by", "alice")
         assert "v1 -> v2" in cut.stdout
@@ -147,6 +184,10 @@ def test_replay_cutover_and_rollback_through_the_cli(
         follow(consumer, seen, counts)
         assert table(seen) == rule(CONFIG, 20, slice(0, None))
         assert consumer.version == 1
+        # A second rollback would undo the first, to an unverified state: refused, naming the way back.
+        again = v2.kappa("replay", "rollback", "enrich_clicks", "--by", "bob", check=False)
+        assert again.returncode == 2
+        assert "is at v1 by a rollback from v2" in again.stderr
     finally:
         consumer.close()
 

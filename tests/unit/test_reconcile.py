@@ -1,8 +1,12 @@
 """The replay's reconciliation of a new version's output against the live one: counts and samples per kind."""
 
+import time
+from pathlib import Path
+
 from pyspark.sql import SparkSession
 
-from kappa.replay import reconcile
+from kappa.aliases import now_ms
+from kappa.replay import commit_as_of, reconcile
 
 
 def test_reconcile_counts_and_samples_each_kind_of_difference(spark: SparkSession) -> None:
@@ -25,3 +29,17 @@ def test_reconcile_counts_and_samples_each_kind_of_difference(spark: SparkSessio
     assert report["samples"]["only_in_new"] == [{"key": "d", "version": 4, "segment": None}]
     assert report["samples"]["only_in_live"] == [{"key": "c", "version": 3, "segment": "TRIAL"}]
     assert report["samples"]["changed"] == [{"key": "b", "segment": {"live": "FREE", "new": "TRIAL"}}]
+
+
+def test_the_live_table_is_read_as_it_was_when_the_catch_up_started(spark: SparkSession, tmp_path: Path) -> None:
+    """The live version keeps committing while a replay catches up: verify compares with its table as of then."""
+    path = str(tmp_path / "page_stats" / "v1")
+    spark.createDataFrame([("/a", 1)], "page string, views long").write.format("delta").save(path)
+    time.sleep(1.1)  # Delta's commit times are in milliseconds; keep the two commits apart
+    catch_up_started = now_ms()
+    time.sleep(1.1)
+    spark.createDataFrame([("/b", 2)], "page string, views long").write.format("delta").mode("append").save(path)
+
+    assert commit_as_of(spark, path, catch_up_started) == 0
+    assert commit_as_of(spark, path, catch_up_started - 60_000) is None  # before the table existed
+    assert commit_as_of(spark, path, now_ms()) == 1  # after its last commit: that one (timestampAsOf refuses)
