@@ -1,6 +1,7 @@
 """`kappa up | status | down` on a stack of the test's own, and schemas surviving a registry restart."""
 
 import json
+import time
 from pathlib import Path
 
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
@@ -75,7 +76,10 @@ def test_three_broker_kraft_cluster(tmp_path: Path) -> None:
         assert sorted(n.port for n in cluster.nodes) == [22092, 22093, 22094]
         topic = Topic("replicated", partitions=3, cleanup=Cleanup.COMPACT)
         apply(admin, [topic])
-        [state] = describe(admin, [topic])
+        # apply returns once the broker it asks shows the topic; another broker's metadata may lag a moment.
+        deadline = time.monotonic() + 30
+        while (state := describe(admin, [topic])[0]).partitions is None and time.monotonic() < deadline:
+            time.sleep(0.5)
         assert state.replication_factor == 3
         assert state.configs["min.insync.replicas"] == "2"
     finally:

@@ -198,6 +198,9 @@ def test_live_with_sigkill_replay_and_batch_give_identical_outputs(
     job.kill()
     producer.join(timeout=600)
     job = Job(enrich_live, live_env)  # restarts from its checkpoint
+    # Its queries run (and its SIGTERM handler is set) before it is asked to stop: the killed run may have
+    # caught up already, and a SIGTERM while Python still imports would kill it instead of stopping it.
+    job.wait_for(lambda line: "started" in line, timeout_s=180)
     group = f"kappa.enrich_clicks.v{ENRICH.version}"
     deadline = time.monotonic() + 600
     while not _caught_up(stack, group, [topics["clicks"], topics["profiles"]]):
