@@ -11,6 +11,7 @@ import importlib
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from kappa.errors import KappaError
 from kappa.settings import KappaSettings, load_settings
@@ -37,6 +38,14 @@ def cmd_setup(settings: KappaSettings, _args: argparse.Namespace) -> int:
         print(f"fetched the JVM artifacts into {report.jars_dir} in {report.seconds:.1f} s")
     else:
         print(f"JVM artifacts already in {report.jars_dir}: nothing fetched")
+    if settings.spark_class_archive:
+        from kappa.spark import driver_classpath
+        from kappa.spark_classes import ensure_archive
+        from kappa.stack.java import spark_java
+
+        archive = ensure_archive(settings, Path(spark_java()), driver_classpath(settings))
+        if archive.built:
+            print(f"built the Spark driver's class archive {archive.path.name} in {archive.seconds:.1f} s")
     return 0
 
 

@@ -114,6 +114,14 @@ class KappaSettings(BaseSettings):
     spark_driver_memory: str = Field("2g", pattern=r"^\d+[mg]$")
     spark_ui: bool = Field(False, description="start the Spark UI (off by default: tests and small machines)")
     spark_state_store: str = Field("rocksdb", pattern=r"^(rocksdb|hdfs)$", description="streaming state store")
+    spark_driver_java_options: str = Field(
+        "",
+        description="extra JVM options of the Spark driver; short runs (tests, one-off replays) start faster with "
+        "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC, long-running jobs keep the JVM's defaults",
+    )
+    spark_class_archive: bool = Field(
+        True, description="map the driver's classes from the archive `kappa setup` builds (faster start)"
+    )
 
     # --- deployments (kappa jobs start/stop/status, Dagster's deploy and health sensor) -----------------
     deployments_dir: Path | None = Field(None, description="deployments' state files and logs (state_dir/…)")

@@ -20,7 +20,8 @@ def stack_env(stack: KappaSettings, **extra: str) -> dict[str, str]:
         KAPPA_CONTROLLER_PORT=str(stack.controller_port),
         KAPPA_REGISTRY_PORT=str(stack.registry_port),
         KAPPA_STACK_DIR=str(stack.stack_path),
-        KAPPA_SPARK_SHUFFLE_PARTITIONS="2",
+        KAPPA_SPARK_SHUFFLE_PARTITIONS=str(stack.spark_shuffle_partitions),
+        KAPPA_SPARK_DRIVER_JAVA_OPTIONS=stack.spark_driver_java_options,
     )
     env.update(extra)
     return env

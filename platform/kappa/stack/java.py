@@ -44,12 +44,18 @@ def stack_java(configured: str | None) -> str:
     return configured
 
 
-def spark_java() -> str:
-    """The java pyspark will launch: $JAVA_HOME/bin/java, else `java` on PATH (Spark 4.2 needs 17+)."""
+def spark_java_path() -> Path:
+    """The java pyspark will launch: $JAVA_HOME/bin/java, else `java` on PATH (not checked here)."""
     home = os.environ.get("JAVA_HOME")
     java = str(Path(home) / "bin" / "java") if home else shutil.which("java")
     if java is None:
         raise StackError("Spark needs Java 17+: no `java` on PATH and JAVA_HOME is not set (`make setup`)")
+    return Path(java)
+
+
+def spark_java() -> str:
+    """The java pyspark will launch, checked to be Java 17+ (Spark 4.2's minimum)."""
+    java = str(spark_java_path())
     major = java_major_version(java)
     if major < 17:
         raise StackError(f"Spark 4.2 needs Java 17+, but {java} is Java {major} (set JAVA_HOME)")

@@ -1,0 +1,63 @@
+"""The Spark driver's class archive is used only for the JVM and classpath it was made with; the driver's JVM
+options and Delta's snapshot partitions come from the settings."""
+
+import json
+import shlex
+from pathlib import Path
+
+from kappa.settings import KappaSettings, load_settings
+from kappa.spark import driver_classpath, spark_conf
+from kappa.spark_classes import ARCHIVE, _fingerprint, usable_archive
+from kappa.stack.java import spark_java_path
+
+
+def _settings(tmp_path: Path, **overrides: object) -> KappaSettings:
+    jars = tmp_path / "jars"
+    for group in ("kafka", "spark", "registry"):  # what `kappa setup` leaves: a non-empty folder per group
+        (jars / group).mkdir(parents=True)
+        (jars / group / f"{group}-lib-1.0.jar").touch()
+    return load_settings(state_dir=tmp_path, jars_dir=jars, **overrides)
+
+
+def _archive(settings: KappaSettings, fingerprint: dict[str, object]) -> Path:
+    archive = settings.jars_path / ARCHIVE
+    archive.write_bytes(b"classes")
+    (settings.jars_path / "spark-driver-classes.json").write_text(json.dumps(fingerprint))
+    return archive
+
+
+def test_the_archive_is_used_only_for_the_jvm_and_classpath_it_was_made_with(tmp_path: Path) -> None:
+    settings = _settings(tmp_path)
+    java, classpath = spark_java_path(), driver_classpath(settings)
+    assert usable_archive(settings, java, classpath) is None  # none built yet
+    archive = _archive(settings, _fingerprint(java, classpath))
+    assert usable_archive(settings, java, classpath) == archive
+    assert usable_archive(settings, java, classpath[:-1]) is None  # a jar more or less: another classpath
+    other_java = tmp_path / "java"
+    other_java.write_bytes(b"#!/bin/sh\n")
+    assert usable_archive(settings, other_java, classpath) is None
+    off = settings.model_copy(update={"spark_class_archive": False})
+    assert usable_archive(off, java, classpath) is None
+
+
+def test_a_stamp_that_is_not_json_means_no_archive(tmp_path: Path) -> None:
+    settings = _settings(tmp_path)
+    _archive(settings, {})
+    (settings.jars_path / "spark-driver-classes.json").write_text("{not json")
+    assert usable_archive(settings, spark_java_path(), driver_classpath(settings)) is None
+
+
+def test_driver_options_map_the_archive_then_add_the_settings_options(tmp_path: Path) -> None:
+    settings = _settings(tmp_path, spark_driver_java_options="-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+                         spark_shuffle_partitions=3)  # fmt: skip
+    archive = _archive(settings, _fingerprint(spark_java_path(), driver_classpath(settings)))
+    conf = spark_conf(settings, "t")
+    options = shlex.split(conf["spark.driver.extraJavaOptions"])
+    assert f"-XX:SharedArchiveFile={archive}" in options
+    assert "-Xlog:cds=off" in options  # a JVM the archive does not fit says nothing, and runs without it
+    assert options[-2:] == ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
+    assert conf["spark.databricks.delta.snapshotPartitions"] == "3"
+
+    (settings.jars_path / ARCHIVE).unlink()
+    plain = shlex.split(spark_conf(settings, "t")["spark.driver.extraJavaOptions"])
+    assert not [o for o in plain if "SharedArchiveFile" in o]
