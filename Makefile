@@ -13,7 +13,7 @@ export UV_PYTHON := 3.11
 DAGSTER_HOME ?= $(CURDIR)/.state/dagster
 DAGSTER_PORT ?= 3000
 
-.PHONY: help setup system-packages demo test test-unit test-integration test-e2e lint format up down status topics dagster bench-avro bench-pipeline bench-contracts bench-replay ci clean
+.PHONY: help setup system-packages demo test test-unit test-integration test-e2e soak lint format up down status topics dagster bench-avro bench-pipeline bench-contracts bench-replay ci clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-18s %s\n", $$1, $$2}'
@@ -46,6 +46,9 @@ test-integration: setup ## against one real stack started for the session
 
 test-e2e: setup ## the CLI and whole flows, each stack on its own ports
 	$(PYTEST) -m e2e
+
+soak: setup ## the Kappa-promise test at 200,000 events (CI runs it at 8,000): live with kills = replay = batch
+	KAPPA_PROMISE_EVENTS=$(or $(EVENTS),200000) $(PYTEST) tests/integration/test_kappa_promise.py
 
 lint: setup ## ruff, ruff format --check, mypy, and the schemas against their git history (no registry needed)
 	$(UV) run --frozen ruff check .

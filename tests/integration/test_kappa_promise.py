@@ -1,15 +1,18 @@
-"""The Kappa promise: for one generated input, a live run (small batches, SIGKILL and restart in the middle),
-one availableNow replay from the start, and a plain batch Spark computation give identical outputs for every
-job. Kafka outputs are compared as the latest value per key (what a compacted topic's readers see).
+"""The Kappa promise: for one generated input, a live run (every job running at once, each killed with SIGKILL
+and restarted in the middle), one availableNow replay from the start, and a plain batch Spark computation give
+identical outputs for every job. Kafka outputs are compared as the latest value per key (what a compacted
+topic's readers see).
 
-Live: enrich_clicks runs continuously while the generator produces (so clicks and late profile versions
-arrive interleaved as they would in production), is killed with SIGKILL after a few batches, restarted, and
-stopped once its consumer group has caught up. Each downstream job (sessionize, then the Delta views
-page_stats, user_activity and sessions) then runs on the live outputs in small batches, killed with SIGKILL
-after its second batch and restarted the same way. Replay: each job in one availableNow run into its own
-outputs. Batch: each job's own transform over a batch read of its inputs (`kappa.stateful.per_key` runs the
-per-user rule once per user there; a view's batch write runs once over the whole topic). Delta tables are
-compared row for row.
+Live: all five jobs run continuously at once, each in its own process with a 1-second trigger, while the
+generator produces (so clicks, late profile versions and enrich_clicks' corrections reach each job
+interleaved, as in production). Each job is killed with SIGKILL after its second batch and restarted from its
+checkpoint; once the generator is done, the jobs are stopped in pipeline order, each when it has read its
+inputs to their end. Replay: each job in one availableNow run into its own outputs. Batch: each job's own
+transform over a batch read of its inputs (`kappa.stateful.per_key` runs the per-user rule once per user
+there; a view's batch write runs once over the whole topic). Delta tables are compared row for row.
+
+Size: KAPPA_PROMISE_EVENTS clicks (CI's default below); `make soak` runs 200,000. The generator spreads them
+over PRODUCE_S seconds at most, so the live jobs see many batches whatever the size.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -49,23 +53,28 @@ from kappa.delta_views import with_tombstones
 from kappa.generate import StreamConfig
 from kappa.kafka_client import admin_client
 from kappa.produce_stream import generate
-from kappa.runtime import DeltaTable
+from kappa.runtime import DeltaTable, JobSpec
 from kappa.runtime.runner import run_job
 from kappa.settings import KappaSettings
 from kappa.topic_io import DecodedTopic, decode_topic, kafka_source, read_topic, value_schema, writer_schemas
 from kappa.topics import Cleanup, Topic, apply
 from tests.integration.conftest import stack_env
+from tests.waiting import wait_until
 
-EVENTS = int(os.environ.get("KAPPA_PROMISE_EVENTS", "50000"))
-# Late clicks arrive 150 min late: beyond sessionize's allowed lateness (120), so `.late` is exercised too.
+EVENTS = int(os.environ.get("KAPPA_PROMISE_EVENTS", "8000"))
+# About 25 clicks per user whatever the size. Late clicks arrive 150 min late: beyond sessionize's allowed
+# lateness (120), so `.late` is exercised too.
 CONFIG = StreamConfig(
-    events=EVENTS, users=2000, seed=31, late_share=0.01, late_by_ms=150 * 60_000, profile_change_share=0.02
-)
+    events=EVENTS, users=max(100, EVENTS // 25), seed=31, late_share=0.01, late_by_ms=150 * 60_000,
+    profile_change_share=0.02,
+)  # fmt: skip
+PRODUCE_S = 25.0  # the generator's records spread over this long (or as fast as it can, for a large size)
+SCALE = max(1.0, EVENTS / 50_000)  # waits grow with the size of the run
 ENRICHED_FIELDS = ("event_id", "user_id", "page", "referrer", "event_time", "device", "profile_version", "segment",
                    "country")  # fmt: skip
 # The jobs after enrich_clicks, in pipeline order; each reads what the one before produced.
 DOWNSTREAM = (SESSIONIZE, PAGE_STATS, USER_ACTIVITY, SESSIONS_TABLE)
-BATCHES = 8  # about how many micro-batches each downstream job's live run takes
+PIPELINE = (ENRICH, *DOWNSTREAM)
 SESSION_FIELDS = ("session_id", "user_id", "start_time", "end_time", "clicks", "distinct_pages", "entry_page",
                   "exit_page", "segment")  # fmt: skip
 
@@ -78,7 +87,8 @@ class Job:
         self.process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines: queue.Queue[str] = queue.Queue()
         self.log: list[str] = []
-        threading.Thread(target=self._pump, daemon=True).start()
+        self.pump = threading.Thread(target=self._pump, daemon=True)
+        self.pump.start()
 
     def _pump(self) -> None:
         assert self.process.stdout is not None
@@ -105,8 +115,14 @@ class Job:
 
     def finish(self, timeout_s: float) -> None:
         code = self.process.wait(timeout=timeout_s)
-        time.sleep(0.2)  # let the pump take the last lines
+        self.pump.join(timeout=30)  # the pump ends at the end of the output: every line is in the log
+        assert not self.pump.is_alive(), "the job's output did not end with its process"
         assert code == 0, "".join(self.log[-40:])
+
+    def stop(self, timeout_s: float) -> None:
+        """SIGTERM: the runner finishes its batch and exits 0."""
+        self.process.send_signal(signal.SIGTERM)
+        self.finish(timeout_s)
 
 
 def _batch_line(query: str, at_least: int) -> Callable[[str], bool]:
@@ -135,24 +151,16 @@ def _caught_up(settings: KappaSettings, group: str, topics: list[Topic]) -> bool
     return all(done.get(k, -1) >= end for k, end in ends.items())
 
 
-def _records_in(settings: KappaSettings, topic: Topic) -> int:
-    consumer = Consumer({"bootstrap.servers": settings.bootstrap, "group.id": "probe-size"})
-    try:
-        return sum(
-            consumer.get_watermark_offsets(TopicPartition(topic.name, p), timeout=10)[1]
-            for p in range(topic.partitions)
-        )
-    finally:
-        consumer.close()
-
-
 def _same_rows(a: DataFrame, b: DataFrame, what: str) -> None:
-    missing, extra = a.exceptAll(b), b.exceptAll(a)
-    n_missing, n_extra = missing.count(), extra.count()
-    assert (n_missing, n_extra) == (0, 0), (
-        f"{what}: {n_missing} rows only on the left, {n_extra} only on the right; e.g. "
-        f"{[r.asDict() for r in missing.limit(3).collect()]} vs {[r.asDict() for r in extra.limit(3).collect()]}"
+    """Equal as multisets of rows: each side read once (one Spark job), compared here with the differences named."""
+    left, right = Counter(tuple(r) for r in a.collect()), Counter(tuple(r) for r in b.collect())
+    missing, extra = left - right, right - left
+    differences = (
+        f"{what}: {sum(missing.values())} rows only on the left, {sum(extra.values())} only on the right; "
+        f"e.g. {list(missing)[:3]} vs {list(extra)[:3]}"
     )
+    assert not missing, differences
+    assert not extra, differences
 
 
 @pytest.fixture
@@ -169,7 +177,7 @@ def topics(avro_topic: Callable[..., Topic], stack: KappaSettings) -> dict[str, 
     return made
 
 
-@pytest.mark.timeout(2400)  # every job three ways over 50,000 events: about 4 minutes on 2 cores
+@pytest.mark.timeout(int(1800 * SCALE))
 def test_live_with_sigkill_replay_and_batch_give_identical_outputs(
     stack: KappaSettings, spark: SparkSession, topics: dict[str, Topic], tmp_path: Path
 ) -> None:
@@ -186,38 +194,41 @@ def test_live_with_sigkill_replay_and_batch_give_identical_outputs(
     live_env = stack_env(stack, KAPPA_CHECKPOINT_ROOT=str(tmp_path / "live" / "cp"),
                          KAPPA_DELTA_ROOT=str(tmp_path / "live" / "delta"))  # fmt: skip
 
-    # (a) Live. enrich_clicks consumes while the generator produces; SIGKILL after its second batch.
-    enrich_live = ["enrich_clicks", json.dumps(bindings("live")), "--interval", "1 second"]
-    job = Job(enrich_live, live_env)
-    job.wait_for(lambda line: "started" in line, timeout_s=180)
+    # (a) Live: every job at once, as deployed, while the generator produces.
+    def live_job(spec: JobSpec) -> Job:
+        return Job([spec.name, json.dumps(bindings("live")), "--interval", "1 second"], live_env)
+
+    jobs = {spec.name: live_job(spec) for spec in PIPELINE}
+    for spec in PIPELINE:
+        jobs[spec.name].wait_for(lambda line: "started" in line, timeout_s=300 * SCALE)
     producer = threading.Thread(
-        target=generate, args=(stack, CONFIG, topics["clicks"], topics["profiles"]), kwargs={"rate": 12_000.0}
+        target=generate,
+        args=(stack, CONFIG, topics["clicks"], topics["profiles"]),
+        kwargs={"rate": EVENTS / PRODUCE_S, "progress": None},
     )
     producer.start()
-    job.wait_for(_batch_line(f"enrich_clicks_v{ENRICH.version}", 1), timeout_s=300)
-    job.kill()
-    producer.join(timeout=600)
-    job = Job(enrich_live, live_env)  # restarts from its checkpoint
-    # Its queries run (and its SIGTERM handler is set) before it is asked to stop: the killed run may have
-    # caught up already, and a SIGTERM while Python still imports would kill it instead of stopping it.
-    job.wait_for(lambda line: "started" in line, timeout_s=180)
-    group = f"kappa.enrich_clicks.v{ENRICH.version}"
-    deadline = time.monotonic() + 600
-    while not _caught_up(stack, group, [topics["clicks"], topics["profiles"]]):
-        assert time.monotonic() < deadline, "".join(job.log[-30:])
-        time.sleep(2)
-    job.process.send_signal(signal.SIGTERM)
-    job.finish(timeout_s=120)
-
-    # Downstream jobs: small batches, SIGKILL after the second, restart from the checkpoint to the end.
-    for spec in DOWNSTREAM:
-        [source] = spec.bound(bindings("live")).inputs
-        small_batch = max(200, _records_in(stack, source) // BATCHES)  # maxOffsetsPerTrigger
-        args = [spec.name, json.dumps(bindings("live")), "--available-now", "--max-offsets", str(small_batch)]
-        job = Job(args, live_env)
-        job.wait_for(_batch_line(f"{spec.name}_v{spec.version}", 1), timeout_s=600)
-        job.kill()
-        Job(args, live_env).finish(timeout_s=900)
+    # Each job: SIGKILL after its second batch (its first one that started from a checkpoint), then a restart
+    # from that checkpoint. Downstream jobs get their first rows only once enrich_clicks has written some.
+    for spec in PIPELINE:
+        jobs[spec.name].wait_for(_batch_line(f"{spec.name}_v{spec.version}", 1), timeout_s=600 * SCALE)
+        jobs[spec.name].kill()
+        jobs[spec.name] = live_job(spec)
+    producer.join(timeout=600 * SCALE)
+    assert not producer.is_alive(), "the generator did not finish"
+    # Stopped in pipeline order, each once it has read its inputs to their end: then its output is final, and
+    # so are the next job's inputs. Its queries run before it is asked to stop (a SIGTERM while Python still
+    # imports would kill the restarted job instead of stopping it).
+    for spec in PIPELINE:
+        job = jobs[spec.name]
+        job.wait_for(lambda line: "started" in line, timeout_s=300 * SCALE)
+        inputs = list(spec.bound(bindings("live")).inputs)
+        wait_until(
+            lambda inputs=inputs, spec=spec: _caught_up(stack, f"kappa.{spec.name}.v{spec.version}", inputs),
+            timeout_s=900 * SCALE,
+            what=f"{spec.name} reads its inputs to their end",
+            log=job.log,
+        )
+        job.stop(timeout_s=180)
 
     # (b) Replay: each job once from the start, availableNow, into its own outputs.
     replay = stack.model_copy(update={"checkpoint_root": str(tmp_path / "replay" / "cp"),
@@ -258,7 +269,7 @@ def test_live_with_sigkill_replay_and_batch_give_identical_outputs(
     # sessions: live == replay == batch, as the latest value per session id; late events the same set.
     sessions = {run: latest_per_key(spark, stack, topics[f"sessions_{run}"]) for run in ("live", "replay")}
     expected_sessions = session_batch.where(F.col("kind") == UPSERT).select(*SESSION_FIELDS)
-    assert expected_sessions.count() > 1000
+    assert expected_sessions.count() > EVENTS // 20  # about one session per 13 clicks: a real workload
     for run, table in sessions.items():
         _same_rows(table.select(*SESSION_FIELDS), expected_sessions, f"sessions {run} vs batch")
     expected_late = {r.event_id for r in batch_read(topics["enriched_replay"]).join(
