@@ -1,7 +1,9 @@
 """Every integration test runs against the session's real stack: start it before the first one."""
 
+import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -9,6 +11,7 @@ from kappa.aliases import CONTROL_TOPICS
 from kappa.avro.contracts import apply_schemas
 from kappa.kafka_client import admin_client
 from kappa.settings import KappaSettings
+from kappa.spark import get_spark
 from kappa.topics import Cleanup, Topic, apply
 
 
@@ -51,3 +54,20 @@ def avro_topic(stack: KappaSettings, unique_name: Callable[[str], str]) -> Calla
         return topic
 
     return make
+
+
+def partitions_of(checkpoint: str | Path) -> tuple[int, int]:
+    """(the shuffle partitions a stateful query ran with, as its offset log records them; its state store's
+    partitions, as folders): what shows that a run really used the partition count a test names."""
+    root = Path(checkpoint)
+    metadata = json.loads((root / "offsets" / "0").read_text().splitlines()[1])
+    stored = [p for p in (root / "state" / "0").iterdir() if p.name.isdigit()]
+    return int(metadata["conf"]["spark.sql.shuffle.partitions"]), len(stored)
+
+
+@pytest.fixture
+def session_conf_restored(stack: KappaSettings) -> Iterator[None]:
+    """For a test that runs a job with other Spark settings on the shared session (a job's run applies its
+    settings' SQL configuration to it): the session's own settings again afterwards."""
+    yield
+    get_spark(stack, "kappa-tests")

@@ -9,12 +9,17 @@ change is an edit of the copy; the old code stays in an earlier copy.
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+import os
 import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 from kappa.generate import StreamConfig
 from kappa.produce_stream import generate
@@ -77,6 +82,34 @@ class Deployment:
         text = path.read_text()
         assert old in text, f"{old!r} not in {path}"
         path.write_text(text.replace(old, new))
+
+    @contextlib.contextmanager
+    def imported(self) -> Iterator[ModuleType]:
+        """This copy's jobs/ as the `jobs` package of this process (what a Dagster code location reload does)
+        and of every process it starts (PYTHONPATH, and the copy as the working folder: `python -m` puts the
+        working folder first on the path); the checkout's again afterwards. Yields the copy's catalog. For tests
+        that run platform code in-process (Dagster definitions, sensors) on the copy."""
+        ours = [name for name in sys.modules if name == "jobs" or name.startswith("jobs.")]
+        saved = {name: sys.modules.pop(name) for name in ours}
+        previous, folder = os.environ.get("PYTHONPATH"), os.getcwd()
+        sys.path.insert(0, str(self.code))
+        os.environ["PYTHONPATH"] = self.env["PYTHONPATH"]
+        os.chdir(self.code)
+        importlib.invalidate_caches()
+        try:
+            catalog = importlib.import_module("jobs.catalog")
+            assert Path(str(catalog.__file__)).is_relative_to(self.code), catalog.__file__
+            yield catalog
+        finally:
+            for name in [n for n in sys.modules if n == "jobs" or n.startswith("jobs.")]:
+                del sys.modules[name]
+            sys.modules.update(saved)
+            sys.path.remove(str(self.code))
+            os.chdir(folder)
+            if previous is None:
+                os.environ.pop("PYTHONPATH", None)
+            else:
+                os.environ["PYTHONPATH"] = previous
 
     def copy(self, to: Path) -> Deployment:
         """The same deployment from another copy of the code (to change it while this one stays)."""

@@ -1,30 +1,40 @@
 """Dagster materializes `enriched_clicks` on the real stack: the job's catch-up runs in a subprocess launched through
 Pipes, its per-batch progress and run report come back as the materialization's metadata, and the version then
-runs on continuously (a deployment), until Dagster's `stop_enrich_clicks` job stops it."""
+runs on continuously (a deployment), until Dagster's `stop_enrich_clicks` job stops it.
 
+The test runs on its own copy of the pipeline (topics no other test writes), loaded as the code location
+(`Deployment.imported`)."""
+
+import importlib
 import random
-import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from confluent_kafka import Consumer, TopicPartition
 from dagster import AssetKey
 
 from dagster_project.assets import topic_key
 from dagster_project.definitions import build_definitions
 from dagster_project.resources import KappaResource
-from jobs.catalog import CLICKS, ENRICHED_CLICKS, TOPICS, USER_PROFILES
 from kappa import deployments
-from kappa.avro.contracts import apply_schemas
-from kappa.deployment import physical_output, topics_to_apply
-from kappa.errors import KappaError
+from kappa.deployment import physical_output
 from kappa.generate import StreamConfig
-from kappa.kafka_client import admin_client
 from kappa.produce_stream import generate
 from kappa.runtime.discovery import discover
 from kappa.settings import KappaSettings
-from kappa.topics import Topic, apply
-from tests.integration.conftest import stack_env
+from kappa.topics import Topic
+from tests.integration.replay_pipeline import Deployment, deploy_copy
+from tests.waiting import wait_until
+
+
+@pytest.fixture
+def pipeline(stack: KappaSettings, tmp_path: Path, unique_name: Callable[[str], str]) -> Iterator[Deployment]:
+    """This test's copy of the pipeline (topics and schemas set up), as the code location of this process."""
+    d = deploy_copy(stack, tmp_path / "pipeline", unique_name("dm") + "_")
+    with d.imported():
+        yield d
 
 
 def _records_in(settings: KappaSettings, topic: Topic) -> int:
@@ -65,44 +75,22 @@ def _keys(settings: KappaSettings, topic: Topic) -> set[str]:
         consumer.close()
 
 
-def _physical_topics(stack: KappaSettings) -> list[Topic]:
-    """`topics_to_apply`, retried while the control topics just created have no partition leader yet."""
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            return topics_to_apply(stack, TOPICS)
-        except KappaError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(1)
-
-
-def test_materializing_enriched_clicks_runs_the_job_through_pipes(stack: KappaSettings, tmp_path: Path) -> None:
-    # The job reads and writes the catalog's topics (its declaration), shared with other tests on this stack:
-    # this test's clicks carry their own seed in their event ids, and the run's counts are checked against the
-    # topics' contents, not against this test's share alone.
-    apply(admin_client(stack), TOPICS)
-    apply(admin_client(stack), _physical_topics(stack))  # the versioned outputs (`enriched_clicks.v1`, ...)
-    apply_schemas(stack.schemas_path, TOPICS, stack.registry)
+def test_materializing_enriched_clicks_runs_the_job_through_pipes(stack: KappaSettings, pipeline: Deployment) -> None:
+    catalog = importlib.import_module("jobs.catalog")  # the copy's topics, as the job reads and writes them
     seed = random.SystemRandom().randrange(10_000, 1_000_000)
-    produced = generate(stack, StreamConfig(events=600, users=25, seed=seed), CLICKS, USER_PROFILES, progress=None)
-    to_read = _records_in(stack, CLICKS) + _records_in(stack, USER_PROFILES)
-    assert to_read >= produced.clicks + produced.profiles
+    produced = generate(stack, StreamConfig(events=600, users=25, seed=seed), catalog.CLICKS, catalog.USER_PROFILES,
+                        progress=None)  # fmt: skip
+    to_read = _records_in(stack, catalog.CLICKS) + _records_in(stack, catalog.USER_PROFILES)
+    assert to_read == produced.clicks + produced.profiles  # topics of this test alone
 
-    env = stack_env(
-        stack,
-        KAPPA_DELTA_ROOT=str(tmp_path / "delta"),
-        KAPPA_CHECKPOINT_ROOT=str(tmp_path / "cp"),
-        KAPPA_DEPLOYMENTS_DIR=str(tmp_path / "deployments"),
-    )
-    kappa = KappaResource(overrides={k: v for k, v in env.items() if k.startswith("KAPPA_")})
+    kappa = KappaResource(overrides={k: v for k, v in pipeline.env.items() if k.startswith("KAPPA_")})
     settings = kappa.settings()
     defs = build_definitions(kappa=kappa)
-    key = topic_key(ENRICHED_CLICKS.name)
+    key = topic_key(catalog.ENRICHED_CLICKS.name)
     job = discover()["enrich_clicks"]
     try:
         result = defs.resolve_implicit_global_asset_job_def().execute_in_process(asset_selection=[key])
-        _check_materialization(stack, result, key, to_read, seed, produced.clicks)
+        _check_materialization(stack, result, key, to_read, seed, produced.clicks, catalog.ENRICHED_CLICKS)
 
         # Deployed: after the catch-up, the version runs on continuously, detached, from where catch-up stopped.
         [state] = deployments.status(settings)
@@ -115,10 +103,12 @@ def test_materializing_enriched_clicks_runs_the_job_through_pipes(stack: KappaSe
         assert metadata["deployment_pid"] == state.deployment.pid
         # Dagster's stop job ends it: SIGTERM, the runner stops after its batch and exits 0. (Waiting for its
         # query to start: a stop before it starts anything is test_job_runner's case.)
-        deadline = time.monotonic() + 120
-        while "query enrich_clicks_v1 started" not in state.deployment.log_path.read_text():
-            assert time.monotonic() < deadline, state.deployment.log_path.read_text()[-3000:]
-            time.sleep(1)
+        wait_until(
+            lambda: "query enrich_clicks_v1 started" in state.deployment.log_path.read_text(),
+            timeout_s=120,
+            what="the deployed enrich_clicks v1 runs its query",
+            log=state.deployment.log_path,
+        )
         stop = defs.get_job_def("stop_enrich_clicks").execute_in_process()
         assert stop.success
         [state] = deployments.status(settings)
@@ -130,7 +120,7 @@ def test_materializing_enriched_clicks_runs_the_job_through_pipes(stack: KappaSe
 
 
 def _check_materialization(
-    stack: KappaSettings, result: Any, key: AssetKey, to_read: int, seed: int, clicks: int
+    stack: KappaSettings, result: Any, key: AssetKey, to_read: int, seed: int, clicks: int, enriched: Topic
 ) -> None:
     """What the catch-up reported through Pipes, and what it wrote."""
     assert result.success
@@ -152,7 +142,7 @@ def _check_materialization(
 
     # The job really ran: every click of this test is in the output, keyed by its event id.
     job = discover()["enrich_clicks"]
-    output = ENRICHED_CLICKS.versioned(job.version)  # the physical topic this version writes
+    output = enriched.versioned(job.version)  # the physical topic this version writes
     assert output.name == physical_output(job, stack, job.version)[1]
     mine = {k for k in _keys(stack, output) if k.startswith(f"evt-{seed}-")}
     assert mine == {f"evt-{seed}-{n:09d}" for n in range(clicks)}

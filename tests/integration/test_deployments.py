@@ -1,11 +1,15 @@
 """A deployment on the real stack: `raw_clicks` runs detached and supervised, its lag falls to 0, a SIGKILL of its
 driver is noticed by Dagster's health sensor, whose restart run resumes it from its checkpoint (every click in
-the table once: none lost, none repeated), and `stop` ends it."""
+the table once: none lost, none repeated), and `stop` ends it.
 
+The test runs on its own copy of the pipeline (its `clicks` topic is written by no other test), loaded as the
+code location Dagster and the deployments run (`Deployment.imported`).
+"""
+
+import importlib
 import os
 import random
 import signal
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,55 +22,47 @@ from dagster_project.assets import output_key
 from dagster_project.definitions import build_definitions
 from dagster_project.operations import REASON_TAG, SENSOR_NAME
 from dagster_project.resources import KappaResource
-from jobs.catalog import CLICKS, TOPICS
-from jobs.raw_clicks.declaration import JOB
 from kappa import deployments
-from kappa.avro.contracts import apply_schemas
 from kappa.avro.registry import Registry, value_subject
 from kappa.avro.schemas import topic_value_schema
 from kappa.avro.serde import AvroEncoder
 from kappa.deployments import Health
 from kappa.errors import KappaError
 from kappa.generate import click_messages, clicks
-from kappa.kafka_client import admin_client, produce_all
+from kappa.kafka_client import produce_all
+from kappa.runtime import JobSpec
 from kappa.settings import KappaSettings
-from tests.integration.conftest import stack_env
+from kappa.topics import Topic
+from tests.integration.replay_pipeline import Deployment, deploy_copy
+from tests.waiting import wait_until
 
 
-def _produce(stack: KappaSettings, count: int, seed: int, first: int = 0) -> set[str]:
+def _produce(stack: KappaSettings, topic: Topic, count: int, seed: int, first: int = 0) -> set[str]:
     """`count` well-formed clicks with this test's seed; their event ids."""
     made = list(clicks(first + count, seed=seed))[first:]
     with Registry(stack.registry) as registry:
-        encoder = AvroEncoder(registry, value_subject(CLICKS.name), topic_value_schema(stack.schemas_path, CLICKS))
-        produce_all(stack, CLICKS.name, click_messages(iter(made), encoder.encode, CLICKS.partitions))
+        encoder = AvroEncoder(registry, value_subject(topic.name), topic_value_schema(stack.schemas_path, topic))
+        produce_all(stack, topic.name, click_messages(iter(made), encoder.encode, topic.partitions))
     return {c.event_id for c in made}
 
 
 def _wait(what: str, check: Callable[[], bool], timeout_s: float, log: Path) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            tail = log.read_text()[-3000:] if log.is_file() else "(no log)"
-            pytest.fail(f"not within {timeout_s:.0f} s: {what}; deployment log:\n{tail}")
-        time.sleep(1)
+    wait_until(check, timeout_s, what, log=log, interval_s=1)
 
 
 @pytest.fixture
-def kappa(stack: KappaSettings, tmp_path: Path) -> Iterator[KappaResource]:
-    """The resource Dagster and this test share: the session's stack, this test's Delta, checkpoints and
-    deployments folders. Whatever deployment is still running at the end is killed with its process group."""
-    from kappa.topics import apply
+def pipeline(stack: KappaSettings, tmp_path: Path, unique_name: Callable[[str], str]) -> Iterator[Deployment]:
+    """This test's copy of the pipeline, as the code location of this process and of what it starts."""
+    d = deploy_copy(stack, tmp_path / "pipeline", unique_name("dp") + "_", env={"KAPPA_DEPLOY_STOP_TIMEOUT_S": "90"})
+    with d.imported():
+        yield d
 
-    apply(admin_client(stack), TOPICS)
-    apply_schemas(stack.schemas_path, TOPICS, stack.registry)
-    env = stack_env(
-        stack,
-        KAPPA_DELTA_ROOT=str(tmp_path / "delta"),
-        KAPPA_CHECKPOINT_ROOT=str(tmp_path / "checkpoints"),
-        KAPPA_DEPLOYMENTS_DIR=str(tmp_path / "deployments"),
-        KAPPA_DEPLOY_STOP_TIMEOUT_S="90",
-    )
-    resource = KappaResource(overrides={k: v for k, v in env.items() if k.startswith("KAPPA_")})
+
+@pytest.fixture
+def kappa(pipeline: Deployment) -> Iterator[KappaResource]:
+    """The resource Dagster and this test share: the session's stack, the copy's Delta, checkpoints and
+    deployments folders. Whatever deployment is still running at the end is killed with its process group."""
+    resource = KappaResource(overrides={k: v for k, v in pipeline.env.items() if k.startswith("KAPPA_")})
     groups: set[int] = set()
     yield resource
     settings = resource.settings()
@@ -81,42 +77,44 @@ def kappa(stack: KappaSettings, tmp_path: Path) -> Iterator[KappaResource]:
 def test_deployment_crash_is_restarted_by_the_sensor_from_its_checkpoint(
     stack: KappaSettings, kappa: KappaResource
 ) -> None:
+    source: Topic = importlib.import_module("jobs.catalog").source  # the copy's, as the deployed job reads it
+    job: JobSpec = importlib.import_module("jobs.raw_clicks.declaration").job
     settings = kappa.settings()
-    table = f"{settings.delta_root}/{JOB.output.name}/v{JOB.version}"
+    table = f"{settings.delta_root}/{job.output.name}/v{job.version}"
     seed = random.SystemRandom().randrange(10_000, 1_000_000)
-    mine = _produce(stack, 800, seed)
+    mine = _produce(stack, source, 800, seed)
 
-    deployment = deployments.start(settings, JOB.name, JOB.version, env=kappa.overrides)
+    deployment = deployments.start(settings, job.name, job.version, env=kappa.overrides)
     log = deployment.log_path
     assert deployments.state_of(deployment).health is Health.RUNNING
     with pytest.raises(KappaError, match="already running"):
-        deployments.start(settings, JOB.name, JOB.version, env=kappa.overrides)
+        deployments.start(settings, job.name, job.version, env=kappa.overrides)
 
     def caught_up() -> bool:
         try:
-            lag = deployments.lag(settings, JOB.name, JOB.version, timeout_s=5)
+            lag = deployments.lag(settings, job.name, job.version, timeout_s=5)
         except KappaError:  # a fresh broker's group coordinator (__consumer_offsets) may not answer yet
             return False
         return lag.total == 0 and lag.last_batch is not None
 
-    # The job reads the shared `clicks` from the earliest offset: its lag is every record there, then 0.
+    # The job reads the copy's `clicks` from the earliest offset: its lag is every record there, then 0.
     _wait("lag 0 after the first batches", caught_up, 240, log)
-    lag = deployments.lag(settings, JOB.name, JOB.version)
-    assert set(lag.per_topic) == {CLICKS.name}
+    lag = deployments.lag(settings, job.name, job.version)
+    assert set(lag.per_topic) == {source.name}
     assert lag.rows >= len(mine)  # the output query's input rows, from the runner's progress lines
 
     # A crash: the job's driver dies with SIGKILL, mid-stream, while more clicks arrive.
     [driver] = deployments.driver_pids(deployment)
-    more = _produce(stack, 400, seed, first=800)
+    more = _produce(stack, source, 400, seed, first=800)
     os.kill(driver, signal.SIGKILL)
-    gone = lambda: not deployments.is_ours(deployment.pid, JOB.name, JOB.version)  # noqa: E731
+    gone = lambda: not deployments.is_ours(deployment.pid, job.name, job.version)  # noqa: E731
     _wait("the wrapper notices the crash", gone, 30, log)
     [crashed] = deployments.status(settings)
     assert crashed.health is Health.CRASHED
     assert crashed.exit_reason is not None
     assert crashed.exit_reason.startswith("killed by SIGKILL (exit status 137)")
     _wait("the crashed run's JVM exits with its driver", lambda: not deployments.group_members(deployment.pid), 60, log)
-    later = _produce(stack, 300, seed, first=1200)  # written while nothing runs: the restart must read them
+    later = _produce(stack, source, 300, seed, first=1200)  # written while nothing runs: the restart must read them
 
     # Dagster's health sensor: one restart run for the crash, tagged with why; lag observed on the asset.
     defs = build_definitions(kappa=kappa)
@@ -126,10 +124,10 @@ def test_deployment_crash_is_restarted_by_the_sensor_from_its_checkpoint(
     assert isinstance(result, SensorResult)
     [request] = result.run_requests or []
     assert isinstance(request, RunRequest)
-    assert request.job_name == f"restart_{JOB.name}"
+    assert request.job_name == f"restart_{job.name}"
     assert request.tags[REASON_TAG] == "killed by SIGKILL (exit status 137)"
     [observation] = result.asset_events or []
-    assert observation.asset_key == output_key(JOB)
+    assert observation.asset_key == output_key(job)
     assert observation.metadata["health"].value == "crashed"
     job_def = defs.get_job_def(request.job_name)
     run = job_def.execute_in_process(run_config=request.run_config, tags=request.tags, instance=instance)
@@ -176,7 +174,7 @@ def test_deployment_crash_is_restarted_by_the_sensor_from_its_checkpoint(
     assert metadata["last_batch_id"] is not None
 
     # Stop: SIGTERM, the runner finishes its batch and exits 0; the sensor leaves a stopped deployment alone.
-    stopped = deployments.stop(settings, JOB.name, JOB.version)
+    stopped = deployments.stop(settings, job.name, job.version)
     assert stopped.desired == "stopped"
     assert deployments.exit_status(stopped.log_path.read_text()) == 0
     assert "raw_clicks v1: stopped by signal" in deployments.last_run(stopped.log_path.read_text())

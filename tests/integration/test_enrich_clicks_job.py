@@ -1,5 +1,6 @@
 """enrich_clicks on the real stack: small batches at two shuffle-partition counts and one availableNow run
-both end, read as a compacted topic, at exactly the as-of rule applied to the whole log."""
+both end, read as a compacted topic, at exactly the as-of answer over the whole log: as computed independently
+in SQL (tests/oracles.py), and by the job's own rule (logic.py)."""
 
 import dataclasses
 from collections.abc import Callable
@@ -17,6 +18,8 @@ from kappa.produce_stream import generate
 from kappa.runtime.runner import run_job
 from kappa.settings import KappaSettings
 from kappa.topics import Cleanup, Topic, apply
+from tests import oracles
+from tests.integration.conftest import partitions_of
 
 CONFIG = StreamConfig(events=3000, users=30, seed=23, profile_change_share=0.04, late_profile_share=0.5)
 LATENESS_MS = JOB.settings["profile_lateness_minutes"] * MINUTE_MS
@@ -46,14 +49,28 @@ def _expected(config: StreamConfig) -> dict[str, tuple[int | None, str, str | No
     return expected
 
 
+def _independent(config: StreamConfig) -> dict[str, tuple[int | None, str, str | None, str]]:
+    """The same answer from tests/oracles.py's SQL, which shares no code with the job."""
+    clicks, profiles = [], []
+    for emission in clickstream(config):
+        r = emission.record
+        if isinstance(r, ProfileVersion):
+            profiles.append((r.user_id, r.profile_version, r.valid_from_ms, emission.log_time_ms, r.segment, r.country))
+        else:
+            clicks.append((r.event_id, r.user_id, r.page, r.event_time_ms))
+    return oracles.enrichment(clicks, profiles, LATENESS_MS)
+
+
 @pytest.fixture(scope="module")
 def expected() -> dict[str, tuple[int | None, str, str | None, str]]:
-    result = _expected(CONFIG)
+    result = _independent(CONFIG)
     assert sum(1 for v in result.values() if v[0] is None) > 0  # some clicks come before any profile
     assert len({v[0] for v in result.values()}) > 3  # and profiles change over time
+    assert _expected(CONFIG) == result  # the job's rule, over the whole log, says the same
     return result
 
 
+@pytest.mark.usefixtures("session_conf_restored")
 @pytest.mark.parametrize(("shuffle_partitions", "max_offsets"), [(2, 250), (5, 400), (2, None)])
 def test_enriched_clicks_equal_the_as_of_rule_over_the_whole_log(
     stack: KappaSettings,
@@ -72,12 +89,17 @@ def test_enriched_clicks_equal_the_as_of_rule_over_the_whole_log(
     report = generate(stack, CONFIG, clicks, profiles, progress=None)
     assert report.clicks == len(expected)
 
-    spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions))
-    settings = stack.model_copy(update={"checkpoint_root": str(tmp_path / "cp"), "delta_root": str(tmp_path / "d")})
+    settings = stack.model_copy(
+        update={"checkpoint_root": str(tmp_path / "cp"), "delta_root": str(tmp_path / "d"),
+                "spark_shuffle_partitions": shuffle_partitions}
+    )  # fmt: skip
     job = dataclasses.replace(JOB, inputs=(clicks, profiles), output=output)
     run = run_job(job, settings, available_now=True, max_offsets_per_trigger=max_offsets)
     if max_offsets:
         assert run.batches[f"enrich_clicks_v{JOB.version}"] >= 4  # many small batches, corrections between them
+    # The run really had that many partitions: its offset log says so, and its state store has them.
+    checkpoint = tmp_path / "cp" / JOB.name / f"v{JOB.version}" / "output"
+    assert partitions_of(checkpoint) == (shuffle_partitions, shuffle_partitions)
 
     rows = latest_per_key(spark, stack, output).collect()
     actual = {r.key: (r.profile_version, r.segment, r.country, r.page) for r in rows}

@@ -1,5 +1,6 @@
 """sessionize on the real stack: many small batches at two shuffle-partition counts give exactly the sessions
-(and late events) that the rule gives over the whole log at once."""
+(and late events) of the whole log at once, as computed independently in SQL (tests/oracles.py) and by the
+job's own rule (logic.py)."""
 
 import dataclasses
 from collections.abc import Callable
@@ -10,7 +11,7 @@ import pytest
 from pyspark.sql import Row, SparkSession
 
 from jobs.sessionize.declaration import JOB
-from jobs.sessionize.logic import Event, UserState, sessionize
+from jobs.sessionize.logic import MINUTE_MS, Event, UserState, sessionize
 from kappa.avro.registry import Registry, value_subject
 from kappa.avro.schemas import topic_value_schema
 from kappa.avro.serde import AvroEncoder
@@ -21,6 +22,8 @@ from kappa.runtime.runner import run_job
 from kappa.settings import KappaSettings
 from kappa.topic_io import decode_topic, kafka_source, writer_schemas
 from kappa.topics import Cleanup, Topic, apply
+from tests import oracles
+from tests.integration.conftest import partitions_of
 
 SEGMENTS = ("FREE", "PRO", "TRIAL")
 
@@ -63,6 +66,7 @@ def _segment(c: Click) -> str:
     return SEGMENTS[int(c.user_id[-2:]) % 3]
 
 
+@pytest.mark.usefixtures("session_conf_restored")
 @pytest.mark.parametrize("shuffle_partitions", [2, 5])
 def test_sessions_equal_the_rule_over_the_whole_log(
     stack: KappaSettings,
@@ -88,11 +92,16 @@ def test_sessions_equal_the_rule_over_the_whole_log(
         ]
     produce_all(stack, source.name, records)
 
-    spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions))
-    settings = stack.model_copy(update={"checkpoint_root": str(tmp_path / "cp"), "delta_root": str(tmp_path / "d")})
+    settings = stack.model_copy(
+        update={"checkpoint_root": str(tmp_path / "cp"), "delta_root": str(tmp_path / "d"),
+                "spark_shuffle_partitions": shuffle_partitions}
+    )  # fmt: skip
     job = dataclasses.replace(JOB, inputs=(source,), output=output)
     report = run_job(job, settings, available_now=True, max_offsets_per_trigger=300)  # ~9 micro-batches
     assert report.batches[f"sessionize_v{JOB.version}"] >= 8
+    # The run really had that many partitions: its offset log says so, and its state store has them.
+    checkpoint = tmp_path / "cp" / JOB.name / f"v{JOB.version}" / "output"
+    assert partitions_of(checkpoint) == (shuffle_partitions, shuffle_partitions)
 
     # The topic as a compacted reader sees it: the latest value per key, tombstones deleting.
     with Registry(stack.registry) as registry:
@@ -109,9 +118,13 @@ def test_sessions_equal_the_rule_over_the_whole_log(
             table.pop(key, None)
         else:
             table[key] = values
-    expected_sessions, expected_late = _expected(clicks)
-    assert len(expected_sessions) > 100  # a real workload, not two empty dicts
-    assert table == expected_sessions
+    events = [(c.event_id, c.user_id, c.page, c.event_time_ms, _segment(c)) for c in clicks]
+    gap, allowed = (JOB.settings[k] * MINUTE_MS for k in ("gap_minutes", "allowed_lateness_minutes"))
+    independent_sessions, independent_late = oracles.sessions(events, gap, allowed)
+    assert len(independent_sessions) > 100  # a real workload, not two empty dicts
+    assert table == independent_sessions
+    expected_sessions, expected_late = _expected(clicks)  # the rule itself says the same
+    assert expected_sessions == independent_sessions
 
     late = (
         spark.read.format("kafka")
@@ -124,5 +137,6 @@ def test_sessions_equal_the_rule_over_the_whole_log(
         source_writers = writer_schemas(registry, source)
     late_decoded = decode_topic(late, topic_value_schema(stack.schemas_path, source), source_writers, "test", 1)
     late_ids = {r.event_id for r in late_decoded.records.collect()}  # the original events, decodable as ever
+    assert late_ids == independent_late
     assert late_ids == expected_late
     assert expected_late

@@ -1,0 +1,93 @@
+"""Independent answers for the stateful jobs: the rules of jobs/*/logic.py restated as set-based SQL (DuckDB), so
+an integration test compares a job's output with something that shares no code with the job.
+
+The restatements follow from the rules' documented semantics:
+
+- As-of enrichment: a click's answer is the version with the greatest (valid_from, profile_version) among the
+  user's versions with `valid_from <= event_time` and `log_time <= event_time + L`; none: UNKNOWN. (That holds
+  for the final value per click whenever no version breaks the lateness contract, which the tests check.)
+- Sessionization, per user in log order: an event is late when its time is more than A behind the greatest
+  earlier time (a late event never raises that maximum, so the maximum over every earlier event is the same
+  as over the accepted ones). The accepted events form sessions by gap: sorted by time, a gap over G starts a
+  new session (an arriving event merges every session it is within G of, so no two final sessions are within
+  G of each other, and within a session no gap exceeds G). A session's id is the user and the event that
+  created it: its cluster's first event in log order. Entry page and segment are those of its earliest event,
+  exit page that of its latest (event times of one user are distinct in the generated data).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import duckdb
+import pandas as pd
+
+# (event_id, user_id, page, event_time_ms, segment): one user's events in log order, any users interleaved.
+SessionEvent = tuple[str, str, str, int, str]
+
+
+def enrichment(
+    clicks: Iterable[tuple[str, str, str, int]],
+    profiles: Iterable[tuple[str, int, int, int, str, str]],
+    lateness_ms: int,
+) -> dict[str, tuple[int | None, str, str | None, str]]:
+    """clicks (event_id, user_id, page, event_time_ms), profiles (user_id, profile_version, valid_from_ms,
+    log_time_ms, segment, country) -> event_id -> (profile_version, segment, country, page)."""
+    con = duckdb.connect()
+    con.register("c", pd.DataFrame(list(clicks), columns=["event_id", "user_id", "page", "event_time"]))
+    con.register("p", pd.DataFrame(
+        list(profiles), columns=["user_id", "profile_version", "valid_from", "log_time", "segment", "country"]
+    ))  # fmt: skip
+    rows = con.sql(
+        f"""
+        WITH visible AS (
+            SELECT c.event_id, p.profile_version, p.segment, p.country,
+                   row_number() OVER (PARTITION BY c.event_id
+                                      ORDER BY p.valid_from DESC, p.profile_version DESC) AS rank
+            FROM c JOIN p ON p.user_id = c.user_id
+             AND p.valid_from <= c.event_time
+             AND p.log_time <= c.event_time + {int(lateness_ms)}
+        )
+        SELECT c.event_id, v.profile_version, coalesce(v.segment, 'UNKNOWN'), v.country, c.page
+        FROM c LEFT JOIN visible v ON v.event_id = c.event_id AND v.rank = 1
+        """
+    ).fetchall()
+    return {e: (None if version is None else int(version), segment, country, page)
+            for e, version, segment, country, page in rows}  # fmt: skip
+
+
+def sessions(
+    events: Sequence[SessionEvent], gap_ms: int, lateness_ms: int
+) -> tuple[dict[str, tuple[int, int, int, int, str, str, str]], set[str]]:
+    """-> (session_id -> (start_ms, end_ms, clicks, distinct_pages, entry_page, exit_page, segment), late ids)."""
+    frame = pd.DataFrame(list(events), columns=["event_id", "user_id", "page", "event_time", "segment"])
+    frame["position"] = range(len(frame))  # log order (a user's events keep their relative order)
+    con = duckdb.connect()
+    con.register("e", frame)
+    judged = f"""
+        SELECT *, event_time < max(event_time) OVER (
+                      PARTITION BY user_id ORDER BY position ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+                  ) - {int(lateness_ms)} AS late
+        FROM e
+    """
+    late = {row[0] for row in con.sql(f"SELECT event_id FROM ({judged}) WHERE late").fetchall()}
+    rows = con.sql(
+        f"""
+        WITH accepted AS (SELECT * FROM ({judged}) WHERE late IS NOT TRUE),
+        starts AS (
+            SELECT *, CASE WHEN event_time - lag(event_time) OVER (PARTITION BY user_id ORDER BY event_time)
+                               <= {int(gap_ms)} THEN 0 ELSE 1 END AS starts_session
+            FROM accepted
+        ),
+        numbered AS (
+            SELECT *, sum(starts_session) OVER (PARTITION BY user_id ORDER BY event_time) AS session_no FROM starts
+        )
+        SELECT user_id || ':' || arg_min(event_id, position), min(event_time), max(event_time), count(*),
+               count(DISTINCT page), arg_min(page, event_time), arg_max(page, event_time),
+               arg_min(segment, event_time)
+        FROM numbered GROUP BY user_id, session_no
+        """
+    ).fetchall()
+    found = {sid: (int(start), int(end), int(n), int(pages), entry, exit_, segment)
+             for sid, start, end, n, pages, entry, exit_, segment in rows}  # fmt: skip
+    return found, late
