@@ -1,7 +1,6 @@
 """`kappa up | status | down` on a stack of the test's own, and schemas surviving a registry restart."""
 
 import json
-import time
 from pathlib import Path
 
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
@@ -10,6 +9,7 @@ from kappa.settings import load_settings
 from kappa.stack import LocalStack
 from kappa.stack.process import port_in_use
 from tests.e2e.stackctl import kappa, stack_processes
+from tests.waiting import wait_until
 
 PORTS = {"KAPPA_KAFKA_PORT": "21092", "KAPPA_CONTROLLER_PORT": "21192", "KAPPA_REGISTRY_PORT": "21081"}
 
@@ -77,9 +77,9 @@ def test_three_broker_kraft_cluster(tmp_path: Path) -> None:
         topic = Topic("replicated", partitions=3, cleanup=Cleanup.COMPACT)
         apply(admin, [topic])
         # apply returns once the broker it asks shows the topic; another broker's metadata may lag a moment.
-        deadline = time.monotonic() + 30
-        while (state := describe(admin, [topic])[0]).partitions is None and time.monotonic() < deadline:
-            time.sleep(0.5)
+        wait_until(lambda: describe(admin, [topic])[0].partitions is not None, timeout_s=30,
+                   what="every broker's metadata shows the new topic")  # fmt: skip
+        state = describe(admin, [topic])[0]
         assert state.replication_factor == 3
         assert state.configs["min.insync.replicas"] == "2"
     finally:

@@ -18,6 +18,7 @@ from kappa.errors import KappaError, SettingsError
 from kappa.replay import Replay, ReplayRefusedError, exclusive_catch_up
 from kappa.runtime.discovery import discover
 from kappa.settings import KappaSettings, Launcher, load_settings
+from tests.waiting import wait_until
 
 
 @pytest.fixture
@@ -163,10 +164,8 @@ def _spawn_sleeper(settings: KappaSettings) -> Deployment:
     pid = deployments.spawn(command, log, deployments.launch_env({}))
     deployment = _deployment(settings, pid, command=command)
     deployments.save(settings, deployment)
-    deadline = time.monotonic() + 10
-    while not ("running" in log.read_text() and deployments.driver_pids(deployment)):
-        assert time.monotonic() < deadline, log.read_text()
-        time.sleep(0.05)
+    wait_until(lambda: "running" in log.read_text() and deployments.driver_pids(deployment), timeout_s=10,
+               what="the fake job runs under its wrapper", log=log, interval_s=0.05)  # fmt: skip
     return deployment
 
 
@@ -178,10 +177,8 @@ def test_the_wrapper_records_how_the_job_ended(settings: KappaSettings) -> None:
         [driver] = deployments.driver_pids(deployment)
         assert deployments.state_of(deployment).health is Health.RUNNING
         os.kill(driver, signal.SIGKILL)  # a crash: the driver dies, the wrapper records it
-        deadline = time.monotonic() + 10
-        while deployments.is_ours(deployment.pid, "fake", 1):
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_until(lambda: not deployments.is_ours(deployment.pid, "fake", 1), timeout_s=10,
+                   what="the wrapper exits after its driver", interval_s=0.05)  # fmt: skip
         state = deployments.state_of(deployment)
         assert state.health is Health.CRASHED
         assert state.exit_reason is not None

@@ -1,12 +1,14 @@
 """The replay's reconciliation of a new version's output against the live one: counts and samples per kind."""
 
-import time
 from pathlib import Path
 
+from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from kappa.aliases import now_ms
 from kappa.replay import commit_as_of, reconcile
+from tests.waiting import wait_until
 
 
 def test_reconcile_counts_and_samples_each_kind_of_difference(spark: SparkSession) -> None:
@@ -35,9 +37,11 @@ def test_the_live_table_is_read_as_it_was_when_the_catch_up_started(spark: Spark
     """The live version keeps committing while a replay catches up: verify compares with its table as of then."""
     path = str(tmp_path / "page_stats" / "v1")
     spark.createDataFrame([("/a", 1)], "page string, views long").write.format("delta").save(path)
-    time.sleep(1.1)  # Delta's commit times are in milliseconds; keep the two commits apart
+    [first] = DeltaTable.forPath(spark, path).history().select(F.unix_millis("timestamp")).first() or [None]
+    # The catch-up starts strictly after the first commit as Delta records it, the second commit after that.
+    wait_until(lambda: now_ms() > first, timeout_s=5, what="the clock passes the first commit", interval_s=0.01)
     catch_up_started = now_ms()
-    time.sleep(1.1)
+    wait_until(lambda: now_ms() > catch_up_started, timeout_s=5, what="the clock moves on", interval_s=0.01)
     spark.createDataFrame([("/b", 2)], "page string, views long").write.format("delta").mode("append").save(path)
 
     assert commit_as_of(spark, path, catch_up_started) == 0
