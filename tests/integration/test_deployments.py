@@ -74,11 +74,12 @@ def kappa(pipeline: Deployment) -> Iterator[KappaResource]:
             os.killpg(pgid, signal.SIGKILL)
 
 
+@pytest.mark.slow
 def test_deployment_crash_is_restarted_by_the_sensor_from_its_checkpoint(
     stack: KappaSettings, kappa: KappaResource
 ) -> None:
-    source: Topic = importlib.import_module("jobs.catalog").source  # the copy's, as the deployed job reads it
-    job: JobSpec = importlib.import_module("jobs.raw_clicks.declaration").job
+    source: Topic = importlib.import_module("jobs.catalog").CLICKS  # the copy's, as the deployed job reads it
+    job: JobSpec = importlib.import_module("jobs.raw_clicks.declaration").JOB
     settings = kappa.settings()
     table = f"{settings.delta_root}/{job.output.name}/v{job.version}"
     seed = random.SystemRandom().randrange(10_000, 1_000_000)
