@@ -17,7 +17,7 @@ export UV_COMPILE_BYTECODE := 1
 DAGSTER_HOME ?= $(CURDIR)/.state/dagster
 DAGSTER_PORT ?= 3000
 
-.PHONY: help setup system-packages demo test test-unit test-integration test-e2e soak lint format up down status topics dagster bench-avro bench-pipeline bench-contracts bench-replay ci clean
+.PHONY: help setup system-packages demo test test-quick test-unit test-integration test-e2e soak lint format up down status topics dagster bench-avro bench-pipeline bench-contracts bench-replay ci clean
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-18s %s\n", $$1, $$2}'
@@ -42,6 +42,9 @@ demo: setup ## run the demo pipeline on a fresh embedded stack and print what la
 
 test: setup ## run every test: unit, integration (real Kafka, registry, Spark, Delta) and end-to-end
 	$(PYTEST)
+
+test-quick: setup ## the developer's loop, under 5 minutes: unit tests and the integration tests under 10 s each
+	$(PYTEST) -m "unit or (integration and not slow)"
 
 test-unit: setup ## pure logic and pure transforms only (no services)
 	$(PYTEST) -m unit

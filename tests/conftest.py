@@ -36,11 +36,21 @@ TEST_PORTS = {
 
 
 REPORTS = Path(__file__).resolve().parents[1] / "build" / "test-reports"
+QUICK_S = 10.0  # an integration test this slow or slower is marked `slow` (make test-quick leaves it out)
 _durations: dict[str, dict[str, float]] = {}
+_unmarked_slow: list[tuple[str, float]] = []
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     _durations.setdefault(report.nodeid, {})[report.when] = report.duration
+    integration = "/integration/" in f"/{report.nodeid}"
+    if report.when == "call" and integration and report.duration >= QUICK_S and "slow" not in report.keywords:
+        _unmarked_slow.append((report.nodeid, report.duration))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for test, seconds in _unmarked_slow:  # keeps `make test-quick` quick
+        terminalreporter.write_line(f"took {seconds:.0f} s, mark it @pytest.mark.slow: {test}", yellow=True)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

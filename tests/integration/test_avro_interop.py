@@ -8,6 +8,7 @@ from typing import Any
 
 import avro.io
 import avro.schema
+import pytest
 from confluent_kafka import Consumer
 from confluent_kafka.schema_registry import SchemaRegistryClient, topic_subject_name_strategy
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
@@ -49,6 +50,7 @@ def _consume_all(stack: KappaSettings, topic: str, count: int, group: str) -> li
     return got
 
 
+@pytest.mark.slow
 def test_spark_encoder_is_read_by_confluent_and_apache_avro(
     stack: KappaSettings, spark: SparkSession, avro_topic: Callable[..., Topic], unique_name: Callable[[str], str]
 ) -> None:

@@ -5,6 +5,7 @@ import dataclasses
 import uuid
 from collections.abc import Callable
 
+import pytest
 from pyspark.sql import SparkSession
 
 from jobs.raw_clicks.declaration import JOB as RAW_CLICKS
@@ -24,6 +25,7 @@ from kappa.topics import Cleanup, Topic, apply
 GOOD = 400
 
 
+@pytest.mark.slow
 def test_raw_clicks_dead_letters_contract_violations_and_keeps_the_rest(
     stack: KappaSettings, spark: SparkSession, unique_name: Callable[[str], str]
 ) -> None:

@@ -75,6 +75,7 @@ def _keys(settings: KappaSettings, topic: Topic) -> set[str]:
         consumer.close()
 
 
+@pytest.mark.slow
 def test_materializing_enriched_clicks_runs_the_job_through_pipes(stack: KappaSettings, pipeline: Deployment) -> None:
     catalog = importlib.import_module("jobs.catalog")  # the copy's topics, as the job reads and writes them
     seed = random.SystemRandom().randrange(10_000, 1_000_000)

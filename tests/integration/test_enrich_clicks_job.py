@@ -70,6 +70,7 @@ def expected() -> dict[str, tuple[int | None, str, str | None, str]]:
     return result
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("session_conf_restored")
 @pytest.mark.parametrize(("shuffle_partitions", "max_offsets"), [(2, 250), (5, 400), (2, None)])
 def test_enriched_clicks_equal_the_as_of_rule_over_the_whole_log(

@@ -9,6 +9,7 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from pyspark.sql import SparkSession
 
 from kappa.avro.registry import Registry, value_subject
@@ -23,6 +24,7 @@ from tests.integration.conftest import stack_env
 from tests.integration.view_job_under_fire import APP_ID
 
 
+@pytest.mark.slow
 def test_sigkill_inside_batches_neither_loses_nor_doubles(
     stack: KappaSettings, spark: SparkSession, avro_topic: Callable[..., Topic], tmp_path: Path
 ) -> None:

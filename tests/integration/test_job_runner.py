@@ -64,6 +64,7 @@ def _produce(stack: KappaSettings, topic: Topic, count: int, seed: int) -> None:
         produce_all(stack, topic.name, click_messages(clicks(count, seed=seed), encoder.encode, topic.partitions))
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("control_topics")
 def test_run_available_now_then_continuous_until_ctrl_c(stack: KappaSettings, pipeline: Deployment) -> None:
     topic, group = _clicks_of(pipeline), f"kappa.{JOB.name}.v{JOB.version}"
@@ -122,6 +123,7 @@ def test_run_available_now_then_continuous_until_ctrl_c(stack: KappaSettings, pi
     assert _committed(stack, group, topic) == _ends(stack, topic)
 
 
+@pytest.mark.slow
 def test_sigterm_while_spark_starts_is_a_clean_stop(pipeline: Deployment, tmp_path: Path) -> None:
     # A deployment stopped (or a sensor-restarted one stopped again) during the tens of seconds Spark takes to
     # start: the runner's handler is set before the session is built, so the stop is graceful and starts nothing.

@@ -177,6 +177,7 @@ def topics(avro_topic: Callable[..., Topic], stack: KappaSettings) -> dict[str, 
     return made
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(int(1800 * SCALE))
 def test_live_with_sigkill_replay_and_batch_give_identical_outputs(
     stack: KappaSettings, spark: SparkSession, topics: dict[str, Topic], tmp_path: Path

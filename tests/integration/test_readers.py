@@ -36,6 +36,7 @@ def take_until(changes: Iterator[Change], failing_key: str, taken: list[str]) ->
         taken.append(change.key)
 
 
+@pytest.mark.slow
 def test_a_change_the_caller_did_not_take_comes_again_after_a_restart(
     stack: KappaSettings, unique_name: Callable[[str], str]
 ) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
@@ -15,6 +16,7 @@ from kappa.settings import KappaSettings
 from tests.integration.replay_pipeline import deploy_copy, produce
 
 
+@pytest.mark.slow
 def test_a_replay_older_than_an_input_horizon_is_refused(
     stack: KappaSettings, tmp_path: Path, unique_name: Callable[[str], str]
 ) -> None:

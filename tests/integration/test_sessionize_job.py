@@ -66,6 +66,7 @@ def _segment(c: Click) -> str:
     return SEGMENTS[int(c.user_id[-2:]) % 3]
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("session_conf_restored")
 @pytest.mark.parametrize("shuffle_partitions", [2, 5])
 def test_sessions_equal_the_rule_over_the_whole_log(

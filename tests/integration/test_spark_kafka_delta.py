@@ -3,6 +3,7 @@
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
@@ -19,6 +20,7 @@ from kappa.topic_io import read_topic
 from kappa.topics import Topic
 
 
+@pytest.mark.slow
 def test_kafka_to_delta_read_back_by_delta_rs_and_duckdb(
     stack: KappaSettings, spark: SparkSession, avro_topic: Callable[..., Topic], tmp_path: Path
 ) -> None:

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 from deltalake import DeltaTable as DeltaRsTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -113,6 +114,7 @@ def _expected_page_stats(log: list[tuple[Click, str]]) -> Rows:
     return sorted(rows)
 
 
+@pytest.mark.slow
 def test_page_stats_is_exact_whatever_the_batches(
     stack: KappaSettings, spark: SparkSession, avro_topic: Callable[..., Topic], tmp_path: Path
 ) -> None:
@@ -222,6 +224,7 @@ def _expected_user_activity(state: dict[str, dict[str, Any]]) -> Rows:
     )
 
 
+@pytest.mark.slow
 def test_session_views_follow_upserts_and_tombstones(
     stack: KappaSettings, spark: SparkSession, avro_topic: Callable[..., Topic], tmp_path: Path
 ) -> None:
