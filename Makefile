@@ -6,6 +6,9 @@ UV_VERSION := 0.13.8
 UV := uv
 KAPPA := $(UV) run --frozen kappa
 PYTEST := $(UV) run --frozen pytest
+# Two workers, whole test files each (a module's shared fixtures stay in one process), longest files first: the
+# suite waits on Kafka, Spark triggers and JVM starts half the time, so two files at once fill both cores.
+WORKERS := -n 2 --dist loadfile --no-loadscope-reorder
 # Never download a Python: the machine's 3.11 is the one the lock was made for.
 export UV_PYTHON_DOWNLOADS := never
 export UV_PYTHON := 3.11
@@ -41,19 +44,19 @@ demo: setup ## run the demo pipeline on a fresh embedded stack and print what la
 	$(KAPPA) demo
 
 test: setup ## run every test: unit, integration (real Kafka, registry, Spark, Delta) and end-to-end
-	$(PYTEST)
+	$(PYTEST) $(WORKERS)
 
 test-quick: setup ## the developer's loop, under 5 minutes: unit tests and the integration tests under 10 s each
-	$(PYTEST) -m "unit or (integration and not slow)"
+	$(PYTEST) $(WORKERS) -m "unit or (integration and not slow)"
 
 test-unit: setup ## pure logic and pure transforms only (no services)
-	$(PYTEST) -m unit
+	$(PYTEST) $(WORKERS) -m unit
 
 test-integration: setup ## against one real stack started for the session
-	$(PYTEST) -m integration
+	$(PYTEST) $(WORKERS) -m integration
 
 test-e2e: setup ## the CLI and whole flows, each stack on its own ports
-	$(PYTEST) -m e2e
+	$(PYTEST) $(WORKERS) -m e2e
 
 soak: setup ## the Kappa-promise test at 200,000 events (CI runs it at 8,000): live with kills = replay = batch
 	KAPPA_PROMISE_EVENTS=$(or $(EVENTS),200000) $(PYTEST) tests/integration/test_kappa_promise.py

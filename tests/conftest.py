@@ -10,6 +10,7 @@ test names its topics uniquely.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import uuid
@@ -35,6 +36,10 @@ TEST_PORTS = {
 }
 
 
+# `make test` runs two pytest-xdist workers, each on whole test files (a module's fixtures stay in one process);
+# the workers share the session's stack: the first that needs it starts it, the controller stops it at the end.
+TEST_STACK_DIR = f"test-stack-{PORT_OFFSET}" if PORT_OFFSET else "test-stack"
+
 REPORTS = Path(__file__).resolve().parents[1] / "build" / "test-reports"
 QUICK_S = 10.0  # an integration test this slow or slower is marked `slow` (make test-quick leaves it out)
 _durations: dict[str, dict[str, float]] = {}
@@ -53,8 +58,36 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(f"took {seconds:.0f} s, mark it @pytest.mark.slow: {test}", yellow=True)
 
 
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def _is_controller(config: pytest.Config) -> bool:
+    """The process that hands files to xdist workers (it runs no test itself)."""
+    return not _is_worker(config) and bool(getattr(config.option, "numprocesses", None))
+
+
+def _stack_settings() -> KappaSettings:
+    """The ports and folder of the test session's stack (what the controller needs to stop it)."""
+    return load_settings(**TEST_PORTS, stack_dir=load_settings().state_dir / TEST_STACK_DIR)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if _is_controller(session.config):
+        from kappa.stack import LocalStack
+
+        LocalStack(_stack_settings()).down(purge=True)  # whatever a killed earlier session left behind
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """build/test-reports/durations.tsv: every test's setup, call and teardown seconds, slowest first."""
+    """build/test-reports/durations.tsv: every test's setup, call and teardown seconds, slowest first (written by
+    the controller, which sees every worker's reports); the controller also stops the workers' shared stack."""
+    if _is_worker(session.config):
+        return
+    if _is_controller(session.config) and not os.environ.get("KAPPA_TEST_KEEP_STACK"):
+        from kappa.stack import LocalStack
+
+        LocalStack(_stack_settings()).down(purge=True)
     if not _durations:
         return
     REPORTS.mkdir(parents=True, exist_ok=True)
@@ -66,11 +99,23 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     (REPORTS / "durations.tsv").write_text("\n".join(lines) + "\n")
 
 
+# The longest test files (minutes each, see build/test-reports/durations.tsv) run first, so that the two workers
+# finish together instead of one starting a long file while the other has run out of work.
+LONGEST_FIRST = ("e2e/test_replay_lifecycle.py", "integration/test_kappa_promise.py", "integration/test_views_jobs.py")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
     for item in items:
-        layer = Path(str(item.fspath)).relative_to(Path(__file__).parent).parts[0]
+        layer = Path(str(item.fspath)).relative_to(here).parts[0]
         if layer in {"unit", "integration", "e2e"}:
             item.add_marker(getattr(pytest.mark, layer))
+
+    def rank(item: pytest.Item) -> int:
+        path = Path(str(item.fspath)).relative_to(here).as_posix()
+        return LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: the other files keep their order
 
 
 @pytest.fixture(scope="session")
@@ -86,7 +131,7 @@ def settings(tmp_path_factory: pytest.TempPathFactory, state_dir: Path) -> Kappa
     return load_settings(
         **TEST_PORTS,
         # A fixed folder: a session that was killed left its stack here, and the next one stops it first.
-        stack_dir=state_dir / (f"test-stack-{PORT_OFFSET}" if PORT_OFFSET else "test-stack"),
+        stack_dir=state_dir / TEST_STACK_DIR,
         delta_root=str(base / "delta"),
         checkpoint_root=str(base / "checkpoints"),
         spark_shuffle_partitions=2,
@@ -99,11 +144,19 @@ def _interrupt(_signum: int, _frame: object) -> None:
 
 
 @pytest.fixture(scope="session")
-def stack(settings: KappaSettings) -> Iterator[KappaSettings]:
+def stack(settings: KappaSettings, request: pytest.FixtureRequest) -> Iterator[KappaSettings]:
     """The session's Kafka broker and registry, started once and stopped (purged) at the end."""
     from kappa.stack import LocalStack
 
     local = LocalStack(settings)
+    if _is_worker(request.config):
+        # One stack for every worker: `up` starts what is not running yet, one worker at a time.
+        settings.stack_dir.parent.mkdir(parents=True, exist_ok=True)
+        with (settings.stack_dir.parent / f"{TEST_STACK_DIR}.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            local.up()
+        yield settings  # the controller stops it once every worker is done
+        return
     local.down(purge=True)  # whatever a killed earlier session left behind
     # SIGTERM (CI's timeout, a developer's kill) must still run the teardown below.
     signal.signal(signal.SIGTERM, _interrupt)
