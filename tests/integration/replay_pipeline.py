@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import os
 import re
 import shutil
 import subprocess
@@ -20,6 +19,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+
+import pytest
 
 from kappa.generate import StreamConfig
 from kappa.produce_stream import generate
@@ -89,27 +90,23 @@ class Deployment:
         and of every process it starts (PYTHONPATH, and the copy as the working folder: `python -m` puts the
         working folder first on the path); the checkout's again afterwards. Yields the copy's catalog. For tests
         that run platform code in-process (Dagster definitions, sensors) on the copy."""
-        ours = [name for name in sys.modules if name == "jobs" or name.startswith("jobs.")]
-        saved = {name: sys.modules.pop(name) for name in ours}
-        previous, folder = os.environ.get("PYTHONPATH"), os.getcwd()
-        sys.path.insert(0, str(self.code))
-        os.environ["PYTHONPATH"] = self.env["PYTHONPATH"]
-        os.chdir(self.code)
-        importlib.invalidate_caches()
-        try:
-            catalog = importlib.import_module("jobs.catalog")
-            assert Path(str(catalog.__file__)).is_relative_to(self.code), catalog.__file__
-            yield catalog
-        finally:
-            for name in [n for n in sys.modules if n == "jobs" or n.startswith("jobs.")]:
-                del sys.modules[name]
-            sys.modules.update(saved)
-            sys.path.remove(str(self.code))
-            os.chdir(folder)
-            if previous is None:
-                os.environ.pop("PYTHONPATH", None)
-            else:
-                os.environ["PYTHONPATH"] = previous
+
+        def jobs_modules() -> list[str]:
+            return [name for name in sys.modules if name == "jobs" or name.startswith("jobs.")]
+
+        with pytest.MonkeyPatch.context() as patch:  # undoes all of it, the checkout's modules back last
+            for name in jobs_modules():
+                patch.delitem(sys.modules, name)
+            patch.syspath_prepend(str(self.code))
+            patch.setenv("PYTHONPATH", self.env["PYTHONPATH"])
+            patch.chdir(self.code)
+            try:
+                catalog = importlib.import_module("jobs.catalog")
+                assert Path(str(catalog.__file__)).is_relative_to(self.code), catalog.__file__
+                yield catalog
+            finally:
+                for name in jobs_modules():  # the copy's
+                    del sys.modules[name]
 
     def copy(self, to: Path) -> Deployment:
         """The same deployment from another copy of the code (to change it while this one stays)."""
