@@ -10,7 +10,8 @@ Moving an alias is one record written in a Kafka transaction, under one transact
 the transaction, that the alias is still where the caller saw it. So a cutover is atomic, and two racing
 cutovers cannot both win. The id is shared across datasets on purpose: a read_committed reader stops at the
 partition's first open transaction, so an open move of another dataset could hide a committed move of this
-one from the check. Two moves of different datasets at once fence each other; the loser changes nothing.
+one from the check. Two moves at once fence each other; the fenced one changes nothing and starts again, check
+included (`MOVE_ATTEMPTS`): a move of another dataset does not fail this one, a move of this one does (the check).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import contextlib
 import getpass
 import json
 import os
+import random
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -50,6 +52,9 @@ AUDIT = Topic(
 )
 CONTROL_TOPICS: tuple[Topic, ...] = (ALIASES, AUDIT)
 MOVER_ID = "kappa.aliases.mover"  # the transactional id of every alias move (see the module's docstring)
+MOVE_ATTEMPTS = 5  # a move fenced by another mover starts again this many times in all
+# What librdkafka reports when a newer mover took the transactional id: this mover's transaction is aborted.
+_FENCED_CODES = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
 
 TOPIC_KIND, DELTA_KIND = "TOPIC", "DELTA"
 
@@ -229,6 +234,26 @@ class AliasRegistry:
         by: str | None = None,
     ) -> Alias:
         """Point `dataset` at `version`, atomically, if it still points at `expected_version` (None: no alias)."""
+        for attempt in range(1, MOVE_ATTEMPTS + 1):
+            try:
+                return self._move_once(dataset, job, kind, version, physical, expected_version, reason, by)
+            except MoveFencedError:
+                if attempt == MOVE_ATTEMPTS:
+                    raise
+                time.sleep(random.uniform(0.05, 0.3) * attempt)  # racing movers take turns
+        raise AssertionError("unreachable")
+
+    def _move_once(
+        self,
+        dataset: str,
+        job: str,
+        kind: str,
+        version: int,
+        physical: str,
+        expected_version: int | None,
+        reason: str,
+        by: str | None,
+    ) -> Alias:
         with self._transaction(dataset) as producer:
             current = self.live(dataset)  # read after fencing: no other mover can commit in between
             seen = current.version if current else None
@@ -317,12 +342,22 @@ class AliasRegistry:
             with contextlib.suppress(KafkaException):
                 producer.abort_transaction(30)
             if isinstance(exc, KafkaException):  # e.g. fenced by a racing mover while producing
-                raise KappaError(f"moving the alias of {dataset} failed, nothing changed: {exc}") from None
+                raise _failed_move(dataset, exc) from None
             raise
         try:
             producer.commit_transaction(30)
         except KafkaException as exc:
-            raise KappaError(f"moving the alias of {dataset} failed, nothing changed: {exc}") from None
+            raise _failed_move(dataset, exc) from None
+
+
+class MoveFencedError(KappaError):
+    """Another mover took the transactional id while this move was open: this move changed nothing."""
+
+
+def _failed_move(dataset: str, exc: KafkaException) -> KappaError:
+    error = exc.args[0] if exc.args else None
+    fenced = isinstance(error, KafkaError) and error.code() in _FENCED_CODES
+    return (MoveFencedError if fenced else KappaError)(f"moving the alias of {dataset} failed, nothing changed: {exc}")
 
 
 def _millis(value: Any) -> int:

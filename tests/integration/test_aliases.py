@@ -134,3 +134,32 @@ def test_an_open_move_of_another_dataset_hides_no_move(stack: KappaSettings, uni
     assert registry.live(this) == moved[0]
     assert registry.live(other) is not None
     assert registry.live(other).version == 1
+
+
+def test_a_move_fenced_by_another_datasets_move_starts_again_and_lands_once(
+    stack: KappaSettings, unique_name: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two operators (or two Dagster runs) cutting over different datasets at the same moment: the later mover
+    fences the earlier one, whose move changed nothing; it starts again, check included, and lands once."""
+    registry = AliasRegistry(stack)
+    this, other = unique_name("this"), unique_name("other")
+    move(registry, this, 1, expected=None)
+    move(registry, other, 1, expected=None)
+    checks = 0
+    read_live = AliasRegistry.live
+
+    def live_then_fenced(self: AliasRegistry, dataset: str) -> Alias | None:
+        nonlocal checks
+        checks += 1
+        seen = read_live(self, dataset)
+        if checks == 1:  # inside this move's first transaction: another operator moves `other` meanwhile
+            move(AliasRegistry(stack), other, 2, expected=1)
+        return seen
+
+    mover = AliasRegistry(stack)
+    monkeypatch.setattr(mover, "live", live_then_fenced.__get__(mover))
+    moved = move(mover, this, 2, expected=1)
+    assert checks == 2  # fenced once, then started again
+    assert (moved.version, moved.previous_version) == (2, 1)
+    assert [a.version for a in registry.history(this)] == [1, 2]  # one record: the fenced attempt wrote nothing
+    assert [a.version for a in registry.history(other)] == [1, 2]
