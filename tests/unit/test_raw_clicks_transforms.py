@@ -2,6 +2,7 @@
 
 import io
 import json
+import threading
 from datetime import UTC, datetime
 from typing import Any
 
@@ -12,6 +13,7 @@ from pyspark.sql import functions as F
 from jobs.catalog import CLICKS
 from jobs.raw_clicks.transforms import TABLE_COLUMNS, click_rows
 from kappa.avro.schemas import topic_value_schema
+from kappa.avro.spark import decode_confluent
 from kappa.avro.wire import frame
 from kappa.partitioning import partition_column, partition_for
 from kappa.settings import load_settings
@@ -114,3 +116,29 @@ def test_two_writer_versions_decode_into_the_reader_schema(spark: SparkSession) 
         ("old", "UNKNOWN"),  # defaulted from the reader schema
         ("e1", "MOBILE"),
     ]
+
+
+def test_a_decoded_frame_plans_in_many_threads_at_once(spark: SparkSession) -> None:
+    """A job's queries (output, dead letters) plan the same decoded frame in their own threads, at any batch.
+
+    A self-join makes Spark copy the decoders in every plan, the copying a streaming batch does. Before the options
+    became a literal, 4 threads x 50 plans failed 28 times with `DUPLICATED_MAP_KEY` (a shared map builder).
+    """
+    writers = {7: SCHEMA, 8: SCHEMA, 9: SCHEMA}
+    decoded = decode_confluent(kafka_rows(spark, [frame(7, avro(CLICK))]), SCHEMA, writers)
+    failures: list[str] = []
+
+    def plan_repeatedly() -> None:
+        for _ in range(50):
+            try:
+                decoded.crossJoin(decoded)._jdf.queryExecution().optimizedPlan()
+            except Exception as error:  # every failure is the finding
+                failures.append(str(error).splitlines()[0])
+
+    threads = [threading.Thread(target=plan_repeatedly) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    assert [r.record.event_id for r in decoded.collect()] == ["e1"]

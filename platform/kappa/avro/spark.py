@@ -15,9 +15,10 @@ from collections.abc import Mapping
 from functools import reduce
 from typing import Any
 
+from pyspark import SparkContext
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.avro.functions import from_avro, to_avro
+from pyspark.sql.avro.functions import to_avro
 
 from kappa.avro.wire import HEADER_SIZE, MAGIC
 from kappa.deadletter import DeadLetterKind
@@ -53,10 +54,11 @@ def decode_confluent(
     known_id = schema_id.isin(list(writer_schemas)) if writer_schemas else F.lit(False)
 
     # Stage 2: one from_avro per writer version, picked per record by its schema id.
+    # PERMISSIVE: bad bytes -> null, not a failure. avroSchema: the reader schema the writer's records resolve into.
+    options = string_map_literal({"mode": "PERMISSIVE", "avroSchema": reader_json})
     decoded: Column | None = None
     for writer_id, writer in sorted(writer_schemas.items()):
-        options = {"mode": "PERMISSIVE", "avroSchema": reader_json}  # PERMISSIVE: bad bytes -> null, not a failure
-        branch = from_avro(body, json.dumps(writer), options)
+        branch = F.call_function("from_avro", body, F.lit(json.dumps(writer)), options)
         matches = framed & (schema_id == writer_id)
         decoded = F.when(matches, branch) if decoded is None else decoded.when(matches, branch)
     # explode(array(x)): one row in, one row out, and a plan node Spark cannot merge with the projections
@@ -106,6 +108,25 @@ def decode_confluent(
     # A null value is a tombstone (a delete in a compacted topic), not an error.
     dead = F.when(value.isNotNull() & kind.isNotNull(), F.struct(kind.alias("kind"), message.alias("message")))
     return with_record.withColumn(DEAD_LETTER, dead).drop(_FRAMED, _SCHEMA_ID, _DECODED)
+
+
+def string_map_literal(entries: Mapping[str, str]) -> Column:
+    """A constant map<string,string> as one Literal expression.
+
+    Not `create_map` (what pyspark's `from_avro(..., options)` builds): Spark turns `from_avro` into its decoder
+    by evaluating the options expression on the driver, once per copy of the plan, and `CreateMap.eval` fills one
+    builder shared by every copy. Two streaming queries planning the same DataFrame at once (a job's output and
+    dead letters) then mixed their entries: `[DUPLICATED_MAP_KEY] Duplicate map key mode`, which stopped the job.
+    A Literal's value is immutable. pyspark has no map literal, hence the JVM calls (Spark 4.2's classic API).
+    """
+    jvm = SparkContext._jvm
+    if jvm is None:
+        raise RuntimeError("no active SparkContext: start a Spark session before building Avro decoders")
+    types = jvm.org.apache.spark.sql.types.DataTypes
+    map_type = types.createMapType(types.StringType, types.StringType, False)
+    value = jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(dict(entries))
+    literal = jvm.org.apache.spark.sql.catalyst.expressions.Literal.create(value, map_type)
+    return Column(jvm.org.apache.spark.sql.classic.ExpressionUtils.column(literal))
 
 
 def _nullable(avro_type: object) -> bool:
