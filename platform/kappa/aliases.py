@@ -53,6 +53,8 @@ AUDIT = Topic(
 CONTROL_TOPICS: tuple[Topic, ...] = (ALIASES, AUDIT)
 MOVER_ID = "kappa.aliases.mover"  # the transactional id of every alias move (see the module's docstring)
 MOVE_ATTEMPTS = 5  # a move fenced by another mover starts again this many times in all
+MOVE_TIMEOUT_MS = 60_000  # the broker aborts a crashed mover's open transaction after this
+READ_TO_END_S = MOVE_TIMEOUT_MS / 1000 + 10  # a reader may wait for such an abort before it sees the end
 # What librdkafka reports when a newer mover took the transactional id: this mover's transaction is aborted.
 _FENCED_CODES = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
 
@@ -143,10 +145,10 @@ class ControlReader:
         elif high <= self._end:
             return []
         records: list[dict[str, Any]] = []
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + READ_TO_END_S
         while True:
             if time.monotonic() > deadline:
-                raise KappaError(f"could not read {name} to its end within 30 s")
+                raise KappaError(f"could not read {name} to its end within {READ_TO_END_S:.0f} s")
             message = self._consumer.poll(1.0)
             if message is None:
                 continue
@@ -155,6 +157,11 @@ class ControlReader:
                 if error.code() == KafkaError._PARTITION_EOF:
                     # The event carries the end it reached: what arrives after it raises the watermark past it.
                     reached = message.offset()
+                    if reached is not None and 0 <= reached < high:
+                        # Short of the end this call saw: an end reached earlier in the background (queued), or
+                        # another mover's open transaction holding back what was committed after it. Reading
+                        # on, every move committed before this call is returned (read your own move).
+                        continue
                     self._end = reached if reached is not None and reached >= 0 else high
                     return records
                 raise KappaError(f"reading {name}: {error}")
@@ -326,7 +333,7 @@ class AliasRegistry:
             {
                 "bootstrap.servers": self.settings.bootstrap,
                 "transactional.id": MOVER_ID,
-                "transaction.timeout.ms": 60_000,
+                "transaction.timeout.ms": MOVE_TIMEOUT_MS,
             }
         )
         try:
