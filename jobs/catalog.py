@@ -18,6 +18,7 @@ CLICKS = Topic(
     cleanup=Cleanup.COMPACT,
     retention_ms=FOREVER,
     value_schema="click_event.avsc",
+    key_field="event_id",
     doc="Raw click events from the web tier (source, retained).",
 )
 
@@ -27,6 +28,7 @@ USER_PROFILES = Topic(
     cleanup=Cleanup.COMPACT,
     min_compaction_lag_ms=PROFILE_REPLAY_WINDOW_MS,
     value_schema="user_profile.avsc",
+    key_field="user_id",
     doc="Profile versions keyed by user id (compacted entity topic; every version kept for 30 days).",
 )
 
@@ -35,6 +37,7 @@ ENRICHED_CLICKS = Topic(
     partitions=4,
     cleanup=Cleanup.COMPACT,
     value_schema="enriched_click.avsc",
+    key_field="event_id",
     doc="Clicks with the profile valid at their event time, keyed by event id (output of enrich_clicks).",
 )
 
@@ -43,6 +46,8 @@ SESSIONS = Topic(
     partitions=4,
     cleanup=Cleanup.COMPACT,
     value_schema="session.avsc",
+    key_field="session_id",
+    deletes=True,  # a session merged into another is deleted by a tombstone
     doc="Event-time sessions keyed by session id; updated as they grow, tombstoned when merged away.",
 )
 

@@ -90,7 +90,7 @@ def cmd_topics_apply(settings: KappaSettings, args: argparse.Namespace) -> int:
     from kappa.kafka_client import require_kafka
 
     admin = require_kafka(settings)
-    changes = topics.apply(admin, topics_to_apply(settings, load_catalog(args.catalog)))
+    changes = topics.apply(admin, topics_to_apply(settings, load_catalog(args.catalog)), args.force)
     for change in changes:
         print(f"{change.topic:<30} {change.kind}")
         for detail in change.details:
@@ -358,6 +358,10 @@ def build_parser() -> argparse.ArgumentParser:
         p = topics_sub.add_parser(name, help=help_, description=help_)
         p.set_defaults(func=func)
         p.add_argument("--catalog", default="jobs.catalog", help="module with the TOPICS declarations")
+        if name == "apply":
+            p.add_argument(
+                "--force", action="store_true", help="add partitions to keyed topics too (moves keys; prints a warning)"
+            )
 
     schemas = sub.add_parser("schemas", help="Avro contracts: check and register the schemas in schemas/")
     schemas_sub = schemas.add_subparsers(dest="schemas_command", required=True, metavar="action")

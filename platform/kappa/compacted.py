@@ -1,4 +1,5 @@
-"""A compacted topic as its readers see it: the latest value per key, a tombstone deleting the key.
+"""A compacted topic as its readers see it: the latest value per key, a tombstone deleting the key (on a
+topic that declares deletes; elsewhere a null value is a dead letter, as in every job).
 
 What downstream teams compare and query: reprocessing is judged on the final value per key, not on the
 sequence of updates that led there (a live run re-emits corrections a replay never needed).
@@ -27,7 +28,10 @@ def latest_per_key(
     with Registry(settings.registry) as registry:
         writers = writer_schemas(registry, topic)
     raw = kafka_source(spark, settings, topic, streaming=False)
-    decoded = decode_topic(raw, value_schema(settings, topic), writers, job="reader", job_version=0)
+    decoded = decode_topic(
+        raw, value_schema(settings, topic), writers, job="reader", job_version=0,
+        key_field=topic.key_field, deletes=topic.deletes,
+    )  # fmt: skip
     records = decoded.records.withColumn("_deleted", F.lit(False))
     deletes = decoded.tombstones.withColumn("_deleted", F.lit(True))
     everything = records.unionByName(deletes, allowMissingColumns=True)

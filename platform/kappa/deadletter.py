@@ -13,6 +13,8 @@ class DeadLetterKind(StrEnum):
     NOT_CONFLUENT_FRAMED = "not-confluent-framed"  # too short, or the first byte is not the magic byte 0
     UNKNOWN_SCHEMA_ID = "unknown-schema-id"  # the 4-byte id is not a registered version of the topic's subject
     UNDECODABLE = "undecodable"  # the Avro body does not decode with its writer schema (truncated, garbage)
+    TOMBSTONE_ON_SOURCE = "tombstone-on-source"  # a null value on a topic whose declaration has no deletes
+    KEY_MISMATCH = "key-mismatch"  # decoded, but the Kafka key is not the record's declared key field
     CONTRACT_VIOLATION = "contract-violation"  # decoded, but breaks a row-level data contract
     LATE_EVENT = "late-event"  # beyond the allowed lateness
     LATE_PROFILE = "late-profile"  # a profile version published after clicks it applies to were settled
@@ -24,13 +26,17 @@ H_MESSAGE = "kappa.error.message"
 H_SOURCE_TOPIC = "kappa.source.topic"
 H_SOURCE_PARTITION = "kappa.source.partition"
 H_SOURCE_OFFSET = "kappa.source.offset"
+H_SOURCE_TIMESTAMP = "kappa.source.timestamp"  # the original record's timestamp, ms since the epoch
 H_JOB = "kappa.job"
 H_JOB_VERSION = "kappa.job.version"
 H_TIME = "kappa.dead-lettered.at"  # processing time: metadata, never compared
 # Contract violations only: the broken expectations' names (comma-separated) and the suite they belong to.
 H_CONTRACT_BROKEN = "kappa.contract.broken"
 H_CONTRACT_SUITE = "kappa.contract.suite"
-HEADERS = (H_KIND, H_MESSAGE, H_SOURCE_TOPIC, H_SOURCE_PARTITION, H_SOURCE_OFFSET, H_JOB, H_JOB_VERSION, H_TIME)
+HEADERS = (
+    H_KIND, H_MESSAGE, H_SOURCE_TOPIC, H_SOURCE_PARTITION, H_SOURCE_OFFSET, H_SOURCE_TIMESTAMP, H_JOB, H_JOB_VERSION,
+    H_TIME,
+)  # fmt: skip
 
 
 def dlq_topic(topic: str) -> str:

@@ -9,7 +9,16 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from kappa.deadletter import H_JOB, H_KIND, H_MESSAGE, H_SOURCE_OFFSET, H_SOURCE_PARTITION, H_SOURCE_TOPIC, dlq_topic
+from kappa.deadletter import (
+    H_JOB,
+    H_KIND,
+    H_MESSAGE,
+    H_SOURCE_OFFSET,
+    H_SOURCE_PARTITION,
+    H_SOURCE_TIMESTAMP,
+    H_SOURCE_TOPIC,
+    dlq_topic,
+)
 from kappa.errors import KappaError
 from kappa.kafka_client import Outgoing, produce_all
 from kappa.settings import KappaSettings
@@ -125,8 +134,23 @@ def describe(letter: DeadLetter) -> str:
     )
 
 
+def _original(letter: DeadLetter) -> Outgoing:
+    """The record as it was: key, value, and (when the letter says) its partition and timestamp.
+
+    Its partition keeps one key's records in order; its timestamp is the event or log time that lateness and
+    as-of rules read. Letters written before the timestamp header existed go back with the time of the replay.
+    """
+    partition, timestamp = letter.headers.get(H_SOURCE_PARTITION, ""), letter.headers.get(H_SOURCE_TIMESTAMP, "")
+    return Outgoing(
+        letter.key,
+        letter.value,
+        partition=int(partition) if partition.isdigit() else None,
+        timestamp_ms=int(timestamp) if timestamp.lstrip("-").isdigit() else None,
+    )
+
+
 def replay(settings: KappaSettings, topic: str, kind: str | None = None) -> tuple[int, int]:
-    """Re-inject dead letters (original key and value) into their source topic, each once.
+    """Re-inject dead letters (original key, value, partition and timestamp) into their source topic, each once.
 
     Progress is the consumer group `kappa-dlq-replay-<topic>-<kind or all>`: offsets are committed only after
     every record was acknowledged, so a crash re-sends at most the last batch (harmless: topics are compacted
@@ -144,7 +168,7 @@ def replay(settings: KappaSettings, topic: str, kind: str | None = None) -> tupl
         for letter in chosen:
             by_source.setdefault(letter.headers.get(H_SOURCE_TOPIC, topic), []).append(letter)
         for source, batch in by_source.items():
-            produce_all(settings, source, (Outgoing(d.key, d.value) for d in batch))
+            produce_all(settings, source, (_original(d) for d in batch))
         if letters:
             last: dict[int, int] = {}
             for letter in letters:

@@ -35,6 +35,7 @@ from kappa.deadletter import (
     H_MESSAGE,
     H_SOURCE_OFFSET,
     H_SOURCE_PARTITION,
+    H_SOURCE_TIMESTAMP,
     H_SOURCE_TOPIC,
     H_TIME,
     DeadLetterKind,
@@ -101,21 +102,42 @@ def decode_topic(
     job_version: int,
     with_raw: bool = False,
     contract: RowContract | None = None,
+    key_field: str | None = None,
+    deletes: bool = False,
 ) -> DecodedTopic:
     """Split raw Kafka rows into decoded records, dead letters and tombstones.
 
     `with_raw`: records also carry `kafka_topic` and their original bytes (`raw_value`), for side outputs.
     `contract`: decoded records breaking it are dead letters too (kind `contract-violation`), not records.
+    `key_field`: the record field the Kafka key must equal (as UTF-8 text); any other key is a dead letter
+    (kind `key-mismatch`): compaction keeps one value per key, so a wrong key would keep the wrong identity.
+    `deletes`: null values delete their key (the `tombstones` frame); otherwise they are dead letters.
     """
-    decoded = decode_confluent(raw, reader_schema, writers)
+    decoded = decode_confluent(raw, reader_schema, writers, deletes=deletes)
     field_names = [f["name"] for f in reader_schema["fields"]]
     keeps = F.col(RECORD).isNotNull()
+    if key_field is not None:
+        if key_field not in field_names:
+            raise KappaError(f"key field {key_field!r} is not a field of the schema (fields: {field_names})")
+        declared = F.col(RECORD).getField(key_field).cast("string")
+        key_text = F.col("key").cast("string")  # byte for byte: invalid UTF-8 never equals a decoded field
+        mismatch = F.col(RECORD).isNotNull() & ~key_text.eqNullSafe(declared)
+        keeps = keeps & ~mismatch
+        shown_key = (
+            F.when(F.col("key").isNull(), F.lit("null"))
+            .when(F.is_valid_utf8(key_text), F.concat(F.lit("'"), key_text, F.lit("'")))
+            .otherwise(F.concat(F.lit("0x"), F.hex(F.col("key"))))
+        )
+        shown_field = F.coalesce(F.concat(F.lit("'"), declared, F.lit("'")), F.lit("null"))
+        why = F.concat(F.lit("key "), shown_key, F.lit(f" is not the record's {key_field} "), shown_field)
+        wrong_key = F.struct(F.lit(DeadLetterKind.KEY_MISMATCH.value).alias("kind"), why.alias("message"))
+        decoded = decoded.withColumn(DEAD_LETTER, F.when(mismatch, wrong_key).otherwise(F.col(DEAD_LETTER)))
     broken: Column = F.lit(None).cast("string")
     if contract is not None and contract.expectations:
         contract.require(field_names)
         passes = contract.passes(F.col(RECORD).getField)
+        breaks = keeps & ~passes  # one reason per record: a wrong key is reported as that
         keeps = keeps & passes
-        breaks = F.col(RECORD).isNotNull() & ~passes
         # Only a failing row pays for the names (the array is built under the `when`).
         broken = F.when(breaks, F.array_join(contract.violations(F.col(RECORD).getField), ", "))
         violation = F.struct(
@@ -142,7 +164,9 @@ def decode_topic(
         named = F.array(kafka_header(H_CONTRACT_BROKEN, broken), kafka_header(H_CONTRACT_SUITE, F.lit(contract.suite)))
         headers = F.concat(headers, F.filter(named, lambda _: broken.isNotNull()))
     dead = decoded.where(F.col(DEAD_LETTER).isNotNull()).select("key", "value", headers.alias("headers"))
-    tombstones = decoded.where(F.col("value").isNull()).select(F.col("key").cast("string").alias("key"), *meta)
+    tombstones = decoded.where(F.col("value").isNull() & F.col(DEAD_LETTER).isNull()).select(
+        F.col("key").cast("string").alias("key"), *meta
+    )
     return DecodedTopic(records, dead, tombstones)
 
 
@@ -159,6 +183,7 @@ def dead_letter_headers(job: str, job_version: int) -> Column:
         kafka_header(H_SOURCE_TOPIC, F.col("topic")),
         kafka_header(H_SOURCE_PARTITION, F.col("partition")),
         kafka_header(H_SOURCE_OFFSET, F.col("offset")),
+        kafka_header(H_SOURCE_TIMESTAMP, F.unix_millis(F.col("timestamp"))),
         kafka_header(H_JOB, F.lit(job)),
         kafka_header(H_JOB_VERSION, F.lit(str(job_version))),
         kafka_header(H_TIME, F.date_format(F.current_timestamp(), "yyyy-MM-dd'T'HH:mm:ss.SSSXXX")),
@@ -190,7 +215,10 @@ def read_topic(
         spark, settings, topic, streaming, starting_offsets, max_offsets_per_trigger, starting_timestamp_ms
     )
     contract = topic_contract(settings, topic) if enforce_contract else None
-    return decode_topic(raw, value_schema(settings, topic), writers, job, job_version, with_raw, contract)
+    return decode_topic(
+        raw, value_schema(settings, topic), writers, job, job_version, with_raw, contract,
+        key_field=topic.key_field, deletes=topic.deletes,
+    )  # fmt: skip
 
 
 def topic_contract(settings: KappaSettings, topic: Topic) -> RowContract | None:

@@ -49,6 +49,10 @@ class Topic:
     replication_factor: int | None = None  # None: min(3, brokers in the cluster)
     min_insync_replicas: int | None = None  # None: min(2, replication factor)
     key_schema: str | None = None  # file in schemas/, when the key is structured
+    # The value field every record's key must equal (UTF-8 text): another key is a `key-mismatch` dead letter.
+    key_field: str | None = None
+    # Null values (tombstones) delete their key: meaningful here. Elsewhere they are `tombstone-on-source`.
+    deletes: bool = False
     value_schema: str | None = None  # file in schemas/
     # How the value (and key) schema may evolve; the registry enforces it, `kappa schemas check` explains it.
     compatibility: Compatibility = Compatibility.BACKWARD_TRANSITIVE
@@ -63,6 +67,12 @@ class Topic:
             raise KappaError(f"topic {self.name}: partitions must be >= 1 (got {self.partitions})")
         if self.min_compaction_lag_ms and self.cleanup is Cleanup.DELETE:
             raise KappaError(f"topic {self.name}: min_compaction_lag_ms only applies to compacted topics")
+
+    @property
+    def keyed(self) -> bool:
+        """Records are placed by key: compacted (compaction is per key and per partition) or a declared key
+        field. A keyed topic's partition count is part of its contract: adding partitions moves keys."""
+        return self.cleanup is not Cleanup.DELETE or self.key_field is not None
 
     @property
     def dataset_name(self) -> str:
@@ -182,8 +192,13 @@ def describe(admin: AdminClient, topics: Sequence[Topic]) -> list[TopicState]:
     return states
 
 
-def apply(admin: AdminClient, topics: Iterable[Topic]) -> list[TopicChange]:
-    """Create missing topics, repair drifted configs, add partitions; report every topic's outcome."""
+def apply(admin: AdminClient, topics: Iterable[Topic], force_partitions: bool = False) -> list[TopicChange]:
+    """Create missing topics, repair drifted configs, add partitions; report every topic's outcome.
+
+    A keyed topic gets no new partitions (DRIFT, saying what to do instead) unless `force_partitions`: its keys
+    would hash to other partitions, so one key's records would sit in two partitions, out of order, and
+    compaction would keep both. The forced change says so in its details.
+    """
     declared = list(topics)
     _reject_duplicates(declared)
     brokers = broker_count(admin)
@@ -208,7 +223,19 @@ def apply(admin: AdminClient, topics: Iterable[Topic]) -> list[TopicChange]:
             _wait_until_configured(admin, topic, brokers)
             details += [f"{name}: {actual} -> {wanted}" for name, (actual, wanted) in sorted(drift.items())]
             kind = ChangeKind.ALTERED
-        if state.partitions < topic.partitions:
+        if state.partitions < topic.partitions and topic.keyed and not force_partitions:
+            details.append(
+                f"partitions: has {state.partitions}, declared {topic.partitions}: not added, since a keyed topic's "
+                "keys would move to other partitions (per-key order and compaction break). Declare a new topic "
+                "version and replay into it, or run `kappa topics apply --force` to add them anyway"
+            )
+            kind = ChangeKind.DRIFT
+        elif state.partitions < topic.partitions:
+            if topic.keyed:
+                details.append(
+                    "warning: partitions added to a keyed topic (--force); records of one key written before and "
+                    "after now sit in different partitions"
+                )
             admin.create_partitions([NewPartitions(topic.name, topic.partitions)])[topic.name].result(timeout=15)
             _wait_until_visible(admin, {topic.name: topic.partitions})
             details.append(f"partitions: {state.partitions} -> {topic.partitions}")

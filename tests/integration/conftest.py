@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from jobs.catalog import DATASETS
 from kappa.aliases import CONTROL_TOPICS
 from kappa.avro.contracts import apply_schemas
 from kappa.kafka_client import admin_client
@@ -44,10 +45,18 @@ def control_topics(stack: KappaSettings) -> None:
 
 @pytest.fixture
 def avro_topic(stack: KappaSettings, unique_name: Callable[[str], str]) -> Callable[..., Topic]:
-    """`avro_topic("clicks")`: a new topic with a unique name, its value schema registered, and its DLQ."""
+    """`avro_topic("clicks")`: a new topic with a unique name, its value schema registered, and its DLQ.
+
+    Declared like the catalog's dataset of that schema (its key field, whether null values delete), with a
+    subject of its own.
+    """
 
     def make(base: str, value_schema: str = "click_event.avsc", partitions: int = 2) -> Topic:
-        topic = Topic(unique_name(base), partitions=partitions, cleanup=Cleanup.COMPACT, value_schema=value_schema)
+        like = next((t for t in DATASETS if t.value_schema == value_schema), None)
+        topic = Topic(
+            unique_name(base), partitions=partitions, cleanup=Cleanup.COMPACT, value_schema=value_schema,
+            key_field=like.key_field if like else None, deletes=like.deletes if like else False,
+        )  # fmt: skip
         dlq = Topic(f"{topic.name}.dlq", partitions=1, cleanup=Cleanup.DELETE)
         apply(admin_client(stack), [topic, dlq])
         apply_schemas(stack.schemas_path, [topic], stack.registry)

@@ -43,7 +43,8 @@ def test_raw_clicks_dead_letters_contract_violations_and_keeps_the_rest(
         encoder = AvroEncoder(registry, topic.value_subject, topic_value_schema(stack.schemas_path, topic))
         good = [Outgoing(c.event_id.encode(), encoder.encode(c.as_avro())) for c in clicks(GOOD, seed=3)]
         broken = [Outgoing(k.encode(), encoder.encode(c.as_avro())) for k, c in bad.items()]
-    garbage = [Outgoing(b"garbage", b"\x17\x99")]
+    # The poison pill: not framed, and its "schema id" (bytes 2-5) is 2^31 or more; it once stopped the job for ever.
+    garbage = [Outgoing(b"garbage", b"\x17\x99"), Outgoing(b"poison", b"\x01\xff\xff\xff\xff\x00")]
     produce_all(stack, topic.name, good[:200] + broken + good[200:] + garbage)
 
     suffix = uuid.uuid4().hex[:8]
@@ -57,7 +58,7 @@ def test_raw_clicks_dead_letters_contract_violations_and_keeps_the_rest(
     # Nothing lost, nothing doubled: records in = rows in Delta + dead letters.
     assert rows.count() + report.total == GOOD + len(bad) + len(garbage)
     assert kept == {o.key.decode() for o in good if o.key}
-    assert dict(report.by_kind) == {DeadLetterKind.CONTRACT_VIOLATION: 3, DeadLetterKind.NOT_CONFLUENT_FRAMED: 1}
+    assert dict(report.by_kind) == {DeadLetterKind.CONTRACT_VIOLATION: 3, DeadLetterKind.NOT_CONFLUENT_FRAMED: 2}
     letters = {(d.key or b"").decode(): d for d in report.samples[DeadLetterKind.CONTRACT_VIOLATION]}
     assert {k: letters[k].headers[H_CONTRACT_BROKEN] for k in bad} == {
         "bad-page": "expect_column_values_to_match_regex(page)",

@@ -1,10 +1,12 @@
 """Bad records go to <topic>.dlq with their reasons; counts reconcile; `kappa dlq` inspects and replays."""
 
 from collections.abc import Callable
+from datetime import UTC
 from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from kappa import dlq
 from kappa.avro.registry import Registry, value_subject
@@ -15,7 +17,7 @@ from kappa.deadletter import H_JOB, H_JOB_VERSION, H_SOURCE_OFFSET, H_SOURCE_TOP
 from kappa.generate import Click
 from kappa.kafka_client import Outgoing, produce_all
 from kappa.settings import KappaSettings
-from kappa.topic_io import dead_letter_sink, read_topic
+from kappa.topic_io import dead_letter_sink, kafka_source, read_topic
 from kappa.topics import Topic
 
 
@@ -23,17 +25,24 @@ def test_bad_records_are_dead_lettered_counted_and_replayable(
     stack: KappaSettings, spark: SparkSession, avro_topic: Callable[..., Topic], tmp_path: Path
 ) -> None:
     topic = avro_topic("with-bad", partitions=1)  # one partition: offsets follow the produce order
-    click = Click("e-good", "u1", "/p", None, 1767225600000, "DESKTOP")
     with Registry(stack.registry) as registry:
         encoder = AvroEncoder(registry, value_subject(topic.name), topic_value_schema(stack.schemas_path, topic))
-        good = encoder.encode(click.as_avro())
-    bad = {
+
+        def click(event_id: str) -> bytes:
+            return encoder.encode(Click(event_id, "u1", "/p", None, 1767225600000, "DESKTOP").as_avro())
+
+        good = click("e-good")
+        records = [Outgoing(f"g{i}".encode(), click(f"g{i}")) for i in range(10)]  # keyed by their event ids
+    bad: dict[bytes, bytes | None] = {
         b"random": b"\x17\x99\x03",
         b"truncated": good[: len(good) // 2],
         b"wrong-magic": b"\x05" + good[1:],
         b"unknown-id": frame(987654, good[5:]),
+        b"not-its-event-id": good,  # a decodable click under another key: compaction would keep a wrong identity
+        b"null-value": None,  # a tombstone on a topic that declares no deletes
     }
-    records = [Outgoing(f"g{i}".encode(), good) for i in range(10)] + [Outgoing(k, v) for k, v in bad.items()]
+    stamps = {k: 1767225600000 + 1000 * n for n, k in enumerate(bad)}  # record times a replay must keep
+    records += [Outgoing(k, v, timestamp_ms=stamps[k]) for k, v in bad.items()]
     produce_all(stack, topic.name, records)
 
     decoded = read_topic(spark, stack, topic, job="dlq_test", job_version=3)
@@ -62,6 +71,8 @@ def test_bad_records_are_dead_lettered_counted_and_replayable(
         DeadLetterKind.NOT_CONFLUENT_FRAMED: 2,
         DeadLetterKind.UNDECODABLE: 1,
         DeadLetterKind.UNKNOWN_SCHEMA_ID: 1,
+        DeadLetterKind.KEY_MISMATCH: 1,
+        DeadLetterKind.TOMBSTONE_ON_SOURCE: 1,
     }
     letters = {d.key: d for samples in report.samples.values() for d in samples}
     assert {k: letters[k].value for k in bad} == bad  # original bytes, untouched
@@ -72,14 +83,21 @@ def test_bad_records_are_dead_lettered_counted_and_replayable(
     assert int(unknown.headers[H_SOURCE_OFFSET]) == 13
     assert "schema id 987654" in dlq.describe(unknown)
 
+    wrong_key = dlq.describe(letters[b"not-its-event-id"])
+    assert wrong_key.endswith("key 'not-its-event-id' is not the record's event_id 'e-good'")
+
     # Replay re-injects into the source topic, each dead letter once.
-    assert dlq.replay(stack, topic.name, kind=DeadLetterKind.UNKNOWN_SCHEMA_ID) == (1, 3)
+    assert dlq.replay(stack, topic.name, kind=DeadLetterKind.UNKNOWN_SCHEMA_ID) == (1, 5)
     assert dlq.replay(stack, topic.name, kind=DeadLetterKind.UNKNOWN_SCHEMA_ID) == (0, 0)
-    assert dlq.replay(stack, topic.name) == (4, 0)
+    assert dlq.replay(stack, topic.name) == (6, 0)
     assert dlq.replay(stack, topic.name) == (0, 0)
     again = read_topic(spark, stack, topic, job="dlq_test", job_version=3, streaming=False)
     assert again.records.count() == 10
-    assert again.dead_letters.count() == 4 + 1 + 4  # the originals, plus what the two replays re-injected
+    assert again.dead_letters.count() == 6 + 1 + 6  # the originals, plus what the two replays re-injected
+    replayed = kafka_source(spark, stack, topic, streaming=False).where(F.col("offset") >= len(records)).collect()
+    assert sorted((r.key, round(r.timestamp.astimezone(UTC).timestamp() * 1000)) for r in replayed) == sorted(
+        [(b"unknown-id", stamps[b"unknown-id"]), *stamps.items()]
+    )
 
 
 def test_python_decoder_names_each_failure(stack: KappaSettings, avro_topic: Callable[..., Topic]) -> None:

@@ -108,7 +108,10 @@ def test_sessions_equal_the_rule_over_the_whole_log(
     with Registry(stack.registry) as registry:
         writers = writer_schemas(registry, output)
     raw = kafka_source(spark, stack, output, streaming=False)
-    decoded = decode_topic(raw, topic_value_schema(stack.schemas_path, output), writers, "test", 1)
+    decoded = decode_topic(
+        raw, topic_value_schema(stack.schemas_path, output), writers, "test", 1,
+        key_field=output.key_field, deletes=output.deletes,
+    )  # fmt: skip
     assert decoded.dead_letters.count() == 0
     changes = [(r.kafka_partition, r.kafka_offset, r.key, _values(r)) for r in decoded.records.collect()] + [
         (r.kafka_partition, r.kafka_offset, r.key, None) for r in decoded.tombstones.collect()

@@ -57,3 +57,23 @@ def test_partitions_grow_but_never_shrink(stack: KappaSettings, unique_name: Cal
     [shrink] = apply(admin, [Topic(name, partitions=1, cleanup=Cleanup.DELETE)])
     assert shrink.kind is ChangeKind.DRIFT
     assert "Kafka cannot remove partitions" in shrink.details[0]
+
+
+def test_a_keyed_topic_gets_new_partitions_only_when_forced(
+    stack: KappaSettings, unique_name: Callable[[str], str]
+) -> None:
+    admin = admin_client(stack)
+    name = unique_name("keyed")
+    apply(admin, [Topic(name, partitions=2, cleanup=Cleanup.COMPACT)])
+    wider = Topic(name, partitions=3, cleanup=Cleanup.COMPACT)
+
+    [refused] = apply(admin, [wider])
+    assert refused.kind is ChangeKind.DRIFT
+    assert "not added" in refused.details[0]
+    assert "new topic version and replay" in refused.details[0]
+    assert describe(admin, [wider])[0].partitions == 2  # keys stay where they are
+
+    [forced] = apply(admin, [wider], force_partitions=True)
+    assert forced.kind is ChangeKind.PARTITIONS_ADDED
+    assert forced.details[0].startswith("warning: partitions added to a keyed topic")
+    assert describe(admin, [wider])[0].partitions == 3

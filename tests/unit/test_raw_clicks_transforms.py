@@ -72,11 +72,15 @@ def test_each_bad_value_is_a_dead_letter_with_its_reason(spark: SparkSession) ->
         frame(99, avro(CLICK)),  # schema id nobody registered
         good[: len(good) // 2],  # truncated body
         frame(7, b"\xff\xff\xff\xff\xff\xff"),  # garbage body
-        None,  # a tombstone: not an error
+        None,  # a tombstone: a delete where the topic declares deletes, a dead letter elsewhere
     ]
+    with_deletes = decode_topic(kafka_rows(spark, values), SCHEMA, {7: SCHEMA}, "raw_clicks", 1, deletes=True)
+    assert [r.kafka_offset for r in with_deletes.records.collect()] == [0]
+    assert [r.kafka_offset for r in with_deletes.tombstones.collect()] == [6]
+    assert with_deletes.dead_letters.count() == 5
     decoded = decode_topic(kafka_rows(spark, values), SCHEMA, {7: SCHEMA}, "raw_clicks", 1)
     assert [r.kafka_offset for r in decoded.records.collect()] == [0]
-    assert [r.kafka_offset for r in decoded.tombstones.collect()] == [6]
+    assert decoded.tombstones.count() == 0
     dead = {
         r.offset: (r.kind, r.message)
         for r in decode_topic(kafka_rows(spark, values), SCHEMA, {7: SCHEMA}, "raw_clicks", 1)
@@ -93,6 +97,7 @@ def test_each_bad_value_is_a_dead_letter_with_its_reason(spark: SparkSession) ->
         3: "unknown-schema-id",
         4: "undecodable",
         5: "undecodable",
+        6: "tombstone-on-source",
     }
     assert dead[3][1] == "schema id 99 is not a registered version of this topic's subject (known: [7])"
     assert dead[1][1].startswith("value is ")

@@ -29,8 +29,12 @@ DEAD_LETTER = "dead_letter"  # struct<kind: string, message: string>, null when 
 
 
 def schema_id_of(value: Column) -> Column:
-    """Bytes 2-5 of the header, big-endian, as an int (hex -> base-10 string -> int, all in the JVM)."""
-    return F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("int")
+    """Bytes 2-5 of the header, big-endian and unsigned, as a long (hex -> base-10 string -> long, in the JVM).
+
+    A long, not an int: junk bytes read as up to 2^32 - 1, and an int cast of that fails under ANSI mode, which
+    stopped every job reading the topic at that record for ever. Registered ids are positive ints.
+    """
+    return F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("long")
 
 
 def decode_confluent(
@@ -38,11 +42,14 @@ def decode_confluent(
     reader_schema: Mapping[str, Any],
     writer_schemas: Mapping[int, Mapping[str, Any]],
     value_col: str = "value",
+    deletes: bool = False,
 ) -> DataFrame:
     """Add `record` (the reader schema's struct) and `dead_letter` (why a row could not be decoded).
 
     `writer_schemas`: every writer version this topic may hold, by registry id (its subject's versions).
-    Exactly one of `record` / `dead_letter` is non-null for every non-null value.
+    `deletes`: the topic declares null values (tombstones) as deletes of their key; elsewhere a null value is
+    a dead letter (`tombstone-on-source`), so that records in = records + dead letters (+ declared deletes).
+    Exactly one of `record` / `dead_letter` is non-null for every value, except a declared delete (neither).
     """
     value = F.col(value_col)
     framed_expr = (F.length(value) >= HEADER_SIZE) & (F.substring(value, 1, 1) == F.lit(bytes([MAGIC])))
@@ -105,8 +112,13 @@ def decode_confluent(
             F.concat(F.lit("Avro body does not decode with writer schema "), schema_id.cast("string")),
         )
     )
-    # A null value is a tombstone (a delete in a compacted topic), not an error.
     dead = F.when(value.isNotNull() & kind.isNotNull(), F.struct(kind.alias("kind"), message.alias("message")))
+    if not deletes:
+        tombstone = F.struct(
+            F.lit(DeadLetterKind.TOMBSTONE_ON_SOURCE.value).alias("kind"),
+            F.lit("null value (a tombstone) on a topic that does not declare deletes").alias("message"),
+        )
+        dead = F.when(value.isNull(), tombstone).otherwise(dead)
     return with_record.withColumn(DEAD_LETTER, dead).drop(_FRAMED, _SCHEMA_ID, _DECODED)
 
 
