@@ -6,8 +6,11 @@ Sources, highest first: explicit keyword arguments, environment variables (`KAPP
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
+import sys
+from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -228,8 +231,33 @@ class KappaSettings(BaseSettings):
         return self.registry_url
 
 
+# KAPPA_ variables that are read on purpose although they are not settings.
+NOT_SETTINGS = frozenset({"KAPPA_CONFIG_FILE", "KAPPA_OPERATOR"})
+_TEST_VARIABLES = "KAPPA_TEST_"  # the test suite's own knobs
+_warned: set[str] = set()  # one warning per variable and process, however often settings are loaded
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """One line per KAPPA_ variable that no setting reads (a typo is otherwise ignored without a word)."""
+    names = {f"KAPPA_{name.upper()}" for name in KappaSettings.model_fields}
+    lines = []
+    for variable in sorted(environ):
+        if not variable.startswith("KAPPA_") or variable in names | NOT_SETTINGS:
+            continue
+        if variable.startswith(_TEST_VARIABLES):
+            continue
+        nearest = difflib.get_close_matches(variable, sorted(names | NOT_SETTINGS), n=1, cutoff=0.6)
+        hint = f"; did you mean {nearest[0]}?" if nearest else ""
+        lines.append(f"warning: {variable} is not a setting, ignored{hint}")
+    return lines
+
+
 def load_settings(**overrides: Any) -> KappaSettings:
     """Build the settings once, turning validation errors into one readable message per bad setting."""
+    for line in unknown_variables(os.environ):
+        if line not in _warned:
+            _warned.add(line)
+            print(line, file=sys.stderr)
     try:
         return KappaSettings(**overrides)
     except ValidationError as exc:

@@ -11,7 +11,7 @@ inputs to their end. Replay: each job in one availableNow run into its own outpu
 transform over a batch read of its inputs (`kappa.stateful.per_key` runs the per-user rule once per user
 there; a view's batch write runs once over the whole topic). Delta tables are compared row for row.
 
-Size: KAPPA_PROMISE_EVENTS clicks (CI's default below); `make soak` runs 200,000. The generator spreads them
+Size: KAPPA_TEST_PROMISE_EVENTS clicks (CI's default below); `make soak` runs 200,000. The generator spreads them
 over PRODUCE_S seconds at most, so the live jobs see many batches whatever the size.
 """
 
@@ -61,7 +61,7 @@ from kappa.topics import Cleanup, Topic, apply
 from tests.integration.conftest import stack_env
 from tests.waiting import wait_until
 
-EVENTS = int(os.environ.get("KAPPA_PROMISE_EVENTS", "8000"))
+EVENTS = int(os.environ.get("KAPPA_TEST_PROMISE_EVENTS", "8000"))
 # About 25 clicks per user whatever the size. Late clicks arrive 150 min late: beyond sessionize's allowed
 # lateness (120), so `.late` is exercised too.
 CONFIG = StreamConfig(

@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 
 from kappa.errors import SettingsError
-from kappa.settings import Profile, load_settings
+from kappa.settings import Profile, load_settings, unknown_variables
 
 
 def test_local_profile_derives_addresses_from_ports(tmp_path: Path) -> None:
@@ -55,7 +55,7 @@ def test_cluster_profile_takes_external_addresses(tmp_path: Path) -> None:
         ({"KAPPA_PROFILE": "cloud"}, "KAPPA_PROFILE: Input should be 'local' or 'cluster'"),
         ({"KAPPA_PROFILE": "cluster"}, "the cluster profile needs KAPPA_BOOTSTRAP_SERVERS, KAPPA_REGISTRY_URL"),
         ({"KAPPA_CONTROLLER_PORT": "9092"}, "ports overlap"),
-        ({"KAPPA_NO_SUCH_SETTING": "1"}, None),  # unknown KAPPA_ variables are ignored by the env source
+        ({"KAPPA_NO_SUCH_SETTING": "1"}, None),  # unknown KAPPA_ variables are not errors (a warning, below)
     ],
 )
 def test_bad_settings_name_the_setting(
@@ -81,3 +81,11 @@ def test_missing_or_malformed_config_file_is_a_clear_error(monkeypatch: pytest.M
     monkeypatch.setenv("KAPPA_CONFIG_FILE", str(bad))
     with pytest.raises(SettingsError, match="expected a mapping"):
         load_settings(state_dir=tmp_path)
+
+
+def test_a_misspelled_variable_is_a_warning_naming_the_nearest_setting() -> None:
+    environ = {"KAPPA_KAFKA_PRT": "9092", "KAPPA_KAFKA_PORT": "9092", "KAPPA_OPERATOR": "ana", "KAPPA_TEST_X": "1"}
+    assert unknown_variables(environ | {"KAPPA_ZZZ": "1", "PATH": "/bin"}) == [
+        "warning: KAPPA_KAFKA_PRT is not a setting, ignored; did you mean KAPPA_KAFKA_PORT?",
+        "warning: KAPPA_ZZZ is not a setting, ignored",
+    ]
