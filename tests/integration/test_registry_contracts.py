@@ -57,3 +57,19 @@ def test_unreachable_registry_is_a_clear_error() -> None:
     with Registry("http://127.0.0.1:1/apis/ccompat/v7") as registry, pytest.raises(RegistryError) as err:
         registry.subjects()
     assert "not reachable at http://127.0.0.1:1/apis/ccompat/v7 (KAPPA_REGISTRY_URL)" in str(err.value)
+
+
+READS: dict[str, Callable[[Registry], object]] = {
+    "versions": lambda registry: registry.versions("clicks-value"),
+    "schema by id": lambda registry: registry.schema_by_id(1),
+    "lookup": lambda registry: registry.lookup("clicks-value", {"type": "string"}),
+}
+
+
+@pytest.mark.parametrize("read", READS)
+def test_a_wrong_registry_url_is_not_read_as_nothing_registered(stack: KappaSettings, read: str) -> None:
+    # The registry's server at a path where no registry API lives: it answers 404, but not as a registry.
+    wrong = stack.registry.split("/apis/")[0] + "/registry"
+    with Registry(wrong) as registry, pytest.raises(RegistryError) as err:
+        READS[read](registry)
+    assert f"no schema registry answered at {wrong} (KAPPA_REGISTRY_URL)" in str(err.value)

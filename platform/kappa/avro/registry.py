@@ -78,6 +78,13 @@ class Registry:
             except ValueError:
                 detail = {"message": response.text[:300]}
             code = detail.get("error_code")
+            if response.status_code == 404 and code is None:
+                # Every registry "not found" carries an error code (40401 subject, 40403 schema, ...): a bare 404
+                # comes from something else at that URL, and must not read as "nothing registered".
+                raise RegistryError(
+                    f"no schema registry answered at {self.url} (KAPPA_REGISTRY_URL): {method} {path} got HTTP 404 "
+                    "without a registry error code; is the URL complete (Apicurio: <host>/apis/ccompat/v7)?"
+                )
             message = detail.get("message") or detail.get("detail") or detail
             error = UnknownSchemaIdError if code == 40403 else RegistryError
             raise error(
