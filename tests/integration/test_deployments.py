@@ -76,7 +76,7 @@ def kappa(pipeline: Deployment) -> Iterator[KappaResource]:
 
 @pytest.mark.slow
 def test_deployment_crash_is_restarted_by_the_sensor_from_its_checkpoint(
-    stack: KappaSettings, kappa: KappaResource
+    stack: KappaSettings, kappa: KappaResource, pipeline: Deployment
 ) -> None:
     source: Topic = importlib.import_module("jobs.catalog").CLICKS  # the copy's, as the deployed job reads it
     job: JobSpec = importlib.import_module("jobs.raw_clicks.declaration").JOB
@@ -114,6 +114,10 @@ def test_deployment_crash_is_restarted_by_the_sensor_from_its_checkpoint(
     assert crashed.health is Health.CRASHED
     assert crashed.exit_reason is not None
     assert crashed.exit_reason.startswith("killed by SIGKILL (exit status 137)")
+    listed = pipeline.kappa("jobs", "status", check=False)  # what an operator's script sees: not success
+    assert listed.returncode == 1, listed.stdout + listed.stderr
+    assert job.name in listed.stdout
+    assert "crashed" in listed.stdout
     _wait("the crashed run's JVM exits with its driver", lambda: not deployments.group_members(deployment.pid), 60, log)
     later = _produce(stack, source, 300, seed, first=1200)  # written while nothing runs: the restart must read them
 
