@@ -14,8 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 from pyspark.sql.streaming import StreamingQueryListener
 
 log = logging.getLogger("kappa.progress")
@@ -92,7 +91,9 @@ class ProgressRecorder(StreamingQueryListener):
         """`groups`: query name -> consumer group to record that query's progress under; `on_batch`: also
         called once per batch with its progress (e.g. to report it to Dagster Pipes)."""
         self._on_batch = on_batch
-        self._admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+        self._bootstrap = bootstrap
+        self._committers: dict[str, Consumer] = {}
+        self._last: dict[str, list[TopicPartition]] = {}  # per group: the offsets of its last commit
         self._groups = groups
         self._lock = threading.Lock()
         self._seen: set[tuple[str, int]] = set()
@@ -127,15 +128,44 @@ class ProgressRecorder(StreamingQueryListener):
             self.commit(group, end_offsets(progress))
 
     def commit(self, group: str, offsets: dict[str, dict[int, int]]) -> None:
+        """Record the offsets in the group, without waiting: a consumer's asynchronous commit, its outcome logged
+        at the next commit. Not the admin API, whose requests pending while the broker was away crashed the
+        process (an assertion in librdkafka) when it came back; and never blocking, so an outage cannot stall
+        the listener."""
         partitions = [TopicPartition(t, p, o) for t, parts in offsets.items() for p, o in sorted(parts.items())]
         if not partitions:
             return
         try:
-            futures = self._admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, partitions)])
-            for future in futures.values():
-                future.result(timeout=15)
+            committer = self._committers.get(group)
+            if committer is None:
+                committer = self._committers[group] = Consumer(
+                    {
+                        "bootstrap.servers": self._bootstrap,
+                        "group.id": group,
+                        "enable.auto.commit": False,
+                        "on_commit": lambda error, _: self._committed(group, error),
+                        "log_level": 0,
+                    }
+                )
+            committer.poll(0)  # serves the outcome of earlier commits
+            committer.commit(offsets=partitions, asynchronous=True)
+            self._last[group] = partitions
         except Exception as exc:  # progress reporting must never stop the job; the checkpoint is the truth
             log.warning("could not record progress of %s: %s", group, exc)
+
+    @staticmethod
+    def _committed(group: str, error: KafkaError | None) -> None:
+        if error is not None:
+            log.warning("could not record progress of %s: %s", group, error)
+
+    def close(self) -> None:
+        """The last offsets, committed before the run ends (what `kappa jobs status` and lag tools read)."""
+        for group, committer in self._committers.items():
+            try:
+                committer.commit(offsets=self._last[group], asynchronous=False)
+            except Exception as exc:  # the checkpoint is the truth; the next run records it again
+                log.warning("could not record progress of %s: %s", group, exc)
+            committer.close()
 
     def onQueryIdle(self, event: Any) -> None:  # noqa: N802 (Spark's listener API)
         return None

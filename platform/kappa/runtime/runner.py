@@ -109,6 +109,7 @@ def _run_until_stopped(
     started = time.monotonic()
     if stop.is_set():
         log.info("stopped before %s started a query", context.id)
+        recorder.close()
         return RunReport(job=spec.name, version=context.version, seconds=0.0, batches={}, input_rows={},
                          stopped_by_signal=True, output_query=context.query_name())  # fmt: skip
     spark.streams.addListener(recorder)
@@ -134,6 +135,7 @@ def _run_until_stopped(
             raise KappaError(f"job {context.id}: query {name} failed: {first_line}")
     finally:
         spark.streams.removeListener(recorder)
+        recorder.close()
     return RunReport(
         job=spec.name,
         version=context.version,

@@ -317,12 +317,25 @@ class LocalStack:
 
     def restart(self, name: str) -> float:
         """Stop one component and start it again (used to prove the registry keeps its schemas)."""
+        self.stop_component(name)
+        return self.start_component(name)
+
+    def stop_component(self, name: str) -> None:
+        """Stop one running component (an outage, for fault tests); `start_component` brings it back."""
         state = self._load_state()
         if state is None or name not in state.components:
             raise StackError(f"{name} is not part of a running stack in {self.dir}")
         comp = state.components.pop(name)
         process.stop(comp.pid, comp.marker)
         self._save_state(state)
+
+    def start_component(self, name: str) -> float:
+        """Start one stopped component of the stack again, on its ports and data; seconds until healthy."""
+        state = self._load_state()
+        if state is None:
+            raise StackError(f"no stack in {self.dir}: `kappa up` starts one")
+        if name in state.components:
+            raise StackError(f"{name} is running already")
         java = stack_java(self.settings.stack_java)
         if name == REGISTRY:
             new = self._start_registry(state, java, [])
