@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import signal
 import sys
 import threading
@@ -82,6 +83,67 @@ def run_job(
             signal.signal(sig, handler)
 
 
+# Backoff between attempts to start a job's queries again after a service went away.
+RETRY_FIRST_S = 2.0
+RETRY_CAP_S = 30.0
+# What a query or a start fails with when a service is unavailable (not when a record or the code is bad).
+_UNAVAILABLE = (
+    ("Kafka", "org.apache.kafka.common.errors.TimeoutException"),
+    ("Kafka", "org.apache.kafka.common.errors.DisconnectException"),
+    ("Kafka", "org.apache.kafka.common.errors.NetworkException"),
+    ("Kafka", "org.apache.kafka.common.errors.NotEnoughReplicas"),
+    ("Kafka", "org.apache.kafka.common.errors.NotLeaderOrFollowerException"),
+    ("Kafka", "KafkaError{code=_TRANSPORT"),
+    ("Kafka", "KafkaError{code=_TIMED_OUT"),
+    ("Kafka", "KafkaError{code=_ALL_BROKERS_DOWN"),
+    ("the schema registry", "the schema registry is not reachable"),
+)
+
+
+def unavailable_service(failure: str) -> str | None:
+    """`Kafka is unavailable (<the line that says so>)` when a failure is a lost service, else None."""
+    for service, marker in _UNAVAILABLE:
+        for line in failure.splitlines():
+            if marker in line:
+                return f"{service} is unavailable ({line.strip()[:200]})"
+    return None
+
+
+def _run_queries(spec: JobSpec, context: JobContext, recorder: ProgressRecorder, stop: threading.Event) -> str | None:
+    """Start the job's queries and watch them until a stop, the end of the input, or a failure.
+
+    Returns the failure (the failing query's name and its error, whole), or None. Every query is stopped on return.
+    """
+    running_before = {q.id for q in context.spark.streams.active}
+    try:
+        queries = list(spec.start(context))
+    except Exception as exc:  # a start needs Kafka and the registry: their absence is retried by the caller
+        if unavailable_service(str(exc)) is None:
+            raise
+        for query in context.spark.streams.active:
+            if query.id not in running_before:  # what this start got to start before it failed
+                query.stop()
+        return f"starting its queries failed: {exc}"
+    while not stop.is_set():
+        if all(not q.isActive for q in queries):
+            break
+        if any(q.exception() is not None for q in queries):
+            break
+        stop.wait(0.5)
+    for query in queries:
+        if query.isActive:
+            query.stop()  # finishes the running batch's commit; the checkpoint resumes exactly after it
+    for query in queries:  # progress the listener bus had not delivered yet (the last batch above all)
+        for progress in query.recentProgress:
+            recorder.handle(json.loads(progress.json))
+    for query in queries:
+        error = query.exception()
+        if error is not None:
+            text = str(error).strip() or repr(error)
+            return f"query {query.name} failed: {text}"
+    return None
+
+
 def _run_until_stopped(
     spec: JobSpec,
     settings: KappaSettings,
@@ -113,26 +175,26 @@ def _run_until_stopped(
         return RunReport(job=spec.name, version=context.version, seconds=0.0, batches={}, input_rows={},
                          stopped_by_signal=True, output_query=context.query_name())  # fmt: skip
     spark.streams.addListener(recorder)
-    queries = list(spec.start(context))
+    attempt = 0
     try:
-        while not stop.is_set():
-            if all(not q.isActive for q in queries):
+        while True:
+            batches_before = sum(recorder.batches.values())
+            failure = _run_queries(spec, context, recorder, stop)
+            if failure is None:
                 break
-            failed = [q for q in queries if q.exception() is not None]
-            if failed:
+            cause = unavailable_service(failure)
+            if cause is None:
+                raise KappaError(f"job {context.id}: {failure.splitlines()[0]}")
+            if stop.is_set():
                 break
-            stop.wait(0.5)
-        for query in queries:
-            if query.isActive:
-                query.stop()  # finishes the running batch's commit; the checkpoint resumes exactly after it
-        for query in queries:  # progress the listener bus had not delivered yet (the last batch above all)
-            for progress in query.recentProgress:
-                recorder.handle(json.loads(progress.json))
-        errors = [(q.name, q.exception()) for q in queries if q.exception() is not None]
-        if errors:
-            name, error = errors[0]
-            first_line = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
-            raise KappaError(f"job {context.id}: query {name} failed: {first_line}")
+            # A lost broker or registry is no reason to exit: start again from the checkpoints (nothing lost,
+            # nothing doubled) once it answers. Attempts count from the last batch that went through.
+            attempt = 1 if sum(recorder.batches.values()) > batches_before else attempt + 1
+            delay = min(RETRY_CAP_S, RETRY_FIRST_S * 2 ** (attempt - 1)) * random.uniform(0.8, 1.2)
+            log.warning("%s: %s; starting again in %.0f s (attempt %d)", context.id, cause, delay, attempt)
+            stop.wait(delay)
+            if stop.is_set():
+                break
     finally:
         spark.streams.removeListener(recorder)
         recorder.close()
