@@ -239,14 +239,12 @@ _warned: set[str] = set()  # one warning per variable and process, however often
 
 def unknown_variables(environ: Mapping[str, str]) -> list[str]:
     """One line per KAPPA_ variable that no setting reads (a typo is otherwise ignored without a word)."""
-    names = {f"KAPPA_{name.upper()}" for name in KappaSettings.model_fields}
+    known = {f"KAPPA_{name.upper()}" for name in KappaSettings.model_fields} | NOT_SETTINGS
     lines = []
     for variable in sorted(environ):
-        if not variable.startswith("KAPPA_") or variable in names | NOT_SETTINGS:
+        if not variable.startswith("KAPPA_") or variable in known or variable.startswith(_TEST_VARIABLES):
             continue
-        if variable.startswith(_TEST_VARIABLES):
-            continue
-        nearest = difflib.get_close_matches(variable, sorted(names | NOT_SETTINGS), n=1, cutoff=0.6)
+        nearest = difflib.get_close_matches(variable, sorted(known), n=1, cutoff=0.6)
         hint = f"; did you mean {nearest[0]}?" if nearest else ""
         lines.append(f"warning: {variable} is not a setting, ignored{hint}")
     return lines

@@ -59,15 +59,18 @@ def outcomes(spark: SparkSession, records: list[tuple[bytes | None, bytes | None
     """Source offset -> `record` or the dead letter's kind, in one Spark job; raises if any offset is twice."""
     decoded = decode_topic(kafka_rows(spark, records), SCHEMA, {WRITER_ID: SCHEMA}, "fuzz", 1, key_field="event_id")
     headers = F.col("headers")
-    both = decoded.records.select(F.col("kafka_offset").alias("offset"), F.lit("record").alias("outcome")).union(
-        decoded.dead_letters.select(
-            headers[OFFSET]["value"].cast("string").cast("long").alias("offset"),
-            headers[KIND]["value"].cast("string").alias("outcome"),
+    every = (
+        decoded.records.select(F.col("kafka_offset").alias("offset"), F.lit("record").alias("outcome"))
+        .union(
+            decoded.dead_letters.select(
+                headers[OFFSET]["value"].cast("string").cast("long").alias("offset"),
+                headers[KIND]["value"].cast("string").alias("outcome"),
+            )
         )
+        .union(decoded.tombstones.select(F.col("kafka_offset").alias("offset"), F.lit("tombstone").alias("outcome")))
     )
-    rows = both.collect()
-    assert decoded.tombstones.count() == 0  # clicks declare no deletes: a null value is a dead letter
-    found = [(r.offset, r.outcome) for r in rows]
+    found = [(r.offset, r.outcome) for r in every.collect()]
+    assert "tombstone" not in {o for _, o in found}  # clicks declare no deletes: a null value is a dead letter
     assert len({o for o, _ in found}) == len(found), f"an input is in two outputs: {sorted(found)}"
     return dict(found)
 

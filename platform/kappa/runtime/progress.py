@@ -161,8 +161,10 @@ class ProgressRecorder(StreamingQueryListener):
     def close(self) -> None:
         """The last offsets, committed before the run ends (what `kappa jobs status` and lag tools read)."""
         for group, committer in self._committers.items():
+            last = self._last.get(group)
             try:
-                committer.commit(offsets=self._last[group], asynchronous=False)
+                if last:
+                    committer.commit(offsets=last, asynchronous=False)
             except Exception as exc:  # the checkpoint is the truth; the next run records it again
                 log.warning("could not record progress of %s: %s", group, exc)
             committer.close()
