@@ -131,6 +131,7 @@ def cmd_check(settings: KappaSettings, args: argparse.Namespace) -> int:
 def cmd_start(settings: KappaSettings, args: argparse.Namespace) -> int:
     """check -> prepare -> catch-up -> verify; launched again after a kill, it resumes from the checkpoint."""
     from kappa.aliases import now_ms
+    from kappa.quality import import_in_background
     from kappa.replay import catch_up, check, describe_progress, exclusive_catch_up, load, prepare, verify
     from kappa.runtime.pipes import pipes_reporter
     from kappa.runtime.runner import configure_logging
@@ -153,6 +154,7 @@ def cmd_start(settings: KappaSettings, args: argparse.Namespace) -> int:
                 line = describe_progress(replay.job.name, replay.version, report)
                 reporter.message(PROGRESS_MESSAGE, report, line)
 
+        import_in_background()  # for the verification after the catch-up
         with _step(settings, replay, "catch-up", by) as found:
             found["started_ms"] = now_ms()  # before the input ends are fixed: what verify compares the live at
             run = catch_up(

@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -346,6 +347,14 @@ def _gx() -> Any:
     return gx
 
 
+def import_in_background() -> threading.Thread:
+    """Import Great Expectations on a thread, for a command that validates after minutes of Spark work (the
+    replay's catch-up): its 4 s of imports then overlap the JVM's work instead of following it."""
+    thread = threading.Thread(target=_gx, name="import-great-expectations", daemon=True)
+    thread.start()
+    return thread
+
+
 # Each expectation's place in its suite, in the meta given to GX: results map back to the suite's names even
 # when two expectations differ only in `mostly` or `row_condition`.
 _POSITION = "kappa_position"
@@ -375,14 +384,15 @@ def validate_dataframe(frame: DataFrame | pd.DataFrame, suite: Suite) -> Quality
         .add_batch_definition_whole_dataframe(label)
         .get_batch(batch_parameters={"dataframe": frame})
     )
-    if spark_frame:
+    cache_here = spark_frame and not getattr(frame, "is_cached", False)  # a caller's cache is the caller's
+    if cache_here:
         frame.persist()
     try:
         outcome = batch.validate(
             gx_suite, result_format={"result_format": "SUMMARY", "partial_unexpected_count": SAMPLES}
         )
     finally:
-        if spark_frame:
+        if cache_here:
             frame.unpersist()
     results = []
     for r in outcome.results:

@@ -150,7 +150,9 @@ def _count(consumer: Consumer, topic: str, partition: int, low: int, high: int) 
     seen = 0
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        batch = consumer.consume(10_000, 1.0)
+        # A short wait: consume() waits out its whole timeout unless it fills the batch, which the last batch of
+        # a partition never does (a full second per partition, measured).
+        batch = consumer.consume(10_000, 0.05)
         seen += sum(1 for m in batch if not m.error())
         if consumer.position([TopicPartition(topic, partition)])[0].offset >= high:
             return seen
@@ -524,7 +526,14 @@ def verify(settings: KappaSettings, replay: Replay) -> Verification:
 
     log.info("verifying %s v%d: the quality suite, then the reconciliation", replay.job.name, replay.version)
     spark = get_spark(settings, f"kappa-verify-{replay.job.name}")
-    new = read_output(spark, settings, replay.job, replay.version)
+    new = read_output(spark, settings, replay.job, replay.version).persist()  # the suite and the join read it
+    try:
+        return _verify(settings, replay, new)
+    finally:
+        new.unpersist()
+
+
+def _verify(settings: KappaSettings, replay: Replay, new: DataFrame) -> Verification:
     problems: list[str] = []
     quality = _quality(settings, replay, new)
     if not quality.get("success", True):
@@ -536,7 +545,7 @@ def verify(settings: KappaSettings, replay: Replay) -> Verification:
         # The live version keeps processing while the new one catches up to the input ends it saw at its start:
         # compare with the live output as it was then, or keys the live version wrote since would count as lost.
         as_of = catch_up_started_ms(AliasRegistry(settings), replay)
-        old = read_output(spark, settings, replay.job, live.version, as_of_ms=as_of)
+        old = read_output(new.sparkSession, settings, replay.job, live.version, as_of_ms=as_of)
         against = f"v{live.version}" + (f" as of {_iso(as_of)} (the catch-up's start)" if as_of else "")
         reconciliation = {"against": against} | reconcile(new, old, output_keys(replay.job, new))
         if reconciliation["only_in_live"]:
