@@ -101,6 +101,8 @@ def get_spark(settings: KappaSettings, app_name: str = "kappa") -> SparkSession:
     # Python workers must run this interpreter (the project's venv), whatever `python` is on PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if settings.spark_master.startswith("local"):  # on loopback anyway (spark_conf); says so without a warning
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder

@@ -27,9 +27,11 @@ log = logging.getLogger("kappa.runner")
 
 
 def configure_logging() -> None:
-    """Progress lines on stdout; py4j's per-callback chatter (every listener event) kept out of them."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stdout, force=True)
-    logging.getLogger("py4j").setLevel(logging.WARNING)
+    """The platform's progress lines on stdout; the libraries' informational chatter (py4j per listener event,
+    httpx per registry request) kept out: only their warnings show, and Great Expectations' errors."""
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s", stream=sys.stdout, force=True)
+    logging.getLogger("kappa").setLevel(logging.INFO)
+    logging.getLogger("great_expectations").setLevel(logging.ERROR)  # it warns of its own temporary folders
 
 
 @dataclass(frozen=True)
