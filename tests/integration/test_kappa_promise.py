@@ -6,13 +6,14 @@ topic's readers see).
 Live: all five jobs run continuously at once, each in its own process with a 1-second trigger, while the
 generator produces (so clicks, late profile versions and enrich_clicks' corrections reach each job
 interleaved, as in production). Each job is killed with SIGKILL after its second batch and restarted from its
-checkpoint; once the generator is done, the jobs are stopped in pipeline order, each when it has read its
-inputs to their end. Replay: each job in one availableNow run into its own outputs. Batch: each job's own
+checkpoint while the first half of the log is produced; the second half comes once the restarted enrich_clicks
+has caught up, so it is read as it is produced. Then the jobs are stopped in pipeline order, each when it has
+read its inputs to their end. Replay: each job in one availableNow run into its own outputs. Batch: each job's own
 transform over a batch read of its inputs (`kappa.stateful.per_key` runs the per-user rule once per user
 there; a view's batch write runs once over the whole topic). Delta tables are compared row for row.
 
 Size: KAPPA_TEST_PROMISE_EVENTS clicks (CI's default below); `make soak` runs 200,000. The generator spreads them
-over PRODUCE_S seconds at most, so the live jobs see many batches whatever the size.
+over PRODUCE_S + LIVE_PART_S seconds at most, so the live jobs see many batches whatever the size.
 """
 
 from __future__ import annotations
@@ -68,13 +69,15 @@ CONFIG = StreamConfig(
     events=EVENTS, users=max(100, EVENTS // 25), seed=31, late_share=0.01, late_by_ms=150 * 60_000,
     profile_change_share=0.02,
 )  # fmt: skip
-PRODUCE_S = 25.0  # the generator's records spread over this long (or as fast as it can, for a large size)
+PRODUCE_S = 25.0  # the first half of the log over this long, at most (as fast as it can, for a large size)
 SCALE = max(1.0, EVENTS / 50_000)  # waits grow with the size of the run
-# The live enrich_clicks reads at most this many offsets a batch, so it sees the log in 20 batches or more
-# whatever the machine's speed. A late profile version reaches the log a median 238 records after a click it
-# corrects (287 such pairs at 8,000 clicks), so many pairs straddle a batch and the correction path runs. Uncapped,
-# a job restarted on a slow machine read the whole rest of the log in one batch and re-emitted nothing.
-LIVE_ENRICH_BATCH = max(100, EVENTS // 20)
+# The log reaches the live jobs in two parts: the first while they start and are killed and restarted, the
+# second over LIVE_PART_S once the restarted enrich_clicks has caught up, so that it reads clicks and late profile
+# versions as they are produced (a version after the clicks it corrects: the correction path runs). One part only
+# was a backlog on a slow machine: after its restart the job read all the remaining profiles in its first batch,
+# ahead of the clicks, and re-emitted nothing.
+SPLIT = EVENTS // 2  # emissions (clicks and profile versions) in the first part
+LIVE_PART_S = 40.0
 ENRICHED_FIELDS = ("event_id", "user_id", "page", "referrer", "event_time", "device", "profile_version", "segment",
                    "country")  # fmt: skip
 # The jobs after enrich_clicks, in pipeline order; each reads what the one before produced.
@@ -202,8 +205,7 @@ def test_live_with_sigkill_replay_and_batch_give_identical_outputs(
 
     # (a) Live: every job at once, as deployed, while the generator produces.
     def live_job(spec: JobSpec) -> Job:
-        cap = ["--max-offsets", str(LIVE_ENRICH_BATCH)] if spec is ENRICH else []
-        return Job([spec.name, json.dumps(bindings("live")), "--interval", "1 second", *cap], live_env)
+        return Job([spec.name, json.dumps(bindings("live")), "--interval", "1 second"], live_env)
 
     jobs = {spec.name: live_job(spec) for spec in PIPELINE}
     for spec in PIPELINE:
@@ -211,7 +213,7 @@ def test_live_with_sigkill_replay_and_batch_give_identical_outputs(
     producer = threading.Thread(
         target=generate,
         args=(stack, CONFIG, topics["clicks"], topics["profiles"]),
-        kwargs={"rate": EVENTS / PRODUCE_S, "progress": None},
+        kwargs={"rate": SPLIT / PRODUCE_S, "progress": None, "emissions": slice(0, SPLIT)},
     )
     producer.start()
     # Each job: SIGKILL after its second batch (its first one that started from a checkpoint), then a restart
@@ -222,6 +224,16 @@ def test_live_with_sigkill_replay_and_batch_give_identical_outputs(
         jobs[spec.name] = live_job(spec)
     producer.join(timeout=600 * SCALE)
     assert not producer.is_alive(), "the generator did not finish"
+    enrich_inputs = list(ENRICH.bound(bindings("live")).inputs)
+    wait_until(
+        lambda: _caught_up(stack, f"kappa.{ENRICH.name}.v{ENRICH.version}", enrich_inputs),
+        timeout_s=900 * SCALE,
+        what="the restarted enrich_clicks reads the first part of the log",
+        log=jobs[ENRICH.name].log,
+    )
+    rest = generate(stack, CONFIG, topics["clicks"], topics["profiles"], rate=(EVENTS - SPLIT) / LIVE_PART_S,
+                    progress=None, emissions=slice(SPLIT, None))  # fmt: skip
+    assert rest.clicks > 0
     # Stopped in pipeline order, each once it has read its inputs to their end: then its output is final, and
     # so are the next job's inputs. Its queries run before it is asked to stop (a SIGTERM while Python still
     # imports would kill the restarted job instead of stopping it).
