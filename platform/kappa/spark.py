@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from kappa.errors import StackError
 from kappa.settings import KappaSettings
 from kappa.spark_classes import java_options, usable_archive
+from kappa.spark_local import log4j_config_path, prepare_driver_files, scratch_folder, use_scratch_folder
 from kappa.stack.artifacts import artifacts_present
 from kappa.stack.java import spark_java, spark_java_path
 
@@ -64,14 +65,17 @@ def spark_conf(settings: KappaSettings, app_name: str) -> dict[str, str]:
     jars = connector_jars(settings.jars_path / "spark", spark_home_jars())
     local = settings.spark_master.startswith("local")
     archive = usable_archive(settings, spark_java_path(), driver_classpath(settings))
+    scratch = scratch_folder(settings)
     driver_options = [
         f"-Dderby.system.home={settings.state_dir / 'derby'}",
+        f"-Dlog4j2.configurationFile={log4j_config_path(settings)}",
+        *([f"-Djava.io.tmpdir={scratch}"] if local else []),
         *(java_options(archive) if archive else []),
         *shlex.split(settings.spark_driver_java_options),
     ]
     # A local session stays on loopback (Spark would otherwise pick the first non-loopback interface).
-    network = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"} if local else {}
-    return network | {
+    only_local = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
+    return (only_local if local else {}) | {
         "spark.master": settings.spark_master,
         "spark.app.name": app_name,
         "spark.jars": ",".join(str(j) for j in jars),
@@ -103,8 +107,13 @@ def get_spark(settings: KappaSettings, app_name: str = "kappa") -> SparkSession:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if settings.spark_master.startswith("local"):  # on loopback anyway (spark_conf); says so without a warning
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # Python workers inherit it: pandas' notice of a future change inside PySpark's own Arrow code, once per batch.
+    os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning:pyspark.sql.pandas.serializers")
     from pyspark.sql import SparkSession
 
+    prepare_driver_files(settings)
+    if settings.spark_master.startswith("local"):
+        use_scratch_folder(settings)
     builder = SparkSession.builder
     for key, value in spark_conf(settings, app_name).items():
         builder = builder.config(key, value)

@@ -23,6 +23,7 @@ from kappa.avro.serde import AvroEncoder
 from kappa.generate import click_messages, clicks
 from kappa.kafka_client import admin_client, produce_all
 from kappa.settings import KappaSettings
+from kappa.spark_local import QUIET_LOGGERS, log_file
 from kappa.topics import Topic
 from tests.integration.replay_pipeline import Deployment, deploy_copy
 from tests.waiting import wait_until
@@ -77,9 +78,18 @@ def test_run_available_now_then_continuous_until_ctrl_c(stack: KappaSettings, pi
             [*command, *args], env=pipeline.env, cwd=pipeline.code, capture_output=True, text=True, timeout=300
         )
 
+    spark_log = log_file(pipeline.settings(stack))
+    logged_before = spark_log.stat().st_size if spark_log.exists() else 0
     done = run("--available-now")
     assert done.returncode == 0, done.stderr[-2000:]
     assert "raw_clicks v1: done" in done.stdout
+    # Spark's warnings that ask nothing of the user stay off the terminal; its log file keeps them.
+    assert "Using Spark's default log4j profile" not in done.stderr  # the platform's log configuration is in use
+    quiet = [name.rsplit(".", 1)[-1] for name in QUIET_LOGGERS]
+    assert not [line for line in done.stderr.splitlines() if any(f" WARN {q}:" in line for q in quiet)], done.stderr
+    with spark_log.open() as log:
+        log.seek(logged_before)
+        assert " WARN ResolveWriteToStream [pid " in log.read()  # said by every streaming query that starts
     assert "raw_clicks_v1 batch 0:" in done.stdout  # the per-batch progress line
     assert DeltaTable(str(table)).to_pyarrow_table().num_rows == 2000
     # Kafka's own tools see this job version's progress: its group's offsets are the topic's end offsets.
