@@ -18,17 +18,3 @@ def test_a_lost_broker_or_registry_is_retried_and_a_bad_job_is_not() -> None:
     assert unavailable_service(registry).startswith("the schema registry is unavailable (")  # type: ignore[union-attr]
     assert unavailable_service("query x failed: [DIVIDE_BY_ZERO] Division by zero") is None
     assert unavailable_service("query x failed: [CAST_INVALID_INPUT] The value 'a' cannot be cast") is None
-
-
-def test_a_missing_topic_is_no_outage() -> None:
-    """The broker answered that the topic does not exist: waiting for it would wait for ever (seen: a version
-    run before its replay created its output topic), so the job exits naming the topic."""
-    missing = (
-        "query enrich_clicks_v2 failed: Job aborted due to stage failure: Lost task 0.0 in stage 3.0: "
-        "org.apache.kafka.common.errors.TimeoutException: Topic p_enriched_clicks.v2 not present in metadata "
-        "after 60000 ms.\nCaused by: org.apache.kafka.common.errors.UnknownTopicOrPartitionException: This server "
-        "does not host this topic-partition."
-    )
-    assert unavailable_service(missing) is None
-    broker_away = "query q failed: org.apache.kafka.common.errors.TimeoutException: Topic t not present in metadata"
-    assert unavailable_service(broker_away) is not None  # no answer at all: the broker may be away

@@ -102,14 +102,8 @@ _UNAVAILABLE = (
 )
 
 
-# What a broker answers for a topic it does not have: an answer, so no outage, however the client words its error.
-_NO_SUCH_TOPIC = "org.apache.kafka.common.errors.UnknownTopicOrPartitionException"
-
-
 def unavailable_service(failure: str) -> str | None:
     """`Kafka is unavailable (<the line that says so>)` when a failure is a lost service, else None."""
-    if _NO_SUCH_TOPIC in failure:
-        return None
     for service, marker in _UNAVAILABLE:
         for line in failure.splitlines():
             if marker in line:
