@@ -91,6 +91,7 @@ RETRY_CAP_S = 30.0
 # What a query or a start fails with when a service is unavailable (not when a record or the code is bad).
 _UNAVAILABLE = (
     ("Kafka", "org.apache.kafka.common.errors.TimeoutException"),
+    ("Kafka", "java.util.concurrent.TimeoutException: Cannot fetch record"),  # Spark's Kafka reader, mid-batch
     ("Kafka", "org.apache.kafka.common.errors.DisconnectException"),
     ("Kafka", "org.apache.kafka.common.errors.NetworkException"),
     ("Kafka", "org.apache.kafka.common.errors.NotEnoughReplicas"),
