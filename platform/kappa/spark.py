@@ -105,14 +105,15 @@ def get_spark(settings: KappaSettings, app_name: str = "kappa") -> SparkSession:
     # Python workers must run this interpreter (the project's venv), whatever `python` is on PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    if settings.spark_master.startswith("local"):  # on loopback anyway (spark_conf); says so without a warning
+    local = settings.spark_master.startswith("local")
+    if local:  # on loopback anyway (spark_conf); says so without a warning
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # Python workers inherit it: pandas' notice of a future change inside PySpark's own Arrow code, once per batch.
     os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning:pyspark.sql.pandas.serializers")
     from pyspark.sql import SparkSession
 
     prepare_driver_files(settings)
-    if settings.spark_master.startswith("local"):
+    if local:
         use_scratch_folder(settings)
     builder = SparkSession.builder
     for key, value in spark_conf(settings, app_name).items():

@@ -23,7 +23,7 @@ QUIET_LOGGERS = {
     "org.apache.spark.sql.avro.AvroSerializer": "non-null Avro fields written from nullable columns, per task",
     "org.apache.hadoop.util.NativeCodeLoader": "no native Hadoop library: the Java one does the same",
     "org.apache.spark.sql.classic.SparkSession": "a session reused by a second job in one process",
-    "org.apache.spark.sql.execution.CacheManager": "a frame cached by its caller and again by the quality suite",
+    "org.apache.spark.sql.execution.CacheManager": "a frame asked to be cached twice (the second ask does nothing)",
     "org.apache.spark.util.Utils": "the address a local driver binds, and ports already taken by another driver",
     "org.apache.spark.scheduler.DAGScheduler": "a stop cancelling the job groups of batches already finished",
     "org.apache.spark.rdd.MapPartitionsRDD": "Delta's MERGE checkpoints its source locally, per batch",
