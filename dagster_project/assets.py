@@ -10,7 +10,7 @@
   in the catalog, written by no job (`clicks`, `user_profiles`).
 - Side topics (`<topic>.dlq`, `<topic>.late`) are not assets: no declaration says which job writes them (a
   job declares one output), so they would appear as disconnected sources with made-up lineage. Their counts
-  come back in the run metadata (the dead-letter queries' rows) and `kappa dlq inspect` shows them.
+  are written by the job's one query beside its output, and `kappa dlq inspect` counts and shows them.
 """
 
 import sys

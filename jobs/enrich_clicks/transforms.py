@@ -17,6 +17,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from jobs.enrich_clicks.logic import Click, Profile, UserState, enrich, state_from_json, state_to_json
+from kappa.deadletter import DeadLetterKind
+from kappa.side_outputs import SIDE_SCHEMA, late_side_row, side_columns
 from kappa.stateful import per_key
 
 CLICK, PROFILE = "click", "profile"
@@ -31,7 +33,7 @@ INPUT_COLUMNS = (
 OUTPUT_SCHEMA = (
     "kind string, event_id string, user_id string, page string, referrer string, event_time timestamp, "
     "device string, profile_version long, segment string, country string, "
-    "late_value binary, late_topic string, late_partition int, late_offset long"
+    f"{SIDE_SCHEMA}"
 )
 OUTPUT_COLUMNS = tuple(c.split()[0] for c in OUTPUT_SCHEMA.split(", "))
 STATE_SCHEMA = "state string"
@@ -42,7 +44,8 @@ def _millis(column: str) -> F.Column:
 
 
 def union_inputs(clicks: DataFrame, profiles: DataFrame) -> DataFrame:
-    """Decoded clicks and profile versions (with raw values) as one DataFrame of INPUT_COLUMNS."""
+    """Decoded clicks and profile versions (with raw values) as one DataFrame of INPUT_COLUMNS, the inputs'
+    dead letters (side columns) riding along."""
     null = F.lit(None)
     click_rows = clicks.select(
         "user_id", F.lit(CLICK).alias("kind"), "kafka_topic", "kafka_partition", "kafka_offset", "raw_value",
@@ -50,7 +53,7 @@ def union_inputs(clicks: DataFrame, profiles: DataFrame) -> DataFrame:
         _millis("event_time").alias("event_time_ms"),
         null.cast("long").alias("profile_version"), null.cast("string").alias("segment"),
         null.cast("string").alias("country"), null.cast("long").alias("valid_from_ms"),
-        null.cast("long").alias("log_time_ms"),
+        null.cast("long").alias("log_time_ms"), *side_columns(clicks),
     )  # fmt: skip
     profile_rows = profiles.select(
         "user_id", F.lit(PROFILE).alias("kind"), "kafka_topic", "kafka_partition", "kafka_offset", "raw_value",
@@ -61,6 +64,7 @@ def union_inputs(clicks: DataFrame, profiles: DataFrame) -> DataFrame:
         F.col("segment").cast("string").alias("segment"), "country",
         _millis("valid_from").alias("valid_from_ms"),
         _millis("kafka_timestamp").alias("log_time_ms"),  # when the version was published
+        *side_columns(profiles),
     )  # fmt: skip
     return click_rows.unionByName(profile_rows)
 
@@ -109,9 +113,7 @@ def enrich_user(lateness_ms: int, disorder_ms: int):  # type: ignore[no-untyped-
         for i, version in zip(p_rows, versions, strict=True):
             if version in late_versions:
                 late_versions.discard(version)  # once, even if re-delivered in this batch
-                _append(out, kind=LATE_PROFILE, user_id=user_id, late_value=rows["raw_value"].iat[i],
-                        late_topic=rows["kafka_topic"].iat[i], late_partition=int(rows["kafka_partition"].iat[i]),
-                        late_offset=int(rows["kafka_offset"].iat[i]))  # fmt: skip
+                _append(out, kind=LATE_PROFILE, user_id=user_id, **late_side_row(rows, i, DeadLetterKind.LATE_PROFILE))
         if out["kind"]:
             frame = pd.DataFrame(out)
             frame["event_time"] = pd.to_datetime(frame["event_time"], unit="ms", utc=True)

@@ -9,16 +9,14 @@ Settings: `gap_minutes` (a next click later than this is not time on the page, 3
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from functools import partial
-
-from pyspark.sql.streaming.query import StreamingQuery
 
 from jobs.catalog import ENRICHED_CLICKS
 from jobs.page_stats.transforms import FACTS_SCHEMA, KEYS, click_changes, page_stats, touched_groups
 from kappa.delta_sink import DeltaMerge
-from kappa.delta_views import DELETED, FactsView, facts_table
-from kappa.runtime import DeltaTable, JobContext, JobSpec
+from kappa.delta_views import FactsView, facts_table
+from kappa.runtime import DeltaTable, JobContext, JobPlan, JobSpec
+from kappa.topic_io import DELETED
 
 MINUTE_MS = 60_000
 TABLE = DeltaTable("page_stats", doc="Views, distinct users and median time on page per page and event-time hour.")
@@ -36,19 +34,11 @@ def view(output_path: str, app_id: str, gap_ms: int) -> FactsView:
     )
 
 
-def start(ctx: JobContext) -> Sequence[StreamingQuery]:
+def plan(ctx: JobContext) -> JobPlan:
     [source] = ctx.spec.inputs
     gap_ms = int(ctx.spec.settings["gap_minutes"] * MINUTE_MS)
-    decoded = ctx.read(source)
     stats = view(ctx.output_path(), f"{ctx.spec.name}.v{ctx.version}", gap_ms)
-    table = (
-        decoded.records.writeStream.foreachBatch(stats.write)
-        .queryName(ctx.query_name())
-        .option("checkpointLocation", ctx.checkpoint())
-        .trigger(**ctx.trigger())
-        .start()
-    )
-    return [table, ctx.start_dead_letters(decoded, source)]
+    return JobPlan(ctx.read(source).rows, stats.write)
 
 
 JOB = JobSpec(
@@ -57,6 +47,6 @@ JOB = JobSpec(
     description="Per page and event-time hour: views, distinct users, median time on page (Delta, exact MERGE).",
     inputs=(ENRICHED_CLICKS,),
     output=TABLE,
-    start=start,
+    plan=plan,
     settings={"gap_minutes": 30},
 )

@@ -1,37 +1,30 @@
 """raw_clicks: Kafka `clicks` (Confluent Avro) -> Delta `raw_clicks`; undecodable records and records breaking
 the clicks contract (schemas/expectations/clicks.json) -> `clicks.dlq`.
 
-Two streaming queries over the same topic, each with its own checkpoint: the table append (the job's one
-output) and the dead-letter sink. Every input record lands in exactly one of them.
+One streaming query: each batch appends its records to the table (at most once per batch id) and the runtime
+sends its dead letters to `clicks.dlq`. Every input record lands in exactly one of them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from pyspark.sql.streaming.query import StreamingQuery
+from pyspark.sql import DataFrame
 
 from jobs.catalog import CLICKS
 from jobs.raw_clicks.transforms import click_rows
-from kappa.runtime import DeltaTable, JobContext, JobSpec
+from kappa.delta_sink import append_once
+from kappa.runtime import DeltaTable, JobContext, JobPlan, JobSpec
 
 TABLE = DeltaTable("raw_clicks", doc="Every decodable click, one row each, with its Kafka position.")
 
 
-def start(ctx: JobContext) -> Sequence[StreamingQuery]:
+def plan(ctx: JobContext) -> JobPlan:
     [source] = ctx.spec.inputs  # CLICKS, or the topic a bound spec names
-    clicks = ctx.read(source)
-    table = (
-        click_rows(clicks.records)
-        .writeStream.format("delta")
-        .queryName(ctx.query_name())
-        .option("checkpointLocation", ctx.checkpoint())
-        .outputMode("append")
-        .trigger(**ctx.trigger())
-        .start(ctx.output_path())
-    )
-    dead = ctx.start_dead_letters(clicks, source)
-    return [table, dead]
+    path, app_id = ctx.output_path(), f"{ctx.spec.name}.v{ctx.version}"
+
+    def write(records: DataFrame, batch_id: int) -> None:
+        append_once(click_rows(records), path, app_id, batch_id)
+
+    return JobPlan(ctx.read(source).rows, write)
 
 
 JOB = JobSpec(
@@ -40,5 +33,5 @@ JOB = JobSpec(
     description="The clicks topic as a Delta table (append), dead letters to clicks.dlq.",
     inputs=(CLICKS,),
     output=TABLE,
-    start=start,
+    plan=plan,
 )

@@ -7,66 +7,42 @@ user's latest event an event may arrive and still count, 120).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.streaming.query import StreamingQuery
 
 from jobs.catalog import ENRICHED_CLICKS, SESSIONS
 from jobs.sessionize.logic import MINUTE_MS
-from jobs.sessionize.transforms import LATE, RETRACT, UPSERT, session_changes
-from kappa.deadletter import DeadLetterKind
+from jobs.sessionize.transforms import RETRACT, UPSERT, session_changes
 from kappa.partitioning import partition_column
-from kappa.runtime import JobContext, JobSpec
-from kappa.side_outputs import late_records, publish
-from kappa.topic_io import topic_encoder
+from kappa.runtime import JobContext, JobPlan, JobSpec
+from kappa.topic_io import publish, topic_encoder
 from kappa.topics import Topic
 
 
-def start(ctx: JobContext) -> Sequence[StreamingQuery]:
+def plan(ctx: JobContext) -> JobPlan:
     [source] = ctx.spec.inputs
     output = ctx.spec.output
     assert isinstance(output, Topic), "sessionize writes a topic"
-    late_topic = f"{output.name}.late"
     gap_ms = int(ctx.spec.settings["gap_minutes"] * MINUTE_MS)
     lateness_ms = int(ctx.spec.settings["allowed_lateness_minutes"] * MINUTE_MS)
     encode = topic_encoder(ctx.settings, output)
-    partitions = output.partitions
+    by_user = partition_column(F.col("user_id"), output.partitions)
 
     decoded = ctx.read(source, with_raw=True)  # late events keep their original bytes
-    changes = session_changes(decoded.records, gap_ms, lateness_ms)
+    changes = session_changes(decoded.rows, gap_ms, lateness_ms)
 
     def write(batch: DataFrame, batch_id: int) -> None:
-        batch.persist()
-        try:
-            sessions = batch.where(F.col("kind") == UPSERT).withColumn(
-                "segment", F.coalesce(F.col("segment"), F.lit("UNKNOWN"))
-            )
-            by_user = partition_column(F.col("user_id"), partitions)
-            upserts = encode(sessions, F.col("session_id"), by_user)
-            tombstones = batch.where(F.col("kind") == RETRACT).select(
-                F.col("session_id").cast("binary").alias("key"), F.lit(None).cast("binary").alias("value"),
-                by_user.alias("partition"),
-            )  # fmt: skip
-            publish(upserts.unionByName(tombstones), ctx.settings, output.name)
-            late = late_records(
-                batch.where(F.col("kind") == LATE), DeadLetterKind.LATE_EVENT, ctx.spec.name, ctx.version
-            )
-            publish(late, ctx.settings, late_topic)
-        finally:
-            batch.unpersist()
+        sessions = batch.where(F.col("kind") == UPSERT).withColumn(
+            "segment", F.coalesce(F.col("segment"), F.lit("UNKNOWN"))
+        )
+        upserts = encode(sessions, F.col("session_id"), by_user)
+        tombstones = batch.where(F.col("kind") == RETRACT).select(
+            F.col("session_id").cast("binary").alias("key"), F.lit(None).cast("binary").alias("value"),
+            by_user.alias("partition"),
+        )  # fmt: skip
+        publish(upserts.unionByName(tombstones), ctx.settings, output.name)
 
-    sessions_query = (
-        changes.writeStream.foreachBatch(write)
-        .queryName(ctx.query_name())
-        .option("checkpointLocation", ctx.checkpoint())
-        .outputMode("update")
-        .trigger(**ctx.trigger())
-        .start()
-    )
-    dead = ctx.start_dead_letters(decoded, source)
-    return [sessions_query, dead]
+    return JobPlan(changes, write)
 
 
 JOB = JobSpec(
@@ -75,6 +51,6 @@ JOB = JobSpec(
     description="Per-user event-time sessions from enriched clicks; updates, tombstones on merge, late side topic.",
     inputs=(ENRICHED_CLICKS,),
     output=SESSIONS,
-    start=start,
+    plan=plan,
     settings={"gap_minutes": 30, "allowed_lateness_minutes": 120},
 )

@@ -15,14 +15,18 @@ import pandas as pd
 from pyspark.sql import DataFrame
 
 from jobs.sessionize.logic import Event, Session, UserState, sessionize, state_from_json, state_to_json
+from kappa.deadletter import DeadLetterKind
+from kappa.side_outputs import SIDE_SCHEMA, late_side_row, side_columns
 from kappa.stateful import per_key
 
 OUTPUT_SCHEMA = (
     "kind string, session_id string, user_id string, start_time timestamp, end_time timestamp, clicks int, "
     "distinct_pages int, entry_page string, exit_page string, segment string, "
-    "late_value binary, late_topic string, late_partition int, late_offset long"
+    f"{SIDE_SCHEMA}"
 )
 STATE_SCHEMA = "state string"
+INPUT_COLUMNS = ("user_id", "event_id", "event_time", "page", "segment", "kafka_topic", "kafka_partition",
+                 "kafka_offset", "raw_value")  # fmt: skip
 UPSERT, RETRACT, LATE = "upsert", "retract", "late"
 
 
@@ -68,9 +72,7 @@ def sessionize_user(gap_ms: int, lateness_ms: int):  # type: ignore[no-untyped-d
         for i, event_id in zip(order, event_ids, strict=True):
             if event_id in late_ids:
                 row = _session_row(LATE, None, "", user_id)
-                row.update(late_value=rows["raw_value"].iat[i], late_topic=rows["kafka_topic"].iat[i],
-                           late_partition=int(rows["kafka_partition"].iat[i]),
-                           late_offset=int(rows["kafka_offset"].iat[i]))  # fmt: skip
+                row.update(late_side_row(rows, i, DeadLetterKind.LATE_EVENT))
                 out.append(row)
         if out:
             yield pd.DataFrame(out)
@@ -80,5 +82,6 @@ def sessionize_user(gap_ms: int, lateness_ms: int):  # type: ignore[no-untyped-d
 
 def session_changes(clicks: DataFrame, gap_ms: int, lateness_ms: int) -> DataFrame:
     """Decoded (enriched) clicks with their raw value and Kafka position -> session changes and late events."""
-    # one row per session change or late event
-    return per_key(clicks, "user_id", sessionize_user(gap_ms, lateness_ms), OUTPUT_SCHEMA, STATE_SCHEMA)
+    inputs = clicks.select(*INPUT_COLUMNS, *side_columns(clicks))  # what the rule reads, dead letters riding along
+    # one row per session change or late event (or dead letter)
+    return per_key(inputs, "user_id", sessionize_user(gap_ms, lateness_ms), OUTPUT_SCHEMA, STATE_SCHEMA)

@@ -6,16 +6,14 @@ batch is one MERGE of the latest change per key, at most once per batch id.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from pyspark.sql import DataFrame
-from pyspark.sql.streaming.query import StreamingQuery
 
 from jobs.catalog import SESSIONS
 from jobs.sessions_table.transforms import session_changes
 from kappa.delta_sink import DeltaMerge
-from kappa.delta_views import DELETED, with_tombstones
-from kappa.runtime import DeltaTable, JobContext, JobSpec
+from kappa.delta_views import changes_with_key
+from kappa.runtime import DeltaTable, JobContext, JobPlan, JobSpec
+from kappa.topic_io import DELETED
 
 TABLE = DeltaTable("sessions", doc="Every live session, one row each (tombstoned sessions deleted).")
 
@@ -24,23 +22,14 @@ def sink(output_path: str, app_id: str) -> DeltaMerge:
     return DeltaMerge(output_path, keys=("session_id",), app_id=app_id, deleted=DELETED)
 
 
-def start(ctx: JobContext) -> Sequence[StreamingQuery]:
+def plan(ctx: JobContext) -> JobPlan:
     [source] = ctx.spec.inputs
-    decoded = ctx.read(source)
     merge = sink(ctx.output_path(), f"{ctx.spec.name}.v{ctx.version}")
 
     def write(batch: DataFrame, batch_id: int) -> None:
-        merge.write(session_changes(batch), batch_id)
+        merge.write(session_changes(changes_with_key(batch, "session_id")), batch_id)
 
-    table = (
-        with_tombstones(decoded, "session_id")
-        .writeStream.foreachBatch(write)
-        .queryName(ctx.query_name())
-        .option("checkpointLocation", ctx.checkpoint())
-        .trigger(**ctx.trigger())
-        .start()
-    )
-    return [table, ctx.start_dead_letters(decoded, source)]
+    return JobPlan(ctx.read(source).rows, write)
 
 
 JOB = JobSpec(
@@ -49,5 +38,5 @@ JOB = JobSpec(
     description="The sessions topic's current state as a Delta table: upserts replace, tombstones delete.",
     inputs=(SESSIONS,),
     output=TABLE,
-    start=start,
+    plan=plan,
 )

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame
 
-from kappa.delta_views import DELETED, last_per_key
+from kappa.delta_views import last_per_key
+from kappa.topic_io import DELETED
 
 SESSION_COLUMNS = (
     "session_id",

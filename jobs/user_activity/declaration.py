@@ -7,15 +7,14 @@ whose last live session is tombstoned leaves the table.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from pyspark.sql.streaming.query import StreamingQuery
+from pyspark.sql import DataFrame
 
 from jobs.catalog import SESSIONS
 from jobs.user_activity.transforms import FACTS_SCHEMA, RETIRED, session_facts, touched_users, user_activity
 from kappa.delta_sink import DeltaMerge
-from kappa.delta_views import DELETED, FactsView, facts_table, with_tombstones
-from kappa.runtime import DeltaTable, JobContext, JobSpec
+from kappa.delta_views import FactsView, changes_with_key, facts_table
+from kappa.runtime import DeltaTable, JobContext, JobPlan, JobSpec
+from kappa.topic_io import DELETED
 
 TABLE = DeltaTable("user_activity", doc="Sessions, clicks, first and last seen, latest segment, per user.")
 
@@ -33,19 +32,14 @@ def view(output_path: str, app_id: str) -> FactsView:
     )
 
 
-def start(ctx: JobContext) -> Sequence[StreamingQuery]:
+def plan(ctx: JobContext) -> JobPlan:
     [source] = ctx.spec.inputs
-    decoded = ctx.read(source)
     activity = view(ctx.output_path(), f"{ctx.spec.name}.v{ctx.version}")
-    table = (
-        with_tombstones(decoded, "session_id")
-        .writeStream.foreachBatch(activity.write)
-        .queryName(ctx.query_name())
-        .option("checkpointLocation", ctx.checkpoint())
-        .trigger(**ctx.trigger())
-        .start()
-    )
-    return [table, ctx.start_dead_letters(decoded, source)]
+
+    def write(batch: DataFrame, batch_id: int) -> None:
+        activity.write(changes_with_key(batch, "session_id"), batch_id)
+
+    return JobPlan(ctx.read(source).rows, write)
 
 
 JOB = JobSpec(
@@ -54,5 +48,5 @@ JOB = JobSpec(
     description="Per user over their live sessions: sessions, clicks, first and last seen, latest segment (Delta).",
     inputs=(SESSIONS,),
     output=TABLE,
-    start=start,
+    plan=plan,
 )

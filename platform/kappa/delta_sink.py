@@ -79,6 +79,11 @@ class DeltaMerge:
             spark.conf.unset(TXN_VERSION)
 
 
+def append_once(batch: DataFrame, path: str, app_id: str, batch_id: int) -> None:
+    """Append one micro-batch to a Delta table, at most once per (app id, batch id): Delta's idempotent write."""
+    batch.write.format("delta").mode("append").option("txnAppId", app_id).option("txnVersion", batch_id).save(path)
+
+
 def foreach_batch(
     merge: DeltaMerge, prepare: Callable[[DataFrame], DataFrame] | None = None
 ) -> Callable[[DataFrame, int], None]:

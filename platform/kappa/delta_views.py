@@ -25,10 +25,10 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from kappa.delta_sink import DeltaMerge
-from kappa.topic_io import DecodedTopic
+from kappa.side_outputs import SIDE_COLUMNS, SIDE_KIND
+from kappa.topic_io import DELETED, DecodedTopic
 
 TOUCHED = "touched_batch"  # facts column: the batch id that last changed the fact
-DELETED = "deleted"  # change column: the row deletes its key (a tombstone), never stored
 FACTS_SUFFIX = "_facts"
 
 
@@ -47,12 +47,15 @@ def facts_table(output_path: str, keys: tuple[str, ...], app_id: str) -> DeltaMe
 
 
 def with_tombstones(decoded: DecodedTopic, key: str) -> DataFrame:
-    """A compacted topic's changes as one stream: records with `deleted` false, tombstones with `deleted` true,
-    their key in `key` and every value column null."""
-    records = decoded.records.withColumn(DELETED, F.lit(False))
-    tombstones = decoded.tombstones.withColumn(key, F.col("key")).withColumn(DELETED, F.lit(True))
-    # one row per Kafka record with a key, decodable or a tombstone (dead letters are the other query's)
-    return records.unionByName(tombstones, allowMissingColumns=True)
+    """A compacted topic's changes (batch reads): records with `deleted` false, tombstones with `deleted` true,
+    their key in `key` and every value column null. The job's query gets the same rows from the runtime."""
+    return changes_with_key(decoded.rows.where(F.col(SIDE_KIND).isNull()).drop(*SIDE_COLUMNS), key)
+
+
+def changes_with_key(changes: DataFrame, key: str) -> DataFrame:
+    """Rows of a topic that declares deletes (records, and tombstones with only `key` set): the key field
+    filled from the Kafka key on tombstones too."""
+    return changes.withColumn(key, F.coalesce(F.col(key), F.col("key")))
 
 
 def last_per_key(records: DataFrame, keys: Sequence[str]) -> DataFrame:

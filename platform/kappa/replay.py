@@ -379,7 +379,7 @@ def catch_up(
 
     def on_batch(batch: dict[str, Any]) -> None:
         if batch.get("name") != output_query:
-            return  # the dead-letter queries read the same inputs; the output query's offsets are the progress
+            return  # not this version's query
         progress.update(end_offsets(batch))
         report = progress.report()
         log.info(describe_progress(replay.job.name, replay.version, report))

@@ -1,11 +1,12 @@
 """Read and write declared topics from Spark: one call each, Confluent Avro decoded and encoded in the JVM.
 
     decoded = read_topic(spark, settings, CLICKS, job="raw_clicks", job_version=1)
+    decoded.rows          # every record once: a record, a dead letter (SIDE columns set) or a tombstone
     decoded.records       # key, the reader schema's fields, kafka_partition, kafka_offset, kafka_timestamp
-    decoded.dead_letters  # key, value, headers: ready for the Kafka sink of clicks.dlq
-    write_topic(rows, settings, ENRICHED_CLICKS, key=F.col("event_id"))  # a DataStreamWriter
+    encode = topic_encoder(settings, ENRICHED_CLICKS)  # the registered schema id, resolved once
+    publish(encode(batch, F.col("event_id")), settings, ENRICHED_CLICKS.name)  # one batch, durably
 
-Every input row lands in exactly one of the two (tombstones, null values, are neither: see `tombstones`).
+A job's one query reads `rows`; the runtime sends the dead letters to `<topic>.dlq` (kappa.side_outputs).
 
 Data contracts: `read_topic` applies the row-level expectations of the topic's dataset suite
 (`schemas/expectations/<dataset>.json`, kappa.quality) while it splits: a record that decodes but breaks the
@@ -21,39 +22,56 @@ from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 from kappa.avro.registry import Registry
 from kappa.avro.schemas import topic_value_schema
 from kappa.avro.spark import DEAD_LETTER, RECORD, decode_confluent, encode_confluent, struct_for
-from kappa.deadletter import (
-    H_CONTRACT_BROKEN,
-    H_CONTRACT_SUITE,
-    H_JOB,
-    H_JOB_VERSION,
-    H_KIND,
-    H_MESSAGE,
-    H_SOURCE_OFFSET,
-    H_SOURCE_PARTITION,
-    H_SOURCE_TIMESTAMP,
-    H_SOURCE_TOPIC,
-    H_TIME,
-    DeadLetterKind,
-    dlq_topic,
-)
+from kappa.deadletter import DeadLetterKind
 from kappa.errors import KappaError
 from kappa.quality import RowContract, row_contract, suite_for
 from kappa.settings import KappaSettings
+from kappa.side_outputs import SIDE_KIND, side_records
 from kappa.topics import Topic
 
 KAFKA_META = ("kafka_partition", "kafka_offset", "kafka_timestamp")
+DELETED = "deleted"  # on a topic that declares deletes: the row is a tombstone, deleting its key
 
 
 @dataclass(frozen=True)
 class DecodedTopic:
-    records: DataFrame
-    dead_letters: DataFrame
-    tombstones: DataFrame  # key, kafka metadata: deletes in a compacted topic
+    """A topic's rows decoded in one projection: what a job's one query reads.
+
+    `rows`: every Kafka record once: a record (the schema's fields, `key`, Kafka position), a dead letter (the
+    SIDE columns of kappa.side_outputs set, every field null) or, on a topic that declares deletes, a tombstone
+    (`deleted` true, the fields null). The other frames are views of it, for batch readers and tests.
+    """
+
+    rows: DataFrame
+    fields: tuple[str, ...]  # the record columns (key, the schema's fields, Kafka position[, raw columns])
+    job: str
+    job_version: int
+    deletes: bool
+
+    @property
+    def records(self) -> DataFrame:
+        """The decoded records that keep their contract: one row each."""
+        kept = self.rows.where(F.col(SIDE_KIND).isNull())
+        if self.deletes:
+            kept = kept.where(~F.col(DELETED))
+        return kept.select(*self.fields)
+
+    @property
+    def dead_letters(self) -> DataFrame:
+        """key, value, headers of the records that could not be decoded or broke their contract: for a Kafka sink."""
+        side = self.rows.where(F.col(SIDE_KIND).isNotNull())
+        return side_records(side, self.job, self.job_version).drop("topic")
+
+    @property
+    def tombstones(self) -> DataFrame:
+        """key and Kafka position of the deletes of a compacted topic (empty where the topic declares none)."""
+        if not self.deletes:
+            return self.rows.where(F.lit(False)).select("key", *KAFKA_META)
+        return self.rows.where(F.col(DELETED)).select("key", *KAFKA_META)
 
 
 def value_schema(settings: KappaSettings, topic: Topic) -> dict[str, Any]:
@@ -145,49 +163,37 @@ def decode_topic(
             F.concat(F.lit(f"breaks its data contract {contract.suite}: "), broken).alias("message"),
         )
         decoded = decoded.withColumn(DEAD_LETTER, F.when(breaks, violation).otherwise(F.col(DEAD_LETTER)))
-    meta = [
+    side = F.col(DEAD_LETTER).isNotNull()
+
+    def when_side(value: Column) -> Column:
+        return F.when(side, value)
+
+    fields = [
+        F.when(~side, F.col("key").cast("string")).alias("key"),  # a tombstone keeps its key
+        *[F.when(keeps, F.col(f"{RECORD}.{n}")).alias(n) for n in field_names],
         F.col("partition").alias("kafka_partition"),
         F.col("offset").alias("kafka_offset"),
         F.col("timestamp").alias("kafka_timestamp"),
+        *([F.col("topic").alias("kafka_topic"), F.col("value").alias("raw_value")] if with_raw else []),
     ]
-    # one row per decoded record that keeps its contract
-    raw_columns = [F.col("topic").alias("kafka_topic"), F.col("value").alias("raw_value")] if with_raw else []
-    records = decoded.where(keeps).select(
-        F.col("key").cast("string").alias("key"),
-        *[F.col(f"{RECORD}.{n}").alias(n) for n in field_names],
-        *meta,
-        *raw_columns,
-    )
-    # one row per record that could not be decoded or broke its contract, original bytes untouched
-    headers = dead_letter_headers(job, job_version)
-    if contract is not None and contract.expectations:
-        named = F.array(kafka_header(H_CONTRACT_BROKEN, broken), kafka_header(H_CONTRACT_SUITE, F.lit(contract.suite)))
-        headers = F.concat(headers, F.filter(named, lambda _: broken.isNotNull()))
-    dead = decoded.where(F.col(DEAD_LETTER).isNotNull()).select("key", "value", headers.alias("headers"))
-    tombstones = decoded.where(F.col("value").isNull() & F.col(DEAD_LETTER).isNull()).select(
-        F.col("key").cast("string").alias("key"), *meta
-    )
-    return DecodedTopic(records, dead, tombstones)
-
-
-def kafka_header(name: str, value: Column) -> Column:
-    """One Kafka header (struct<key: string, value: binary>), its value as UTF-8 text."""
-    return F.struct(F.lit(name).alias("key"), value.cast("string").cast("binary").alias("value"))
-
-
-def dead_letter_headers(job: str, job_version: int) -> Column:
-    """Kafka headers of a dead letter (array<struct<key,value>>), from the decoded row's columns."""
-    return F.array(
-        kafka_header(H_KIND, F.col(f"{DEAD_LETTER}.kind")),
-        kafka_header(H_MESSAGE, F.col(f"{DEAD_LETTER}.message")),
-        kafka_header(H_SOURCE_TOPIC, F.col("topic")),
-        kafka_header(H_SOURCE_PARTITION, F.col("partition")),
-        kafka_header(H_SOURCE_OFFSET, F.col("offset")),
-        kafka_header(H_SOURCE_TIMESTAMP, F.unix_millis(F.col("timestamp"))),
-        kafka_header(H_JOB, F.lit(job)),
-        kafka_header(H_JOB_VERSION, F.lit(str(job_version))),
-        kafka_header(H_TIME, F.date_format(F.current_timestamp(), "yyyy-MM-dd'T'HH:mm:ss.SSSXXX")),
-    )
+    suite = contract.suite if contract is not None and contract.expectations else None
+    sides = [
+        when_side(F.col(f"{DEAD_LETTER}.kind")).alias(SIDE_KIND),
+        when_side(F.col(f"{DEAD_LETTER}.message")).alias("side_message"),
+        when_side(F.col("key")).alias("side_key"),
+        when_side(F.col("value")).alias("side_value"),
+        when_side(F.col("topic")).alias("side_topic"),
+        when_side(F.col("partition")).alias("side_partition"),
+        when_side(F.col("offset")).alias("side_offset"),
+        when_side(F.col("timestamp")).alias("side_timestamp"),
+        broken.alias("side_broken"),
+        F.when(broken.isNotNull(), F.lit(suite)).alias("side_suite"),
+    ]
+    deleted = [(F.col("value").isNull() & ~side).alias(DELETED)] if deletes else []
+    # one row per Kafka record: a record, a dead letter or a tombstone
+    rows = decoded.select(*fields, *sides, *deleted)
+    names = tuple(["key", *field_names, *KAFKA_META, *(["kafka_topic", "raw_value"] if with_raw else [])])
+    return DecodedTopic(rows, names, job, job_version, deletes)
 
 
 def read_topic(
@@ -259,29 +265,17 @@ def encode_for_topic(
     return topic_encoder(settings, topic)(df, key, partition)
 
 
-def kafka_sink(df: DataFrame, settings: KappaSettings, topic_name: str) -> DataStreamWriter:
-    """A streaming writer to a topic, durable (acks=all, idempotent)."""
-    return (
-        df.writeStream.format("kafka")
+def publish(records: DataFrame, settings: KappaSettings, topic: str | None = None) -> None:
+    """Write one batch of Kafka records (key, value[, partition, headers, topic]) durably (acks=all, idempotent).
+    Without `topic`, each record names its own in a `topic` column."""
+    writer = (
+        records.write.format("kafka")
         .options(**kafka_options(settings))
-        .option("topic", topic_name)
         .option("kafka.acks", "all")
         .option("kafka.enable.idempotence", "true")
         .option("kafka.compression.type", "lz4")
         .option("kafka.linger.ms", "20")
     )
-
-
-def write_topic(
-    df: DataFrame,
-    settings: KappaSettings,
-    topic: Topic,
-    key: Column,
-    partition: Column | None = None,
-) -> DataStreamWriter:
-    """The one call a job uses to publish: encode to the topic's registered schema, then a durable sink."""
-    return kafka_sink(encode_for_topic(df, settings, topic, key, partition), settings, topic.name)
-
-
-def dead_letter_sink(dead_letters: DataFrame, settings: KappaSettings, topic: Topic) -> DataStreamWriter:
-    return kafka_sink(dead_letters, settings, dlq_topic(topic.name))
+    if topic is not None:
+        writer = writer.option("topic", topic)
+    writer.save()

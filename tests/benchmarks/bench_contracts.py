@@ -2,7 +2,7 @@
 
 1. Load: `--events` seeded clicks (kappa.produce_stream, as `kappa generate` does) into `clicks` on a bench
    stack of its own ports and folder (`--port-offset` shifts them).
-2. Replay raw_clicks (`run_job(available_now=True)`: Kafka -> decode -> Delta, plus the dead-letter query)
+2. Replay raw_clicks (`run_job(available_now=True)`: Kafka -> decode -> Delta and dead letters, one query)
    with fresh checkpoints and tables, alternating: *with* the clicks suite (schemas/expectations/clicks.json,
    enforced while decoding) and *without* it (the same job, settings pointing at a schemas folder holding the
    .avsc files only). Best of `--runs` each; overhead = 1 - with/without in events per second.

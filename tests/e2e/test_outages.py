@@ -1,7 +1,11 @@
-"""A continuous job outlives a broker outage of two minutes on a stack of its own: it waits (a query that fails for
-want of Kafka is started again from its checkpoint, one line per attempt), needs no human, and afterwards every
-click is in Delta exactly once. (Before, the job's own progress recorder crashed the process when the broker came
-back: an admin request left pending in librdkafka.)"""
+"""A continuous job outlives a broker outage of two minutes and a registry outage on a stack of its own: it waits
+(a query that fails for want of Kafka is started again from its checkpoint, one line per attempt), needs no human,
+and afterwards every click is in Delta exactly once. (Before, the job's own progress recorder crashed the process
+when the broker came back: an admin request left pending in librdkafka.)
+
+Without the registry, batches go on with the writer schemas the job knows; only a record of a schema id it does not
+know makes it wait (it might be a version registered meanwhile), and once the registry answers that the id is
+unknown, the record is a dead letter."""
 
 import signal
 import subprocess
@@ -15,8 +19,11 @@ from deltalake import DeltaTable
 from kappa.avro.registry import Registry, value_subject
 from kappa.avro.schemas import topic_value_schema
 from kappa.avro.serde import AvroEncoder
+from kappa.avro.wire import frame
+from kappa.deadletter import DeadLetterKind
+from kappa.dlq import inspect
 from kappa.generate import click_messages, clicks
-from kappa.kafka_client import produce_all
+from kappa.kafka_client import Outgoing, produce_all
 from kappa.settings import KappaSettings, load_settings
 from kappa.stack import LocalStack
 from kappa.topics import Cleanup, Topic
@@ -26,16 +33,22 @@ from tests.waiting import wait_until
 
 PORTS = {"kafka_port": 23092, "controller_port": 23192, "registry_port": 23081}
 OUTAGE_S = 120
-BROKER = "kafka-1"
+BROKER, REGISTRY = "kafka-1", "registry"
+REGISTRY_OUTAGE_S = 30  # with a record of an unknown schema id waiting for it
 
 
-def _produce(settings: KappaSettings, topic: Topic, count: int, first: int) -> set[str]:
-    """Clicks `first` to `first + count` of one generated stream; their event ids."""
+def _encode(settings: KappaSettings, topic: Topic, count: int, first: int) -> tuple[list[Outgoing], set[str]]:
+    """Clicks `first` to `first + count` of one generated stream, encoded; their event ids."""
     made = list(clicks(first + count, seed=41))[first:]
     with Registry(settings.registry) as registry:
         encoder = AvroEncoder(registry, value_subject(topic.name), topic_value_schema(settings.schemas_path, topic))
-        produce_all(settings, topic.name, click_messages(iter(made), encoder.encode, topic.partitions))
-    return {c.event_id for c in made}
+        return list(click_messages(iter(made), encoder.encode, topic.partitions)), {c.event_id for c in made}
+
+
+def _produce(settings: KappaSettings, topic: Topic, count: int, first: int) -> set[str]:
+    records, ids = _encode(settings, topic, count, first)
+    produce_all(settings, topic.name, records)
+    return ids
 
 
 def _event_ids(table: Path) -> list[str]:
@@ -46,7 +59,7 @@ def _event_ids(table: Path) -> list[str]:
 
 
 @pytest.mark.slow
-def test_a_continuous_job_waits_out_a_broker_outage_and_loses_nothing(tmp_path: Path) -> None:
+def test_a_continuous_job_waits_out_broker_and_registry_outages_and_loses_nothing(tmp_path: Path) -> None:
     settings = load_settings(
         **PORTS, stack_dir=tmp_path / "stack", spark_shuffle_partitions=2, spark_driver_java_options=SHORT_RUN_JVM
     )
@@ -73,6 +86,27 @@ def test_a_continuous_job_waits_out_a_broker_outage_and_loses_nothing(tmp_path: 
 
         after = _produce(settings, source, 400, first=600)
         wait_until(lambda: len(_event_ids(table)) >= 1000, 300, "the clicks after the outage in Delta", log=output)
+
+        # The registry goes away: clicks of known writer versions still flow.
+        encoded, during = _encode(settings, source, 200, first=1000)
+        stack.stop_component(REGISTRY)
+        produce_all(settings, source.name, encoded)
+        wait_until(lambda: len(_event_ids(table)) >= 1200, 300, "clicks in Delta without the registry", log=output)
+        # A record of a schema id the job does not know: it waits for the registry instead of dead-lettering it.
+        produce_all(settings, source.name, [Outgoing(b"unknown-id", frame(987654, b"\x02"))])
+        back_at = time.monotonic() + REGISTRY_OUTAGE_S
+        while time.monotonic() < back_at:  # the outage itself, not a wait for a condition
+            assert job.poll() is None, "the job exited without the registry:\n" + "".join(output[-40:])
+            time.sleep(5)
+        assert any("the schema registry is unavailable (" in line for line in output), "".join(output[-40:])
+        stack.start_component(REGISTRY)
+        wait_until(
+            lambda: inspect(settings, source.name).by_kind.get(DeadLetterKind.UNKNOWN_SCHEMA_ID) == 1,
+            300,
+            "the unknown schema id dead-lettered once the registry says it is unknown",
+            log=output,
+        )
+        letters = inspect(settings, source.name).total
         job.send_signal(signal.SIGTERM)
         job.wait(timeout=120)
     finally:
@@ -81,7 +115,8 @@ def test_a_continuous_job_waits_out_a_broker_outage_and_loses_nothing(tmp_path: 
         stack.down(purge=True)
     out = "".join(output)
     assert job.returncode == 0, out[-3000:]
-    assert sorted(_event_ids(table)) == sorted(before | after)  # nothing lost, nothing twice
+    assert sorted(_event_ids(table)) == sorted(before | after | during)  # nothing lost, nothing twice
+    assert letters == 1  # the one record of an unknown id, once
     assert all("starting again in" in line for line in output if "is unavailable (" in line)  # one line each
     assert "Traceback" not in out
     assert "stopped by signal" in out  # a clean stop after the outage, not a crash

@@ -5,7 +5,7 @@ from datetime import UTC
 from pathlib import Path
 
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from kappa import dlq
@@ -16,11 +16,14 @@ from kappa.avro.wire import WireFormatError, frame
 from kappa.deadletter import H_JOB, H_JOB_VERSION, H_SOURCE_OFFSET, H_SOURCE_TOPIC, DeadLetterKind
 from kappa.generate import Click
 from kappa.kafka_client import Outgoing, produce_all
+from kappa.runtime import DeltaTable, JobContext, JobPlan, JobSpec
+from kappa.runtime.runner import run_job
 from kappa.settings import KappaSettings
-from kappa.topic_io import dead_letter_sink, kafka_source, read_topic
+from kappa.topic_io import kafka_source, read_topic
 from kappa.topics import Topic
 
 
+@pytest.mark.slow
 def test_bad_records_are_dead_lettered_counted_and_replayable(
     stack: KappaSettings, spark: SparkSession, avro_topic: Callable[..., Topic], tmp_path: Path
 ) -> None:
@@ -45,23 +48,19 @@ def test_bad_records_are_dead_lettered_counted_and_replayable(
     records += [Outgoing(k, v, timestamp_ms=stamps[k]) for k, v in bad.items()]
     produce_all(stack, topic.name, records)
 
-    decoded = read_topic(spark, stack, topic, job="dlq_test", job_version=3)
-    records_query = (
-        decoded.records.writeStream.format("memory")
-        .queryName("dlq_test_records")
-        .option("checkpointLocation", str(tmp_path / "records"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    dead_query = (
-        dead_letter_sink(decoded.dead_letters, stack, topic)
-        .option("checkpointLocation", str(tmp_path / "dlq"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    records_query.awaitTermination(300)
-    dead_query.awaitTermination(300)
-    decoded_count = spark.table("dlq_test_records").count()
+    # The platform's own path: a job's one query, its dead letters sent by the runtime beside its output.
+    batches: list[int] = []
+
+    def plan(ctx: JobContext) -> JobPlan:
+        def write(records: DataFrame, batch_id: int) -> None:
+            batches.append(records.count())
+
+        return JobPlan(ctx.read(topic).rows, write)
+
+    spec = JobSpec("dlq_test", 3, "counts its records", (topic,), DeltaTable("dlq_test"), plan)
+    run = run_job(spec, stack.model_copy(update={"checkpoint_root": str(tmp_path / "cp")}), available_now=True)
+    assert run.input_rows == {"dlq_test_v3": len(records)}  # one query, each input record read once
+    decoded_count = sum(batches)
 
     report = dlq.inspect(stack, topic.name, samples=5)
     # Reconciliation: records in = records out + records dead-lettered.

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
@@ -21,7 +22,7 @@ from kappa.avro.registry import Registry, value_subject
 from kappa.avro.schemas import topic_value_schema
 from kappa.avro.serde import AvroEncoder
 from kappa.generate import click_messages, clicks
-from kappa.kafka_client import admin_client, produce_all
+from kappa.kafka_client import Outgoing, admin_client, produce_all
 from kappa.settings import KappaSettings
 from kappa.spark_local import QUIET_LOGGERS, log_file
 from kappa.topics import Topic
@@ -59,16 +60,39 @@ def _ends(settings: KappaSettings, topic: Topic) -> dict[int, int]:
         consumer.close()
 
 
-def _produce(stack: KappaSettings, topic: Topic, count: int, seed: int) -> None:
+def _clicks(
+    stack: KappaSettings, topic: Topic, count: int, seed: int, schema: dict[str, Any] | None = None
+) -> list[Outgoing]:
+    """Seeded clicks, encoded with `schema` (registered if new; the topic's declared schema by default)."""
     with Registry(stack.registry) as registry:
-        encoder = AvroEncoder(registry, value_subject(topic.name), topic_value_schema(stack.schemas_path, topic))
-        produce_all(stack, topic.name, click_messages(clicks(count, seed=seed), encoder.encode, topic.partitions))
+        writer = schema or topic_value_schema(stack.schemas_path, topic)
+        encoder = AvroEncoder(registry, value_subject(topic.name), writer)
+        return list(click_messages(clicks(count, seed=seed), encoder.encode, topic.partitions))
+
+
+def _produce(stack: KappaSettings, topic: Topic, count: int, seed: int) -> None:
+    produce_all(stack, topic.name, _clicks(stack, topic, count, seed))
+
+
+def _count(settings: KappaSettings, topic: str) -> int:
+    """How many records a (non-compacted) topic holds: the sum of its partitions' end offsets."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer({"bootstrap.servers": settings.bootstrap, "group.id": "probe"})
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions)
+    finally:
+        consumer.close()
 
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("control_topics")
-def test_run_available_now_then_continuous_until_ctrl_c(stack: KappaSettings, pipeline: Deployment) -> None:
+def test_run_available_now_then_continuous_learning_a_schema_until_ctrl_c_mid_batch(
+    stack: KappaSettings, pipeline: Deployment
+) -> None:
     topic, group = _clicks_of(pipeline), f"kappa.{JOB.name}.v{JOB.version}"
+    dlq = f"{topic.name}.dlq"
     table = Path(str(pipeline.settings(stack).delta_root)) / JOB.name / f"v{JOB.version}"
     _produce(stack, topic, 2000, seed=21)
     command = [sys.executable, "-m", "kappa.cli", "jobs", "run", JOB.name]
@@ -122,6 +146,24 @@ def test_run_available_now_then_continuous_until_ctrl_c(stack: KappaSettings, pi
             f"the checkpoint of raw_clicks v1 is in use by `kappa jobs run raw_clicks --version 1` (pid {live.pid},"
             in second.stderr
         )
+
+        # A compatible writer version registered while the job runs is decoded from the next batch on: no restart,
+        # nothing dead-lettered (an optional field added, as a producer team would).
+        v2 = topic_value_schema(stack.schemas_path, topic)
+        v2 = {**v2, "fields": [*v2["fields"], {"name": "campaign", "type": ["null", "string"], "default": None}]}
+        produce_all(stack, topic.name, _clicks(stack, topic, 300, seed=23, schema=v2))
+        wait_until(
+            lambda: DeltaTable(str(table)).to_pyarrow_table().num_rows == 2800,
+            timeout_s=180,
+            what="the continuous run decodes the 300 clicks of the schema version registered while it runs",
+        )
+        assert _count(stack, dlq) == 0
+
+        # Ctrl-C while a batch is writing: the batch finishes, then the job stops. Its dead letters are already
+        # out when the signal comes, so a stop that cancelled the batch would send them again on the restart.
+        bad = [Outgoing(f"bad-{i}".encode(), b"\x17\x99\x03") for i in range(5)]
+        produce_all(stack, topic.name, bad + _clicks(stack, topic, 3000, seed=24))  # one write: one batch, likely
+        wait_until(lambda: _count(stack, dlq) >= 5, timeout_s=180, what="the batch's dead letters are written")
         live.send_signal(signal.SIGINT)
         out, _ = live.communicate(timeout=120)
     finally:
@@ -129,8 +171,15 @@ def test_run_available_now_then_continuous_until_ctrl_c(stack: KappaSettings, pi
             live.kill()
     assert live.returncode == 0, out[-2000:]
     assert "stopped by signal" in out
-    assert DeltaTable(str(table)).to_pyarrow_table().num_rows == 2500
+    assert "planning the query again to decode it" in out  # the new writer version, learned without a restart
+    at = out.find("Traceback")
+    assert at < 0, out[max(0, at - 1500) : at + 1000]  # neither the relearning nor the stop is an error
+    assert DeltaTable(str(table)).to_pyarrow_table().num_rows == 5800  # the batch in flight finished
     assert _committed(stack, group, topic) == _ends(stack, topic)
+    again = run("--available-now")  # nothing left to do: no batch runs again, so no dead letter is sent twice
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert _count(stack, dlq) == 5
+    assert DeltaTable(str(table)).to_pyarrow_table().num_rows == 5800
 
 
 @pytest.mark.slow

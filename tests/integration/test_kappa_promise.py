@@ -293,7 +293,7 @@ def test_live_with_sigkill_replay_and_batch_give_identical_outputs(
         _same_rows(table.select(*SESSION_FIELDS), expected_sessions, f"sessions {run} vs batch")
     expected_late = {r.event_id for r in batch_read(topics["enriched_replay"]).join(
         session_batch.where(F.col("kind") == LATE).select(
-            F.col("late_partition").alias("kafka_partition"), F.col("late_offset").alias("kafka_offset")
+            F.col("side_partition").alias("kafka_partition"), F.col("side_offset").alias("kafka_offset")
         ), ["kafka_partition", "kafka_offset"]).select("event_id").collect()}  # fmt: skip
     assert expected_late
     for run in ("live", "replay"):

@@ -19,7 +19,7 @@ from kappa.topics import Cleanup, Topic
 JOBS = discover()
 
 
-def _never_started(_ctx: object) -> list[object]:
+def _never_planned(_ctx: object) -> None:
     raise AssertionError("the definitions must never start a job")
 
 
@@ -90,7 +90,7 @@ def test_a_new_job_appears_with_nothing_else_wired() -> None:
         description="Share of sessions that leave after one page, per page.",
         inputs=(ENRICHED_CLICKS, new_source),
         output=DeltaTable("bounce_rates", doc="One row per page."),
-        start=_never_started,  # type: ignore[arg-type]
+        plan=_never_planned,  # type: ignore[arg-type]
     )
     graph = build_definitions({**JOBS, fake.name: fake}).resolve_asset_graph()
     node = graph.get(AssetKey(["delta", "bounce_rates"]))
@@ -128,14 +128,14 @@ def test_the_run_report_becomes_metadata_of_the_output_query() -> None:
         job="enrich_clicks",
         version=2,
         seconds=4.0,
-        batches={"enrich_clicks_v2": 3, "enrich_clicks_v2_clicks_dlq": 2},
-        input_rows={"enrich_clicks_v2": 1000, "enrich_clicks_v2_clicks_dlq": 7},
+        batches={"enrich_clicks_v2": 3},
+        input_rows={"enrich_clicks_v2": 1000},
         stopped_by_signal=False,
         output_query="enrich_clicks_v2",
     )
     metadata = report_metadata(report)
     assert (metadata["batches"], metadata["input_rows"], metadata["rows_per_second"]) == (3, 1000, 250.0)
-    assert metadata["queries"]["raw_value"]["enrich_clicks_v2_clicks_dlq"] == {"batches": 2, "input_rows": 7}
+    assert metadata["queries"]["raw_value"] == {"enrich_clicks_v2": {"batches": 3, "input_rows": 1000}}
     progress = {"name": "enrich_clicks_v2", "batchId": 4, "numInputRows": 12, "durationMs": {"triggerExecution": 90}}
     message = batch_message(progress)
     assert (message["kind"], message["batch_id"], message["input_rows"], message["duration_ms"]) == (

@@ -101,7 +101,7 @@ LOG = textwrap.dedent(
 def test_last_batch_and_rows_of_the_output_query() -> None:
     last, rows = deployments.batches(LOG, "raw_clicks_v1")
     assert last == deployments.LastBatch(at=datetime(2026, 11, 22, 8, 1, 10, 500_000, tzinfo=UTC), batch_id=2, rows=0)
-    assert rows == 140  # 100 + 40 + 0: the dead-letter query's 3 are not the output's
+    assert rows == 140  # 100 + 40 + 0: another query's 3 (a dead-letter query of an older release) are not its
 
 
 def test_exit_reason_reads_only_the_latest_run() -> None:

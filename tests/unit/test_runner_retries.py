@@ -23,7 +23,7 @@ def test_a_lost_broker_or_registry_is_retried_and_a_bad_job_is_not() -> None:
 def test_a_fetch_that_timed_out_mid_batch_is_an_outage() -> None:
     """Seen in CI: the broker went away while a batch was reading; Spark's Kafka reader gave up on the fetch."""
     failure = (
-        "query raw_clicks_v1_dlq failed: Job aborted due to stage failure: Task 2 in stage 1.0 failed 1 times, most "
+        "query raw_clicks_v1 failed: Job aborted due to stage failure: Task 2 in stage 1.0 failed 1 times, most "
         "recent failure: Lost task 2.0 in stage 1.0 (TID 6) (localhost executor driver): "
         "java.util.concurrent.TimeoutException: Cannot fetch record for offset 0 in 120000 milliseconds"
     )

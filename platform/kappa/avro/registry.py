@@ -110,16 +110,20 @@ class Registry:
     def subjects(self) -> list[str]:
         return list(self._request("GET", "/subjects"))
 
-    def versions(self, subject: str) -> list[RegisteredSchema]:
-        """Every registered version of a subject, oldest first (empty when the subject does not exist)."""
+    def version_numbers(self, subject: str) -> list[int]:
+        """The numbers of a subject's registered versions, ascending (empty when the subject does not exist)."""
         try:
             numbers = self._request("GET", f"/subjects/{subject}/versions")
         except RegistryError as exc:
             if exc.status == 404:
                 return []
             raise
+        return sorted(int(n) for n in numbers)
+
+    def versions(self, subject: str) -> list[RegisteredSchema]:
+        """Every registered version of a subject, oldest first (empty when the subject does not exist)."""
         result = []
-        for number in sorted(numbers):
+        for number in self.version_numbers(subject):
             answer = self._request("GET", f"/subjects/{subject}/versions/{number}")
             schema = json.loads(answer["schema"])
             self._by_id.setdefault(answer["id"], schema)

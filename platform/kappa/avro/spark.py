@@ -127,8 +127,9 @@ def string_map_literal(entries: Mapping[str, str]) -> Column:
 
     Not `create_map` (what pyspark's `from_avro(..., options)` builds): Spark turns `from_avro` into its decoder
     by evaluating the options expression on the driver, once per copy of the plan, and `CreateMap.eval` fills one
-    builder shared by every copy. Two streaming queries planning the same DataFrame at once (a job's output and
-    dead letters) then mixed their entries: `[DUPLICATED_MAP_KEY] Duplicate map key mode`, which stopped the job.
+    builder shared by every copy. Two streaming queries planning the same DataFrame at once (as a job's output
+    and dead-letter queries once did) then mixed their entries: `[DUPLICATED_MAP_KEY] Duplicate map key mode`,
+    which stopped the job.
     A Literal's value is immutable. pyspark has no map literal, hence the JVM calls (Spark 4.2's classic API).
     """
     jvm = SparkContext._jvm

@@ -7,7 +7,7 @@ version never reuses an old version's state.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -15,8 +15,7 @@ from kappa.settings import KappaSettings
 from kappa.topics import Topic
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-    from pyspark.sql.streaming.query import StreamingQuery
+    from pyspark.sql import DataFrame, SparkSession
 
     from kappa.topic_io import DecodedTopic
 
@@ -65,6 +64,20 @@ class Starting:
 
 
 @dataclass(frozen=True)
+class JobPlan:
+    """What a job's `plan` returns; the runtime turns it into the job's one streaming query.
+
+    `rows` streams the job's output rows and, in the SIDE columns (kappa.side_outputs), what it sets aside: its
+    inputs' dead letters (the decoded `rows` carry them; a per-key rule passes them through) and late records.
+    Each micro-batch the runtime sends the side rows to their topics, then calls `write` with the rest.
+    """
+
+    rows: DataFrame
+    # (one batch's output rows, batch id) -> the job's output; the same batch id may come again after a crash
+    write: Callable[[DataFrame, int], None]
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """A single-step streaming job: inputs (topics), exactly one output (a topic or a Delta table)."""
 
@@ -73,8 +86,8 @@ class JobSpec:
     description: str
     inputs: tuple[Topic, ...]
     output: Topic | DeltaTable
-    # Builds and starts the job's queries from the context (the output query, plus a dead-letter query).
-    start: Callable[[JobContext], Sequence[StreamingQuery]]
+    # Builds the job's rows and batch write from the context (reads its inputs with `ctx.read`).
+    plan: Callable[[JobContext], JobPlan]
     processing_interval: str = "5 seconds"
     settings: dict[str, Any] = field(default_factory=dict)  # job-specific knobs, documented in the job
 
@@ -134,19 +147,6 @@ class JobContext:
         if not isinstance(self.spec.output, DeltaTable):
             raise TypeError(f"job {self.spec.name} writes a topic, not a Delta table")
         return self.spec.output.path(self.settings, self.version)
-
-    def start_dead_letters(self, decoded: DecodedTopic, topic: Topic, part: str = "dlq") -> StreamingQuery:
-        """A query of the input's undecodable records into `<topic>.dlq`, with its own checkpoint (`part`
-        names it: a job with two inputs runs one per input)."""
-        from kappa.topic_io import dead_letter_sink
-
-        return (
-            dead_letter_sink(decoded.dead_letters, self.settings, topic)
-            .queryName(self.query_name(part))
-            .option("checkpointLocation", self.checkpoint(part))
-            .trigger(**self.trigger())
-            .start()
-        )
 
     def read(self, topic: Topic, with_raw: bool = False) -> DecodedTopic:
         from kappa.topic_io import read_topic

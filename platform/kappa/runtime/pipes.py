@@ -46,7 +46,7 @@ def report_metadata(report: RunReport) -> dict[str, Any]:
         "seconds": round(report.seconds, 3),
         "rows_per_second": round(rows / report.seconds, 1) if report.seconds > 0 else 0.0,
         "stopped_by_signal": report.stopped_by_signal,
-        # The dead-letter queries too: their rows are the undecodable records, counted.
+        # Per query (a job runs one): what Dagster shows when a run is opened.
         "queries": {
             "raw_value": {
                 q: {"batches": n, "input_rows": report.input_rows.get(q, 0)} for q, n in report.batches.items()

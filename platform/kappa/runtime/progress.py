@@ -99,6 +99,8 @@ class ProgressRecorder(StreamingQueryListener):
         self._seen: set[tuple[str, int]] = set()
         self.batches: dict[str, int] = {}
         self.rows: dict[str, int] = {}
+        self._ended = threading.Condition()
+        self._ended_runs: set[str] = set()  # query runs whose end the listener bus delivered
 
     def onQueryStarted(self, event: Any) -> None:  # noqa: N802 (Spark's listener API)
         log.info("query %s started (run %s)", event.name, event.runId)
@@ -173,5 +175,13 @@ class ProgressRecorder(StreamingQueryListener):
         return None
 
     def onQueryTerminated(self, event: Any) -> None:  # noqa: N802 (Spark's listener API)
-        if event.exception:
-            log.error("query %s failed: %s", event.id, event.exception.splitlines()[0])
+        # No line: the runner says how a query ended (a failure, a retry, a stop), once.
+        with self._ended:
+            self._ended_runs.add(str(event.runId))
+            self._ended.notify_all()
+
+    def wait_ended(self, run_id: str, timeout_s: float = 10.0) -> None:
+        """Until the listener bus has delivered a stopped run's end (or the timeout): a listener removed, or a
+        process ending, while the bus still calls it into Python makes Py4J print a stack trace."""
+        with self._ended:
+            self._ended.wait_for(lambda: run_id in self._ended_runs, timeout=timeout_s)

@@ -1,4 +1,4 @@
-"""`kappa jobs run`: start a job version's queries, report progress, stop gracefully on SIGTERM."""
+"""`kappa jobs run`: start a job version's query, report progress, stop gracefully on SIGTERM."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from kappa.errors import KappaError
 from kappa.runtime import start_point
 from kappa.runtime.declaration import JobContext, JobSpec, Starting, version_checkpoints
 from kappa.runtime.progress import ProgressRecorder, checkpoint_offsets
+from kappa.runtime.query import QueryControl, QueryEnd, WriterWatch, start_query
 from kappa.settings import KappaSettings
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ class RunReport:
     batches: dict[str, int]
     input_rows: dict[str, int]
     stopped_by_signal: bool
-    output_query: str = ""  # the query writing the job's output (the others write dead letters)
+    output_query: str = ""  # the name of the job's query (batches and input_rows are keyed by query name)
 
 
 def run_job(
@@ -100,6 +101,7 @@ _UNAVAILABLE = (
     ("Kafka", "KafkaError{code=_TIMED_OUT"),
     ("Kafka", "KafkaError{code=_ALL_BROKERS_DOWN"),
     ("the schema registry", "the schema registry is not reachable"),
+    ("the schema registry", QueryEnd.REGISTRY_UNAVAILABLE.value),
 )
 
 
@@ -112,39 +114,34 @@ def unavailable_service(failure: str) -> str | None:
     return None
 
 
-def _run_queries(spec: JobSpec, context: JobContext, recorder: ProgressRecorder, stop: threading.Event) -> str | None:
-    """Start the job's queries and watch them until a stop, the end of the input, or a failure.
+def _run_query(context: JobContext, recorder: ProgressRecorder, control: QueryControl) -> str | None:
+    """Plan and start the job's query and watch it until a stop, the end of the input, or a failure.
 
-    Returns the failure (the failing query's name and its error, whole), or None. Every query is stopped on return.
+    Returns the failure (its error, whole), or None. The query is stopped on return, never mid-batch.
     """
-    running_before = {q.id for q in context.spark.streams.active}
     try:
-        queries = list(spec.start(context))
+        watch = WriterWatch(context.settings.registry, context.spec.inputs)
+        query = start_query(context, context.spec.plan(context), control, watch)
     except Exception as exc:  # a start needs Kafka and the registry: their absence is retried by the caller
         if unavailable_service(str(exc)) is None:
             raise
-        for query in context.spark.streams.active:
-            if query.id not in running_before:  # what this start got to start before it failed
-                query.stop()
-        return f"starting its queries failed: {exc}"
-    while not stop.is_set():
-        if all(not q.isActive for q in queries):
-            break
-        if any(q.exception() is not None for q in queries):
-            break
-        stop.wait(0.5)
-    for query in queries:
-        if query.isActive:
-            query.stop()  # finishes the running batch's commit; the checkpoint resumes exactly after it
-    for query in queries:  # progress the listener bus had not delivered yet (the last batch above all)
-        for progress in query.recentProgress:
-            recorder.handle(json.loads(progress.json))
-    for query in queries:
-        error = query.exception()
-        if error is not None:
-            text = str(error).strip() or repr(error)
-            return f"query {query.name} failed: {text}"
-    return None
+        return f"starting its query failed: {exc}"
+    while query.isActive and not control.stop.is_set():
+        control.stop.wait(0.5)
+    # A stop: the batch in flight finishes (its commit too); a batch that starts now ends before it writes.
+    while query.isActive and query.status["isTriggerActive"]:
+        time.sleep(0.05)
+    if query.isActive:
+        query.stop()
+    recorder.wait_ended(str(query.runId))
+    for progress in query.recentProgress:  # what the listener bus had not delivered yet (the last batch above all)
+        recorder.handle(json.loads(progress.json))
+    error = query.exception()
+    if error is None or control.ended is QueryEnd.STOP:
+        return None
+    if control.ended is not None:
+        return f"{control.ended}: {control.detail}"
+    return f"query {query.name} failed: {str(error).strip() or repr(error)}"
 
 
 def _run_until_stopped(
@@ -182,9 +179,13 @@ def _run_until_stopped(
     try:
         while True:
             batches_before = sum(recorder.batches.values())
-            failure = _run_queries(spec, context, recorder, stop)
+            control = QueryControl(stop)
+            failure = _run_query(context, recorder, control)
             if failure is None:
                 break
+            if control.ended is QueryEnd.NEW_SCHEMA:
+                log.info("%s: the registry has %s; planning the query again to decode it", context.id, control.detail)
+                continue
             cause = unavailable_service(failure)
             if cause is None:
                 raise KappaError(f"job {context.id}: {failure.splitlines()[0]}")

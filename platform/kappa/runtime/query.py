@@ -1,0 +1,129 @@
+"""A job's one streaming query, built from its plan: each input read and decoded once per batch, one write path.
+
+Every micro-batch, before it writes anything:
+1. A stop was requested (SIGTERM): the batch does not start. The query ends, nothing of the batch is written,
+   and the restarted job runs it whole: a stop never writes a dead letter or late record twice.
+2. An input's subject gained a writer version since the query was planned: the query ends and the runner plans
+   it again, with that version, from the same checkpoint. The batch decodes it: nothing is dead-lettered for a
+   schema the registry knows, and no restart is needed. (The registry is asked once per batch, one request per
+   input; if it does not answer, the batch goes on unless it holds a record of an unknown schema id.)
+Then the batch's side rows (dead letters, late records) go to their topics in one Kafka write, and the rest to
+the job's own write.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+from kappa.avro.registry import Registry, RegistryError
+from kappa.deadletter import DeadLetterKind
+from kappa.runtime.declaration import JobContext, JobPlan
+from kappa.topics import Topic
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql.streaming.query import StreamingQuery
+
+
+class QueryEnd(StrEnum):
+    """Why the runtime ended a query from inside a batch (before the batch wrote anything)."""
+
+    STOP = "stop"  # a stop was requested
+    NEW_SCHEMA = "new-schema"  # an input gained a writer version: plan again
+    REGISTRY_UNAVAILABLE = "registry-unavailable"  # a record of an unknown schema id, and no registry to ask
+
+
+class EndedByRuntime(Exception):  # noqa: N818 (not an error: the signal that ends a query between batches)
+    """Raised inside a batch to end the query before the batch writes; QueryControl says why."""
+
+
+class _TheQuerySaysIt(logging.Filter):
+    """Py4J logs every exception of a Python callback, stack trace and all, on the terminal. An exception of a
+    batch function ends its query, whose failure the runner reports in one line (retried, or the run's error) and
+    Spark's log file keeps whole; the runtime's own EndedByRuntime is no failure at all."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("There was an exception while executing the Python Proxy")
+
+
+_PY4J_CALLBACKS = logging.getLogger("py4j.clientserver")
+
+
+@dataclass
+class QueryControl:
+    """Shared by the runner (main thread) and the batch function (Spark's callback thread)."""
+
+    stop: threading.Event
+    ended: QueryEnd | None = None
+    detail: str = ""
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def end(self, why: QueryEnd, detail: str = "") -> EndedByRuntime:
+        with self._lock:
+            self.ended, self.detail = why, detail
+        return EndedByRuntime(f"{why}: {detail}" if detail else str(why))
+
+
+class WriterWatch:
+    """The registered versions of the inputs' value subjects when the query was planned, to notice new ones."""
+
+    def __init__(self, registry_url: str, inputs: tuple[Topic, ...]) -> None:
+        self._url = registry_url
+        self._subjects = tuple(dict.fromkeys(t.value_subject for t in inputs))
+        self._known = self._numbers()  # before the plan reads the schemas: a version in between is seen twice
+
+    def _numbers(self) -> dict[str, list[int]]:
+        with Registry(self._url, timeout_s=5.0) as registry:
+            return {s: registry.version_numbers(s) for s in self._subjects}
+
+    def new_versions(self) -> list[str]:
+        """`subject vN` for each version registered since; raises RegistryError when the registry is away."""
+        now = self._numbers()
+        return [f"{s} v{n}" for s in self._subjects for n in now[s] if n not in self._known[s]]
+
+
+def start_query(ctx: JobContext, plan: JobPlan, control: QueryControl, watch: WriterWatch) -> StreamingQuery:
+    """Start the job's one query over `plan.rows` (ctx names it, checkpoints it and sets its trigger)."""
+    from pyspark.sql import functions as F
+
+    from kappa.side_outputs import SIDE_COLUMNS, SIDE_KIND, side_records
+    from kappa.topic_io import publish
+
+    if not any(isinstance(f, _TheQuerySaysIt) for f in _PY4J_CALLBACKS.filters):
+        _PY4J_CALLBACKS.addFilter(_TheQuerySaysIt())
+    inputs = tuple(t.name for t in ctx.spec.inputs)
+    output_topic = ctx.spec.output.name if isinstance(ctx.spec.output, Topic) else None
+
+    def run_batch(batch: DataFrame, batch_id: int) -> None:
+        if control.stop.is_set():
+            raise control.end(QueryEnd.STOP)
+        try:
+            learned = watch.new_versions()
+            unreachable: RegistryError | None = None
+        except RegistryError as exc:
+            learned, unreachable = [], exc
+        if learned:
+            raise control.end(QueryEnd.NEW_SCHEMA, ", ".join(learned))
+        batch.persist()
+        try:
+            side = batch.where(F.col(SIDE_KIND).isNotNull())
+            unknown = side.where(F.col(SIDE_KIND) == DeadLetterKind.UNKNOWN_SCHEMA_ID.value)
+            if unreachable is not None and not unknown.isEmpty():
+                raise control.end(QueryEnd.REGISTRY_UNAVAILABLE, str(unreachable))
+            publish(side_records(side, ctx.spec.name, ctx.version, inputs, output_topic), ctx.settings)
+            plan.write(batch.where(F.col(SIDE_KIND).isNull()).drop(*SIDE_COLUMNS), batch_id)
+        finally:
+            batch.unpersist()
+
+    return (
+        plan.rows.writeStream.foreachBatch(run_batch)
+        .queryName(ctx.query_name())
+        .option("checkpointLocation", ctx.checkpoint())
+        .outputMode("update")
+        .trigger(**ctx.trigger())
+        .start()
+    )
