@@ -181,6 +181,17 @@ def test_run_available_now_then_continuous_learning_a_schema_until_ctrl_c_mid_ba
     assert _count(stack, dlq) == 5
     assert DeltaTable(str(table)).to_pyarrow_table().num_rows == 5800
 
+    # A topic the job writes that does not exist is named at once: Spark's Kafka clients would wait for it, and
+    # the runner would take that for an outage and retry for ever.
+    admin = admin_client(stack)  # kept: a client collected mid-request cancels it
+    admin.delete_topics([dlq])[dlq].result(timeout=30)
+    missing = run("--available-now")
+    assert missing.returncode == 2, missing.stderr[-2000:]
+    assert f"job raw_clicks_v1: {dlq} does not exist; jobs never create topics: run `kappa topics apply`" in (
+        missing.stderr
+    )
+    assert "Traceback" not in missing.stderr
+
 
 @pytest.mark.slow
 def test_sigterm_while_spark_starts_is_a_clean_stop(pipeline: Deployment, tmp_path: Path) -> None:

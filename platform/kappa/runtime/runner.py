@@ -114,12 +114,29 @@ def unavailable_service(failure: str) -> str | None:
     return None
 
 
+def missing_topics(context: JobContext) -> list[str]:
+    """The topics the job reads or writes (its dead-letter and late topics too) that Kafka does not have.
+    Raises when Kafka does not answer."""
+    from kappa.deployment import deployment_topics
+    from kappa.kafka_client import admin_client
+
+    existing = admin_client(context.settings).list_topics(timeout=15).topics
+    wanted = [t.name for t in (*context.spec.inputs, *deployment_topics(context.spec))]
+    return [name for name in dict.fromkeys(wanted) if name not in existing]
+
+
 def _run_query(context: JobContext, recorder: ProgressRecorder, control: QueryControl) -> str | None:
     """Plan and start the job's query and watch it until a stop, the end of the input, or a failure.
 
     Returns the failure (its error, whole), or None. The query is stopped on return, never mid-batch.
     """
     try:
+        # A missing topic is no outage: Spark's Kafka clients would wait for it, and the runner with them, for ever.
+        if missing := missing_topics(context):
+            raise KappaError(
+                f"job {context.id}: {', '.join(missing)} {'does' if len(missing) == 1 else 'do'} not exist; "
+                "jobs never create topics: run `kappa topics apply`"
+            )
         watch = WriterWatch(context.settings.registry, context.spec.inputs)
         query = start_query(context, context.spec.plan(context), control, watch)
     except Exception as exc:  # a start needs Kafka and the registry: their absence is retried by the caller
