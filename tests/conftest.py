@@ -100,13 +100,14 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     (REPORTS / "durations.tsv").write_text("\n".join(lines) + "\n")
 
 
-# The longest test files (minutes each, see build/test-reports/durations.tsv) run first, so that the two workers
-# finish together instead of one starting a long file while the other has run out of work. The outage test
-# mostly waits (its broker is down for two minutes): early, it overlaps the other worker's busiest files.
+# The longest test files (minutes each, see build/test-reports/durations.tsv) run first, so that the workers
+# finish together instead of one starting a long file while the others have run out of work. The outage tests
+# mostly wait (a broker is down for two minutes in each): early, they overlap the other workers' busiest files.
 LONGEST_FIRST = (
     "e2e/test_replay_lifecycle.py",
     "e2e/test_outages.py",
     "integration/test_kappa_promise.py",
+    "e2e/test_stack_lifecycle.py",
     "integration/test_views_jobs.py",
 )
 

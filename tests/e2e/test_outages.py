@@ -14,48 +14,22 @@ import time
 from pathlib import Path
 
 import pytest
-from deltalake import DeltaTable
 
-from kappa.avro.registry import Registry, value_subject
-from kappa.avro.schemas import topic_value_schema
-from kappa.avro.serde import AvroEncoder
 from kappa.avro.wire import frame
 from kappa.deadletter import DeadLetterKind
 from kappa.dlq import inspect
-from kappa.generate import click_messages, clicks
 from kappa.kafka_client import Outgoing, produce_all
-from kappa.settings import KappaSettings, load_settings
+from kappa.settings import load_settings
 from kappa.stack import LocalStack
 from kappa.topics import Cleanup, Topic
 from tests.conftest import SHORT_RUN_JVM
+from tests.e2e.faults import OUTAGE_S, encode_clicks, event_ids, produce_clicks
 from tests.integration.replay_pipeline import deploy_copy
 from tests.waiting import wait_until
 
 PORTS = {"kafka_port": 23092, "controller_port": 23192, "registry_port": 23081}
-OUTAGE_S = 120
 BROKER, REGISTRY = "kafka-1", "registry"
 REGISTRY_OUTAGE_S = 30  # with a record of an unknown schema id waiting for it
-
-
-def _encode(settings: KappaSettings, topic: Topic, count: int, first: int) -> tuple[list[Outgoing], set[str]]:
-    """Clicks `first` to `first + count` of one generated stream, encoded; their event ids."""
-    made = list(clicks(first + count, seed=41))[first:]
-    with Registry(settings.registry) as registry:
-        encoder = AvroEncoder(registry, value_subject(topic.name), topic_value_schema(settings.schemas_path, topic))
-        return list(click_messages(iter(made), encoder.encode, topic.partitions)), {c.event_id for c in made}
-
-
-def _produce(settings: KappaSettings, topic: Topic, count: int, first: int) -> set[str]:
-    records, ids = _encode(settings, topic, count, first)
-    produce_all(settings, topic.name, records)
-    return ids
-
-
-def _event_ids(table: Path) -> list[str]:
-    """The table's event ids; none while its first commit is still being written."""
-    if not any((table / "_delta_log").glob("*.json")):
-        return []
-    return DeltaTable(str(table)).to_pyarrow_table(columns=["event_id"]).column("event_id").to_pylist()
 
 
 @pytest.mark.slow
@@ -71,11 +45,11 @@ def test_a_continuous_job_waits_out_broker_and_registry_outages_and_loses_nothin
         pipeline = deploy_copy(settings, tmp_path / "pipeline", "outage_")
         source = Topic("outage_clicks", 4, Cleanup.COMPACT, value_schema="click_event.avsc")
         table = tmp_path / "pipeline" / "delta" / "raw_clicks" / "v1"
-        before = _produce(settings, source, 600, first=0)
+        before = produce_clicks(settings, source, 600, first=0)
         job = pipeline.popen("jobs", "run", "raw_clicks")
         assert job.stdout is not None
         threading.Thread(target=lambda: output.extend(job.stdout), daemon=True).start()  # type: ignore[union-attr, arg-type]
-        wait_until(lambda: len(_event_ids(table)) == len(before), 240, "the first clicks in Delta", log=output)
+        wait_until(lambda: len(event_ids(table)) == len(before), 240, "the first clicks in Delta", log=output)
 
         stack.stop_component(BROKER)  # every Kafka client of the job loses it: source, dead letters, progress
         back_at = time.monotonic() + OUTAGE_S
@@ -84,14 +58,14 @@ def test_a_continuous_job_waits_out_broker_and_registry_outages_and_loses_nothin
             time.sleep(5)
         stack.start_component(BROKER)
 
-        after = _produce(settings, source, 400, first=600)
-        wait_until(lambda: len(_event_ids(table)) >= 1000, 300, "the clicks after the outage in Delta", log=output)
+        after = produce_clicks(settings, source, 400, first=600)
+        wait_until(lambda: len(event_ids(table)) >= 1000, 300, "the clicks after the outage in Delta", log=output)
 
         # The registry goes away: clicks of known writer versions still flow.
-        encoded, during = _encode(settings, source, 200, first=1000)
+        encoded, during = encode_clicks(settings, source, 200, first=1000)
         stack.stop_component(REGISTRY)
         produce_all(settings, source.name, encoded)
-        wait_until(lambda: len(_event_ids(table)) >= 1200, 300, "clicks in Delta without the registry", log=output)
+        wait_until(lambda: len(event_ids(table)) >= 1200, 300, "clicks in Delta without the registry", log=output)
         # A record of a schema id the job does not know: it waits for the registry instead of dead-lettering it.
         produce_all(settings, source.name, [Outgoing(b"unknown-id", frame(987654, b"\x02"))])
         back_at = time.monotonic() + REGISTRY_OUTAGE_S
@@ -115,7 +89,7 @@ def test_a_continuous_job_waits_out_broker_and_registry_outages_and_loses_nothin
         stack.down(purge=True)
     out = "".join(output)
     assert job.returncode == 0, out[-3000:]
-    assert sorted(_event_ids(table)) == sorted(before | after | during)  # nothing lost, nothing twice
+    assert sorted(event_ids(table)) == sorted(before | after | during)  # nothing lost, nothing twice
     assert letters == 1  # the one record of an unknown id, once
     assert all("starting again in" in line for line in output if "is unavailable (" in line)  # one line each
     assert "Traceback" not in out
