@@ -6,9 +6,10 @@ UV_VERSION := 0.13.8
 UV := uv
 KAPPA := $(UV) run --frozen kappa
 PYTEST := $(UV) run --frozen pytest
-# Two workers, whole test files each (a module's shared fixtures stay in one process), longest files first: the
-# suite waits on Kafka, Spark triggers and JVM starts half the time, so two files at once fill both cores.
-WORKERS := -n 2 --dist loadfile --no-loadscope-reorder
+# Three workers on two cores, whole test files each (a module's shared fixtures stay in one process), longest
+# files first: the suite waits on Kafka, Spark triggers, JVM starts and two-minute broker outages much of the
+# time, so a third file at once fills what the other two leave idle.
+WORKERS := -n 3 --dist loadfile --no-loadscope-reorder
 # Never download a Python: the machine's 3.11 is the one the lock was made for.
 export UV_PYTHON_DOWNLOADS := never
 export UV_PYTHON := 3.11
