@@ -74,7 +74,9 @@ class WriterWatch:
     def __init__(self, registry_url: str, inputs: tuple[Topic, ...]) -> None:
         self._url = registry_url
         self._subjects = tuple(dict.fromkeys(t.value_subject for t in inputs))
-        self._known = self._numbers()  # before the plan reads the schemas: a version in between is seen twice
+        # Asked before the plan reads the schemas: a version registered in between costs one needless re-plan,
+        # never a missed one.
+        self._known = self._numbers()
 
     def _numbers(self) -> dict[str, list[int]]:
         with Registry(self._url, timeout_s=5.0) as registry:
