@@ -34,3 +34,39 @@ def event_ids(table: Path) -> list[str]:
     if not any((table / "_delta_log").glob("*.json")):
         return []
     return DeltaTable(str(table)).to_pyarrow_table(columns=["event_id"]).column("event_id").to_pylist()
+
+
+def live_keys(settings: KappaSettings, topic: str) -> set[str]:
+    """The keys a compacted topic holds now: each key's latest record, without those a tombstone deleted."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {"bootstrap.servers": settings.bootstrap, "group.id": "faults-probe", "enable.auto.commit": False}
+    )
+    try:
+        partitions = consumer.list_topics(topic, timeout=15).topics[topic].partitions
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=15)[1] for p in partitions}
+        consumer.assign([TopicPartition(topic, p, 0) for p, end in ends.items() if end > 0])
+        pending = {p for p, end in ends.items() if end > 0}
+        latest: dict[str, bool] = {}
+        while pending:
+            msg = consumer.poll(10)
+            assert msg is not None, f"timed out reading {topic}"
+            assert msg.error() is None, msg.error()
+            latest[bytes(msg.key() or b"").decode()] = msg.value() is not None
+            if (msg.offset() or 0) + 1 >= ends[msg.partition() or 0]:
+                pending.discard(msg.partition() or 0)
+        return {key for key, alive in latest.items() if alive}
+    finally:
+        consumer.close()
+
+
+def topic_named(settings: KappaSettings, pattern: str) -> str:
+    """The one topic whose whole name matches `pattern` (a regular expression)."""
+    import re
+
+    from kappa.kafka_client import admin_client
+
+    admin = admin_client(settings)
+    [name] = [t for t in admin.list_topics(timeout=15).topics if re.fullmatch(pattern, t)]
+    return name

@@ -1,6 +1,7 @@
-"""A continuous job outlives a broker outage of two minutes and a registry outage on a stack of its own: it waits
-(a query that fails for want of Kafka is started again from its checkpoint, one line per attempt), needs no human,
-and afterwards every click is in Delta exactly once. (Before, the job's own progress recorder crashed the process
+"""Continuous jobs outlive a broker outage of two minutes and a registry outage on a stack of their own: they wait
+(a query that fails for want of Kafka is started again from its checkpoint, one line per attempt), need no human,
+and afterwards every click is in Delta exactly once (`raw_clicks`) and in the compacted `enriched_clicks` output
+(`enrich_clicks`, which writes to Kafka). (Before, the job's own progress recorder crashed the process
 when the broker came back: an admin request left pending in librdkafka.)
 
 Without the registry, batches go on with the writer schemas the job knows; only a record of a schema id it does not
@@ -23,7 +24,7 @@ from kappa.settings import load_settings
 from kappa.stack import LocalStack
 from kappa.topics import Cleanup, Topic
 from tests.conftest import SHORT_RUN_JVM
-from tests.e2e.faults import OUTAGE_S, encode_clicks, event_ids, produce_clicks
+from tests.e2e.faults import OUTAGE_S, encode_clicks, event_ids, live_keys, produce_clicks, topic_named
 from tests.integration.replay_pipeline import deploy_copy
 from tests.waiting import wait_until
 
@@ -33,28 +34,32 @@ REGISTRY_OUTAGE_S = 30  # with a record of an unknown schema id waiting for it
 
 
 @pytest.mark.slow
-def test_a_continuous_job_waits_out_broker_and_registry_outages_and_loses_nothing(tmp_path: Path) -> None:
+def test_continuous_jobs_wait_out_broker_and_registry_outages_and_lose_nothing(tmp_path: Path) -> None:
     settings = load_settings(
         **PORTS, stack_dir=tmp_path / "stack", spark_shuffle_partitions=2, spark_driver_java_options=SHORT_RUN_JVM
     )
     stack = LocalStack(settings)
     stack.up()
-    job: subprocess.Popen[str] | None = None
-    output: list[str] = []  # read as it comes: a full pipe would block the job
+    jobs: dict[str, subprocess.Popen[str]] = {}
+    outputs: dict[str, list[str]] = {"raw_clicks": [], "enrich_clicks": []}  # read as it comes: a full pipe blocks
+    output = outputs["raw_clicks"]
     try:
         pipeline = deploy_copy(settings, tmp_path / "pipeline", "outage_")
         source = Topic("outage_clicks", 4, Cleanup.COMPACT, value_schema="click_event.avsc")
         table = tmp_path / "pipeline" / "delta" / "raw_clicks" / "v1"
+        enriched = topic_named(settings, r"outage_enriched_clicks(\.v1)?")
         before = produce_clicks(settings, source, 600, first=0)
-        job = pipeline.popen("jobs", "run", "raw_clicks")
-        assert job.stdout is not None
-        threading.Thread(target=lambda: output.extend(job.stdout), daemon=True).start()  # type: ignore[union-attr, arg-type]
+        for name, lines in outputs.items():
+            jobs[name] = started = pipeline.popen("jobs", "run", name)
+            threading.Thread(target=lambda s=started, o=lines: o.extend(s.stdout), daemon=True).start()  # type: ignore[arg-type, misc]
         wait_until(lambda: len(event_ids(table)) == len(before), 240, "the first clicks in Delta", log=output)
+        wait_until(lambda: live_keys(settings, enriched) == before, 240, "the first clicks enriched", log=output)
 
         stack.stop_component(BROKER)  # every Kafka client of the job loses it: source, dead letters, progress
         back_at = time.monotonic() + OUTAGE_S
         while time.monotonic() < back_at:  # the outage itself, not a wait for a condition
-            assert job.poll() is None, "the job exited during the outage:\n" + "".join(output[-40:])
+            for name, running in jobs.items():
+                assert running.poll() is None, f"{name} exited during the outage:\n" + "".join(outputs[name][-40:])
             time.sleep(5)
         stack.start_component(BROKER)
 
@@ -70,27 +75,35 @@ def test_a_continuous_job_waits_out_broker_and_registry_outages_and_loses_nothin
         produce_all(settings, source.name, [Outgoing(b"unknown-id", frame(987654, b"\x02"))])
         back_at = time.monotonic() + REGISTRY_OUTAGE_S
         while time.monotonic() < back_at:  # the outage itself, not a wait for a condition
-            assert job.poll() is None, "the job exited without the registry:\n" + "".join(output[-40:])
+            for name, running in jobs.items():
+                assert running.poll() is None, f"{name} exited without the registry:\n" + "".join(outputs[name][-40:])
             time.sleep(5)
         assert any("the schema registry is unavailable (" in line for line in output), "".join(output[-40:])
         stack.start_component(REGISTRY)
         wait_until(
-            lambda: inspect(settings, source.name).by_kind.get(DeadLetterKind.UNKNOWN_SCHEMA_ID) == 1,
+            lambda: inspect(settings, source.name).by_job == {"raw_clicks": 1, "enrich_clicks": 1},
             300,
-            "the unknown schema id dead-lettered once the registry says it is unknown",
+            "the unknown schema id dead-lettered by each job once the registry says it is unknown",
             log=output,
         )
-        letters = inspect(settings, source.name).total
-        job.send_signal(signal.SIGTERM)
-        job.wait(timeout=120)
+        letters = inspect(settings, source.name)
+        wait_until(lambda: live_keys(settings, enriched) == before | after | during, 300, "every click enriched")
+        enriched_keys = live_keys(settings, enriched)
+        for running in jobs.values():
+            running.send_signal(signal.SIGTERM)
+        for running in jobs.values():
+            running.wait(timeout=120)
     finally:
-        if job is not None and job.poll() is None:
-            job.kill()
+        for running in jobs.values():
+            if running.poll() is None:
+                running.kill()
         stack.down(purge=True)
-    out = "".join(output)
-    assert job.returncode == 0, out[-3000:]
     assert sorted(event_ids(table)) == sorted(before | after | during)  # nothing lost, nothing twice
-    assert letters == 1  # the one record of an unknown id, once
-    assert all("starting again in" in line for line in output if "is unavailable (" in line)  # one line each
-    assert "Traceback" not in out
-    assert "stopped by signal" in out  # a clean stop after the outage, not a crash
+    assert enriched_keys == before | after | during  # the compacted output: every click, nothing else
+    assert letters.by_kind == {DeadLetterKind.UNKNOWN_SCHEMA_ID: 1}  # one bad record, reported by each job once
+    for name, lines in outputs.items():
+        out = "".join(lines)
+        assert jobs[name].returncode == 0, out[-3000:]
+        assert all("starting again in" in line for line in lines if "is unavailable (" in line)  # one line each
+        assert "Traceback" not in out
+        assert "stopped by signal" in out  # a clean stop after the outage, not a crash
