@@ -34,7 +34,7 @@ from dagster_project.resources import KappaResource
 from kappa import deployments
 from kappa.aliases import CONTROL_TOPICS
 from kappa.avro.registry import Registry, value_subject
-from kappa.deadletter import dlq_topic
+from kappa.deadletter import dlq_topic, late_topic
 from kappa.errors import KappaError
 from kappa.runtime.declaration import DeltaTable, JobSpec
 from kappa.runtime.pipes import BATCH_MESSAGE
@@ -60,7 +60,7 @@ def output_key(job: JobSpec) -> AssetKey:
 
 def is_side_topic(name: str) -> bool:
     """A dead-letter or late-events topic: written beside a job's output, never declared as one."""
-    return name.endswith((dlq_topic(""), ".late"))
+    return name.endswith((dlq_topic(""), late_topic("")))
 
 
 def _duration(ms: int) -> str:

@@ -44,11 +44,15 @@ TEST_STACK_DIR = f"test-stack-{PORT_OFFSET}" if PORT_OFFSET else "test-stack"
 REPORTS = Path(__file__).resolve().parents[1] / "build" / "test-reports"
 QUICK_S = 10.0  # an integration test this slow or slower is marked `slow` (make test-quick leaves it out)
 _durations: dict[str, dict[str, float]] = {}
+_placement: dict[str, tuple[str, float]] = {}  # test -> (xdist worker, wall-clock start): who held the cores when
 _unmarked_slow: list[tuple[str, float]] = []
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     _durations.setdefault(report.nodeid, {})[report.when] = report.duration
+    if report.when == "setup":
+        worker = getattr(getattr(report, "node", None), "gateway", None)
+        _placement[report.nodeid] = (getattr(worker, "id", "-"), report.start)
     integration = "/integration/" in f"/{report.nodeid}"
     if report.when == "call" and integration and report.duration >= QUICK_S and "slow" not in report.keywords:
         _unmarked_slow.append((report.nodeid, report.duration))
@@ -93,8 +97,15 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     REPORTS.mkdir(parents=True, exist_ok=True)
     rows = sorted(_durations.items(), key=lambda item: -sum(item[1].values()))
-    lines = ["seconds\tsetup\tcall\tteardown\ttest"] + [
-        f"{sum(p.values()):.2f}\t{p.get('setup', 0):.2f}\t{p.get('call', 0):.2f}\t{p.get('teardown', 0):.2f}\t{test}"
+    first = min((start for _, start in _placement.values()), default=0.0)
+
+    def placed(test: str) -> str:  # which worker ran it, and when it started (seconds into the run)
+        worker, start = _placement.get(test, ("-", first))
+        return f"{worker}\t{start - first:.0f}"
+
+    lines = ["seconds\tsetup\tcall\tteardown\tworker\tstarted\ttest"] + [
+        f"{sum(p.values()):.2f}\t{p.get('setup', 0):.2f}\t{p.get('call', 0):.2f}\t{p.get('teardown', 0):.2f}"
+        f"\t{placed(test)}\t{test}"
         for test, p in rows
     ]
     (REPORTS / "durations.tsv").write_text("\n".join(lines) + "\n")

@@ -40,4 +40,10 @@ HEADERS = (
 
 
 def dlq_topic(topic: str) -> str:
+    """Where records of `topic` that could not be decoded or broke their contract go."""
     return f"{topic}.dlq"
+
+
+def late_topic(output_topic: str) -> str:
+    """Where the job writing `output_topic` sets aside input records beyond its lateness contract."""
+    return f"{output_topic}.late"

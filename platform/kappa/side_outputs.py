@@ -32,6 +32,7 @@ from kappa.deadletter import (
     H_TIME,
     DeadLetterKind,
     dlq_topic,
+    late_topic,
 )
 
 # The side columns, as Spark DDL (a stateful rule's output schema ends with them) and by name.
@@ -44,10 +45,6 @@ SIDE_KIND = "side_kind"  # null on every row that is not set aside
 # Kinds a rule sets aside after reading the record (to the output's `.late` topic); every other kind is a dead
 # letter of the input (to the input's `.dlq` topic).
 LATE_KINDS = frozenset({DeadLetterKind.LATE_EVENT.value, DeadLetterKind.LATE_PROFILE.value})
-
-
-def late_topic(output_topic: str) -> str:
-    return f"{output_topic}.late"
 
 
 def side_columns(df: DataFrame) -> list[Column]:

@@ -22,7 +22,7 @@ from confluent_kafka.admin import (
 )
 
 from kappa.avro.compat import Compatibility
-from kappa.deadletter import dlq_topic
+from kappa.deadletter import dlq_topic, late_topic
 from kappa.errors import KappaError
 
 FOREVER = -1  # retention.ms = -1: a retained log keeps everything
@@ -118,7 +118,7 @@ def dead_letters_of(topic: Topic) -> Topic:
 def late_events_of(topic: Topic) -> Topic:
     """The side topic of input records too late for the job writing `topic`."""
     return _side_topic(
-        f"{topic.name}.late",
+        late_topic(topic.name),
         f"Input records the job writing {topic.name} set aside as beyond its lateness contract, counted.",
     )
 

@@ -17,7 +17,7 @@ from kappa.kafka_client import admin_client
 from kappa.produce_stream import generate
 from kappa.runtime.runner import run_job
 from kappa.settings import KappaSettings
-from kappa.topics import Cleanup, Topic, apply
+from kappa.topics import Topic, apply, late_events_of
 from tests import oracles
 from tests.integration.conftest import partitions_of
 
@@ -85,7 +85,7 @@ def test_enriched_clicks_equal_the_as_of_rule_over_the_whole_log(
     clicks = avro_topic("clicks", value_schema="click_event.avsc", partitions=3)
     profiles = avro_topic("profiles", value_schema="user_profile.avsc", partitions=3)
     output = avro_topic("enriched", value_schema="enriched_click.avsc", partitions=3)
-    late = Topic(f"{output.name}.late", partitions=1, cleanup=Cleanup.DELETE)
+    late = late_events_of(output)
     apply(admin_client(stack), [late])
     report = generate(stack, CONFIG, clicks, profiles, progress=None)
     assert report.clicks == len(expected)

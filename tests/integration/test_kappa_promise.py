@@ -58,7 +58,7 @@ from kappa.runtime import DeltaTable, JobSpec
 from kappa.runtime.runner import run_job
 from kappa.settings import KappaSettings
 from kappa.topic_io import DecodedTopic, decode_topic, kafka_source, read_topic, value_schema, writer_schemas
-from kappa.topics import Cleanup, Topic, apply
+from kappa.topics import Topic, apply, late_events_of
 from tests.integration.conftest import stack_env
 from tests.waiting import wait_until
 
@@ -180,7 +180,7 @@ def topics(avro_topic: Callable[..., Topic], stack: KappaSettings) -> dict[str, 
     for run in ("live", "replay"):
         made[f"enriched_{run}"] = avro_topic(f"enriched-{run}", "enriched_click.avsc", ENRICHED_CLICKS.partitions)
         made[f"sessions_{run}"] = avro_topic(f"sessions-{run}", "session.avsc", SESSIONS.partitions)
-    late = [Topic(f"{t.name}.late", 1, Cleanup.DELETE) for k, t in made.items() if k.startswith(("enriched", "sess"))]
+    late = [late_events_of(t) for k, t in made.items() if k.startswith(("enriched", "sess"))]
     apply(admin_client(stack), late)
     return made
 
@@ -298,7 +298,7 @@ def test_live_with_sigkill_replay_and_batch_give_identical_outputs(
     assert expected_late
     for run in ("live", "replay"):
         # The side topic holds the original enriched records, written with the enriched topic's schemas.
-        late_topic = Topic(f"{topics[f'sessions_{run}'].name}.late", 1, Cleanup.DELETE)
+        late_topic = late_events_of(topics[f"sessions_{run}"])
         with Registry(stack.registry) as registry:
             writers = writer_schemas(registry, topics[f"enriched_{run}"])
         raw = kafka_source(spark, stack, late_topic, streaming=False)

@@ -15,13 +15,14 @@ from jobs.sessionize.logic import MINUTE_MS, Event, UserState, sessionize
 from kappa.avro.registry import Registry, value_subject
 from kappa.avro.schemas import topic_value_schema
 from kappa.avro.serde import AvroEncoder
+from kappa.deadletter import late_topic
 from kappa.generate import Click, StreamConfig, clickstream
 from kappa.kafka_client import Outgoing, admin_client, produce_all
 from kappa.partitioning import partition_for
 from kappa.runtime.runner import run_job
 from kappa.settings import KappaSettings
 from kappa.topic_io import decode_topic, kafka_source, writer_schemas
-from kappa.topics import Cleanup, Topic, apply
+from kappa.topics import Topic, apply, late_events_of
 from tests import oracles
 from tests.integration.conftest import partitions_of
 
@@ -79,7 +80,7 @@ def test_sessions_equal_the_rule_over_the_whole_log(
 ) -> None:
     source = avro_topic("enriched", value_schema="enriched_click.avsc", partitions=3)
     output = avro_topic("sessions", value_schema="session.avsc", partitions=3)
-    apply(admin_client(stack), [Topic(f"{output.name}.late", partitions=1, cleanup=Cleanup.DELETE)])
+    apply(admin_client(stack), [late_events_of(output)])
     clicks = _clicks_in_log_order()
     with Registry(stack.registry) as registry:
         encoder = AvroEncoder(registry, value_subject(source.name), topic_value_schema(stack.schemas_path, source))
@@ -133,7 +134,7 @@ def test_sessions_equal_the_rule_over_the_whole_log(
     late = (
         spark.read.format("kafka")
         .option("kafka.bootstrap.servers", stack.bootstrap)
-        .option("subscribe", f"{output.name}.late")
+        .option("subscribe", late_topic(output.name))
         .option("includeHeaders", "true")
         .load()
     )

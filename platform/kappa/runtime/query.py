@@ -72,20 +72,25 @@ class WriterWatch:
     """The registered versions of the inputs' value subjects when the query was planned, to notice new ones."""
 
     def __init__(self, registry_url: str, inputs: tuple[Topic, ...]) -> None:
-        self._url = registry_url
+        self._registry = Registry(registry_url, timeout_s=5.0)  # one connection for the query's life, not per batch
         self._subjects = tuple(dict.fromkeys(t.value_subject for t in inputs))
         # Asked before the plan reads the schemas: a version registered in between costs one needless re-plan,
         # never a missed one.
         self._known = self._numbers()
 
     def _numbers(self) -> dict[str, list[int]]:
-        with Registry(self._url, timeout_s=5.0) as registry:
-            return {s: registry.version_numbers(s) for s in self._subjects}
+        return {s: self._registry.version_numbers(s) for s in self._subjects}
 
     def new_versions(self) -> list[str]:
         """`subject vN` for each version registered since; raises RegistryError when the registry is away."""
         now = self._numbers()
         return [f"{s} v{n}" for s in self._subjects for n in now[s] if n not in self._known[s]]
+
+    def __enter__(self) -> WriterWatch:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._registry.close()
 
 
 def start_query(ctx: JobContext, plan: JobPlan, control: QueryControl, watch: WriterWatch) -> StreamingQuery:

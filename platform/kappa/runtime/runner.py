@@ -23,6 +23,7 @@ from kappa.settings import KappaSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
 
 log = logging.getLogger("kappa.runner")
 
@@ -138,11 +139,21 @@ def _run_query(context: JobContext, recorder: ProgressRecorder, control: QueryCo
                 "jobs never create topics: run `kappa topics apply`"
             )
         watch = WriterWatch(context.settings.registry, context.spec.inputs)
-        query = start_query(context, context.spec.plan(context), control, watch)
     except Exception as exc:  # a start needs Kafka and the registry: their absence is retried by the caller
         if unavailable_service(str(exc)) is None:
             raise
         return f"starting its query failed: {exc}"
+    with watch:
+        try:
+            query = start_query(context, context.spec.plan(context), control, watch)
+        except Exception as exc:  # the same: Kafka or the registry went away while it planned
+            if unavailable_service(str(exc)) is None:
+                raise
+            return f"starting its query failed: {exc}"
+        return _until_it_ends(query, recorder, control)
+
+
+def _until_it_ends(query: StreamingQuery, recorder: ProgressRecorder, control: QueryControl) -> str | None:
     while query.isActive and not control.stop.is_set():
         control.stop.wait(0.5)
     # A stop: the batch in flight finishes (its commit too); a batch that starts now ends before it writes.
