@@ -21,7 +21,7 @@ export UV_COMPILE_BYTECODE := 1
 DAGSTER_HOME ?= $(CURDIR)/.state/dagster
 DAGSTER_PORT ?= 3000
 
-.PHONY: help setup system-packages demo test test-quick test-unit test-integration test-e2e soak lint format up down status topics dagster bench-avro bench-pipeline bench-contracts bench-replay ci clean
+.PHONY: help setup system-packages demo test test-quick test-unit test-integration test-e2e soak lint format up down status topics dagster bench-avro bench-pipeline bench-contracts bench-latency bench-replay ci clean
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-18s %s\n", $$1, $$2}'
@@ -91,6 +91,9 @@ bench-avro: setup ## benchmark: Spark decoding Confluent Avro from Kafka (1 vs 3
 
 bench-pipeline: setup ## benchmark: replay throughput of every job (5M events) vs Kafka's ceiling, live latency, profiles
 	$(UV) run --frozen python -m tests.benchmarks.bench_pipeline $(BENCH_ARGS)
+
+bench-latency: setup ## benchmark: the deployed pipeline's live latency p50-p99 per path at 1,000, 10,000 clicks/s and the highest sustained rate
+	$(UV) run --frozen python -m tests.benchmarks.bench_latency $(BENCH_ARGS)
 
 bench-contracts: setup ## benchmark: raw_clicks replay throughput with and without the row-level data contract
 	$(UV) run --frozen python -m tests.benchmarks.bench_contracts $(BENCH_ARGS)

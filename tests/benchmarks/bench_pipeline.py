@@ -1,4 +1,4 @@
-"""The pipeline's jobs: replay throughput, the raw ceiling beside it, live latency, and what limits them.
+"""The pipeline's jobs: replay throughput, the raw ceiling beside it, and what limits them.
 
 1. Load: the catalog's topics and schemas, then the seeded clickstream (`--events` clicks of `--users` users)
    into `clicks` and `user_profiles`, as fast as the Python producer goes (its rate is reported). `--reuse`
@@ -10,9 +10,7 @@
    checkpoints, beside Spark reading and decoding the same inputs into the no-op sink (no job logic).
 4. Profile of the per-user Python rule of enrich_clicks and sessionize: the same function Spark calls, on
    pandas frames of the same data outside Spark, timed, then under cProfile (top costs).
-5. Latency of enrich_clicks run live (`tests/benchmarks/live_job.py`, a subprocess) on topics of its own, at
-   1,000 and 10,000 clicks/s, with the declared trigger interval and a short one: output record time
-   (Spark's Kafka writer stamps CreateTime) minus input record time, per event id.
+(Live latency is `bench_latency.py`, with the pipeline deployed as a user deploys it.)
 
 Events per second are whole-machine figures; per core divides by `os.cpu_count()`.
 """
@@ -21,12 +19,9 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import dataclasses
 import json
 import os
 import pstats
-import random
-import re
 import shutil
 import signal
 import subprocess
@@ -34,7 +29,6 @@ import sys
 import threading
 import time
 import uuid
-from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -44,24 +38,20 @@ from confluent_kafka import Consumer, TopicPartition
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs.catalog import CLICKS, ENRICHED_CLICKS, TOPICS, USER_PROFILES, dead_letters_of, late_events_of
+from jobs.catalog import CLICKS, ENRICHED_CLICKS, TOPICS, USER_PROFILES
 from jobs.enrich_clicks.declaration import JOB as ENRICH
 from jobs.enrich_clicks.logic import MINUTE_MS
 from jobs.enrich_clicks.transforms import enrich_user, union_inputs
 from jobs.sessionize.declaration import JOB as SESSIONIZE
 from jobs.sessionize.transforms import sessionize_user
 from kappa.avro.contracts import apply_schemas
-from kappa.avro.registry import Registry, value_subject
-from kappa.avro.schemas import topic_value_schema
-from kappa.avro.serde import AvroEncoder
-from kappa.generate import COUNTRIES, SEGMENTS, Click, ProfileVersion, StreamConfig
-from kappa.kafka_client import Outgoing, Publisher, admin_client
-from kappa.partitioning import partition_for
+from kappa.generate import StreamConfig
+from kappa.kafka_client import admin_client
 from kappa.produce_stream import generate
 from kappa.runtime.declaration import DeltaTable, JobSpec
 from kappa.runtime.discovery import discover
 from kappa.runtime.runner import run_job
-from kappa.settings import KappaSettings, project_root
+from kappa.settings import KappaSettings
 from kappa.spark import get_spark
 from kappa.stack.java import stack_java
 from kappa.topic_io import read_topic
@@ -73,7 +63,6 @@ STAMP = "bench_pipeline.json"  # in the bench stack's folder: purging the stack 
 PIPELINE_ORDER = ("enrich_clicks", "sessionize")  # then every other job, by name, once its inputs are filled
 TARGET_PER_CORE = {"enrich_clicks": 131_000, "sessionize": 40_000}
 CORES = os.cpu_count() or 1
-LATENCY_PREFIX = "bench-latency-"
 # Frames of a Python worker whose inclusive share says where its time goes: the per-user rule, the state's
 # JSON, pandas, and Arrow (the worker's (de)serialization of batches and state).
 WORKER_PHASES = ("apply (", "enrich (", "sessionize (", "state_to_json", "state_from_json", "pandas/", "pyarrow/")
@@ -471,178 +460,6 @@ def _where(key: tuple[str, int, str]) -> str:
     return f"{short}:{line} {name}"
 
 
-# ------------------------------------------------------------------------ 5. latency --------------
-
-
-def latency_topics() -> tuple[Topic, Topic, Topic]:
-    """enrich_clicks' inputs and output under names of their own: the replay data stays as generated."""
-    clicks, profiles, enriched = (
-        dataclasses.replace(t, name=LATENCY_PREFIX + t.name) for t in (CLICKS, USER_PROFILES, ENRICHED_CLICKS)
-    )
-    return clicks, profiles, enriched
-
-
-def latency_spec(interval: str) -> JobSpec:
-    """enrich_clicks as declared, on the latency topics, with the given trigger interval."""
-    clicks, profiles, enriched = latency_topics()
-    return dataclasses.replace(ENRICH, inputs=(clicks, profiles), output=enriched, processing_interval=interval)
-
-
-def _stack_env(settings: KappaSettings, checkpoints: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KAPPA_")}
-    env.update(
-        KAPPA_KAFKA_PORT=str(settings.kafka_port),
-        KAPPA_CONTROLLER_PORT=str(settings.controller_port),
-        KAPPA_REGISTRY_PORT=str(settings.registry_port),
-        KAPPA_STACK_DIR=str(settings.stack_path),
-        KAPPA_CHECKPOINT_ROOT=checkpoints,
-        KAPPA_DELTA_ROOT=str(settings.delta_root),
-    )
-    return env
-
-
-class LiveJob:
-    """`live_job.py` in a subprocess; its log lines kept, the per-batch durations parsed from them."""
-
-    BATCH = re.compile(r"(\S+) batch (\d+): (\d+) rows, .* (\d+) ms")
-
-    def __init__(self, settings: KappaSettings, interval: str, checkpoints: str) -> None:
-        command = [sys.executable, "-m", "tests.benchmarks.live_job", "--interval", interval]
-        self.query = f"{ENRICH.name}_v{ENRICH.version}"
-        self.tail: deque[str] = deque(maxlen=60)
-        self.batches: list[tuple[int, int]] = []  # (rows, ms) of the output query
-        self.started = threading.Event()
-        self.proc = subprocess.Popen(
-            command, env=_stack_env(settings, checkpoints), cwd=project_root(), text=True,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.tail.append(line.rstrip())
-            match = self.BATCH.search(line)
-            if match and match.group(1) == self.query:
-                self.batches.append((int(match.group(3)), int(match.group(4))))
-                self.started.set()
-
-    def wait_running(self, timeout_s: float = 240) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not self.started.wait(1):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the live job did not complete a first batch:\n" + "\n".join(self.tail))
-
-    def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
-def produce_at_rate(
-    settings: KappaSettings, topic: Topic, encoder: AvroEncoder, rate: int, seconds: float, users: int, label: str
-) -> tuple[dict[str, int], float]:
-    """Clicks at `rate` per second for `seconds`, event time and record time = now; -> event id -> record ms."""
-    rng = random.Random(SEED)
-    publisher = Publisher(settings, **{"linger.ms": 2})
-    sent: dict[str, int] = {}
-    total = int(rate * seconds)
-    started = time.monotonic()
-    while len(sent) < total:
-        due = min(total, int((time.monotonic() - started) * rate) + 1)
-        while len(sent) < due:
-            now_ms = time.time_ns() // 1_000_000
-            user = f"user-{rng.randrange(users):05d}"
-            event_id = f"lat-{label}-{len(sent):08d}"
-            click = Click(event_id, user, f"/page/{rng.randrange(200):04d}", None, now_ms, "DESKTOP")
-            value = encoder.encode(click.as_avro())
-            publisher.send(
-                topic.name,
-                Outgoing(event_id.encode(), value, partition_for(user, topic.partitions), timestamp_ms=now_ms),
-            )
-            sent[event_id] = now_ms
-        time.sleep(0.001)
-    elapsed = time.monotonic() - started
-    publisher.close()
-    return sent, len(sent) / elapsed
-
-
-def output_times(settings: KappaSettings, topic: str, wanted: dict[str, int], timeout_s: float) -> dict[str, int]:
-    """event id -> record time of its first output record, until every wanted id is seen or the timeout."""
-    consumer = Consumer(
-        {"bootstrap.servers": settings.bootstrap, "group.id": f"bench-latency-{uuid.uuid4().hex[:8]}",
-         "auto.offset.reset": "earliest", "enable.auto.commit": False, "log_level": 0}
-    )  # fmt: skip
-    consumer.subscribe([topic])
-    seen: dict[str, int] = {}
-    deadline = time.monotonic() + timeout_s
-    try:
-        while len(seen) < len(wanted) and time.monotonic() < deadline:
-            for message in consumer.consume(10_000, timeout=1.0):
-                if message.error() or message.key() is None:
-                    continue
-                key = message.key().decode()
-                if key in wanted and key not in seen:
-                    seen[key] = message.timestamp()[1]
-    finally:
-        consumer.close()
-    return seen
-
-
-def measure_latency(settings: KappaSettings, rate: int, interval: str, seconds: float, users: int) -> dict[str, Any]:
-    clicks, profiles, enriched = latency_topics()
-    topics = [clicks, profiles, enriched, dead_letters_of(clicks), dead_letters_of(profiles), late_events_of(enriched)]
-    recreate(settings, topics)
-    apply_schemas(settings.schemas_path, topics, settings.registry)
-    with Registry(settings.registry) as registry:
-        click_encoder = AvroEncoder(
-            registry, value_subject(clicks.name), topic_value_schema(settings.schemas_path, clicks)
-        )
-        profile_encoder = AvroEncoder(
-            registry, value_subject(profiles.name), topic_value_schema(settings.schemas_path, profiles)
-        )
-    # Every user has a profile, valid since an hour ago: the live job's state holds what a real one's would.
-    rng = random.Random(SEED)
-    now_ms = time.time_ns() // 1_000_000
-    publisher = Publisher(settings)
-    for u in range(users):
-        user = f"user-{u:05d}"
-        profile = ProfileVersion(user, 1, rng.choice(SEGMENTS), rng.choice(COUNTRIES), now_ms - 3_600_000)
-        record = Outgoing(
-            user.encode(), profile_encoder.encode(profile.as_avro()), partition_for(user, profiles.partitions)
-        )
-        publisher.send(profiles.name, record)
-    publisher.close()
-
-    checkpoints = f"{settings.checkpoint_root}/latency-{uuid.uuid4().hex[:8]}"
-    label = f"{rate}-{interval.replace(' ', '')}"
-    print(f"latency at {rate:,} clicks/s, trigger {interval}: starting the live job ...")
-    job = LiveJob(settings, interval, checkpoints)
-    try:
-        job.wait_running()
-        first_batch = len(job.batches)
-        sent, achieved = produce_at_rate(settings, clicks, click_encoder, rate, seconds, users, label)
-        seen = output_times(settings, enriched.name, sent, timeout_s=90)
-    finally:
-        job.stop()
-        shutil.rmtree(checkpoints, ignore_errors=True)
-    latencies = sorted(seen[e] - sent[e] for e in seen)
-    batch_ms = sorted(ms for rows, ms in job.batches[first_batch:] if rows)
-
-    def pct(values: list[int], q: float) -> int | str:
-        return values[min(len(values) - 1, int(q * len(values)))] if values else "-"
-
-    return {
-        "rate": rate, "trigger": interval, "produced": len(sent), "achieved_rate": round(achieved),
-        "matched": len(seen), "missing": len(sent) - len(seen),
-        "p50_ms": pct(latencies, 0.50), "p99_ms": pct(latencies, 0.99), "max_ms": latencies[-1] if latencies else "-",
-        "batches": len(batch_ms), "batch_p50_ms": pct(batch_ms, 0.5), "batch_max_ms": batch_ms[-1] if batch_ms else "-",
-    }  # fmt: skip
-
-
 # ------------------------------------------------------------------------ main ---------------------
 
 
@@ -651,12 +468,6 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=5_000_000, help="clicks to generate (default 5,000,000)")
     parser.add_argument("--users", type=int, default=5000)
     parser.add_argument("--reuse", action="store_true", help="keep the bench stack and reuse its generated topics")
-    parser.add_argument("--skip-latency", action="store_true")
-    parser.add_argument("--latency-seconds", type=float, default=45.0, help="how long to produce at each rate")
-    parser.add_argument("--rates", default="1000,10000", help="clicks per second for the latency runs")
-    parser.add_argument(
-        "--short-interval", default="0 seconds", help="the short trigger interval measured beside the declared one"
-    )
     parser.add_argument("--max-offsets-per-trigger", type=int, default=None, help="cap each replay batch")
     parser.add_argument("--profile-users", type=int, default=500, help="users whose rows the rule profile runs on")
     parser.add_argument("--no-py-spy", action="store_true", help="do not sample the Spark Python workers")
@@ -665,7 +476,6 @@ def main() -> None:
 
     rows: list[dict[str, Any]] = []
     costs: list[dict[str, Any]] = []
-    latency: list[dict[str, Any]] = []
     workers: list[dict[str, Any]] = []
     with bench_stack(keep=args.reuse) as settings:
         loaded = load(settings, args.events, args.users, args.reuse)
@@ -689,13 +499,9 @@ def main() -> None:
                 row, top = profile_rule(spark, settings, job, min(args.profile_users, args.users), args.top)
                 rows.append(row)
                 costs += top
-        spark.stop()  # the latency runs have the machine to themselves (and their own Spark)
-        if not args.skip_latency:
-            for interval in (ENRICH.processing_interval, args.short_interval):
-                for rate in (int(r) for r in args.rates.split(",")):
-                    latency.append(measure_latency(settings, rate, interval, args.latency_seconds, args.users))
+        spark.stop()
     notes_rows = [{"note": n} for n in notes]
-    report("pipeline", rows, latency=latency, rule_profile=costs, worker_profile=workers, notes=notes_rows)
+    report("pipeline", rows, rule_profile=costs, worker_profile=workers, notes=notes_rows)
 
 
 if __name__ == "__main__":

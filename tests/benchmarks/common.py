@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import time
 from collections.abc import Callable, Iterator
@@ -23,6 +24,7 @@ def bench_settings(**overrides: Any) -> KappaSettings:
         stack_dir=base.state_dir / "bench-stack",
         delta_root=str(base.state_dir / "bench" / "delta"),
         checkpoint_root=str(base.state_dir / "bench" / "checkpoints"),
+        deployments_dir=base.state_dir / "bench" / "deployments",
         kafka_heap="1g",
         **overrides,
     )
@@ -75,3 +77,18 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 
 def _fmt(value: Any) -> str:
     return f"{value:,.0f}" if isinstance(value, float) and value > 100 else str(value)
+
+
+def cli_env(settings: KappaSettings) -> dict[str, str]:
+    """The environment that points the `kappa` CLI (and what it deploys) at the bench stack and its folders."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KAPPA_")}
+    env.update(
+        KAPPA_KAFKA_PORT=str(settings.kafka_port),
+        KAPPA_CONTROLLER_PORT=str(settings.controller_port),
+        KAPPA_REGISTRY_PORT=str(settings.registry_port),
+        KAPPA_STACK_DIR=str(settings.stack_path),
+        KAPPA_CHECKPOINT_ROOT=str(settings.checkpoint_root),
+        KAPPA_DELTA_ROOT=str(settings.delta_root),
+        KAPPA_DEPLOYMENTS_DIR=str(settings.deployments_path),
+    )
+    return env

@@ -37,14 +37,17 @@ def test_end_offsets_come_from_the_progress_json() -> None:
         "batchId": 3,
         "numInputRows": 10,
         "processedRowsPerSecond": 250.0,
-        "durationMs": {"triggerExecution": 40},
+        "durationMs": {"triggerExecution": 40, "addBatch": 31, "latestOffset": 3, "walCommit": 5, "getBatch": 0},
         "sources": [
             {"endOffset": '{"clicks":{"0":12,"1":7}}', "metrics": {"avgOffsetsBehindLatest": "2.0"}},
             {"endOffset": {"other": {"0": 5}}},
         ],
     }
     assert end_offsets(progress) == {"clicks": {0: 12, 1: 7}, "other": {0: 5}}
-    assert describe_batch(progress) == "raw_clicks_v1 batch 3: 10 rows, 250 rows/s, 40 ms, behind≈2/partition"
+    assert describe_batch(progress) == (
+        "raw_clicks_v1 batch 3: 10 rows, 250 rows/s, 40 ms (addBatch 31, walCommit 5, latestOffset 3), "
+        "behind≈2/partition"
+    )
 
 
 def test_each_batch_is_recorded_once_whoever_reports_it() -> None:

@@ -67,7 +67,11 @@ def checkpoint_offsets(checkpoint: str) -> dict[str, dict[int, int]]:
 def describe_batch(progress: dict[str, Any]) -> str:
     rows = progress.get("numInputRows", 0)
     rate = progress.get("processedRowsPerSecond") or 0.0
-    duration = (progress.get("durationMs") or {}).get("triggerExecution", 0)
+    phases = dict(progress.get("durationMs") or {})
+    duration = phases.pop("triggerExecution", 0)
+    # Where the batch's time went, as Spark measured it (addBatch: the job's own write; the rest: Spark's
+    # bookkeeping per batch), largest first: the per-batch profile, in every deployment's log.
+    spent = ", ".join(f"{name} {ms}" for name, ms in sorted(phases.items(), key=lambda p: -p[1]) if ms)
     lag = []
     for source in progress.get("sources", []):
         metrics = source.get("metrics") or {}
@@ -75,7 +79,7 @@ def describe_batch(progress: dict[str, Any]) -> str:
             lag.append(f"behind≈{float(metrics['avgOffsetsBehindLatest']):.0f}/partition")
     return (
         f"{progress.get('name')} batch {progress.get('batchId')}: {rows} rows, {rate:,.0f} rows/s, "
-        f"{duration} ms{(', ' + ', '.join(lag)) if lag else ''}"
+        f"{duration} ms{f' ({spent})' if spent else ''}{(', ' + ', '.join(lag)) if lag else ''}"
     )
 
 
