@@ -19,6 +19,14 @@ TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 
 
+_CREATED: set[str] = set()  # tables this process created or found: a table is never dropped under a running job
+
+
+def forget_table(path: str) -> None:
+    """The table at `path` was deleted (a retire): a later write in this process creates it again."""
+    _CREATED.discard(path)
+
+
 class MergeMode(StrEnum):
     UPSERT = "upsert"  # the batch holds whole rows: insert or replace by key
     ACCUMULATE = "accumulate"  # the batch holds partial sums per key: add them to what the table has
@@ -42,13 +50,18 @@ class DeltaMerge:
             raise ValueError("deletes (deleted=...) need UPSERT: a partial sum cannot delete its key")
 
     def ensure_table(self, spark: SparkSession, batch: DataFrame) -> None:
+        """Create the table on its first batch. Once per process: asking Delta on every batch costs a read of
+        the table's log (two or three times per batch of a view, measured by bench-latency's profile)."""
         from delta.tables import DeltaTable
 
+        if self.path in _CREATED:
+            return
         stored = batch.drop(self.deleted) if self.deleted else batch
         builder = DeltaTable.createIfNotExists(spark).location(self.path).addColumns(stored.schema)
         for key, value in self.properties.items():
             builder = builder.property(key, value)
         builder.execute()
+        _CREATED.add(self.path)
 
     def write(self, batch: DataFrame, batch_id: int) -> None:
         """Merge one micro-batch, at most once per batch id (foreachBatch's function)."""

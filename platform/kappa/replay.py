@@ -653,6 +653,7 @@ def _delete_version(settings: KappaSettings, replay: Replay) -> list[str]:
             future.result(timeout=30)
             deleted.append(name)
     else:
+        from kappa.delta_sink import forget_table
         from kappa.delta_views import facts_path
 
         path = physical_output(replay.job, settings, replay.version)[1]
@@ -660,6 +661,7 @@ def _delete_version(settings: KappaSettings, replay: Replay) -> list[str]:
         for table in (path, facts_path(path)):
             if Path(table.removeprefix("file:")).exists():
                 shutil.rmtree(table.removeprefix("file:"))
+                forget_table(table)
                 deleted.append(table)
     # Every query's checkpoint, and the start point the version was pinned to (kappa.runtime.start_point).
     checkpoints = version_checkpoints(settings, replay.job.name, replay.version)

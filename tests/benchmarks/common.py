@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -37,13 +38,20 @@ def bench_stack(keep: bool = False, **overrides: Any) -> Iterator[KappaSettings]
     settings = bench_settings(**overrides)
     stack = LocalStack(settings)
     if not keep:
-        stack.down(purge=True)
+        _purge(stack, settings)
     stack.up()  # starts only what is not running
     try:
         yield settings
     finally:
         if not keep:
-            stack.down(purge=True)
+            _purge(stack, settings)
+
+
+def _purge(stack: LocalStack, settings: KappaSettings) -> None:
+    """The stack and everything that refers to its topics: checkpoints, Delta tables, deployments' state."""
+    stack.down(purge=True)
+    for folder in (settings.checkpoint_root, settings.delta_root, settings.deployments_path):
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def best_of(runs: int, measure: Callable[[], float]) -> float:

@@ -59,7 +59,11 @@ DECLARATION = "enrich_clicks/declaration.py"
 def pipeline(stack: KappaSettings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     """The module's copy: topics, schemas and suites set up, the first part of the log, v1 live."""
     prefix = f"rl{uuid.uuid4().hex[:6]}_"  # short: the UI's asset graph truncates long names
-    d = deploy_copy(stack, tmp_path_factory.mktemp("replay-lifecycle"), prefix)
+    # One shuffle partition: one state store per stateful batch instead of two (the partition counts are
+    # test_enrich_clicks_job's and test_sessionize_job's subject, not this module's).
+    d = deploy_copy(
+        stack, tmp_path_factory.mktemp("replay-lifecycle"), prefix, env={"KAPPA_SPARK_SHUFFLE_PARTITIONS": "1"}
+    )
     produce(stack, d, FIRST_PART)
     d.kappa("jobs", "run", "enrich_clicks", "--available-now")  # the first version: live by definition
     yield d
@@ -187,7 +191,7 @@ def test_replay_cutover_and_rollback_through_the_cli(
         assert "enrich_clicks v2 started from earliest" in moved.stderr
         # Relaunched, it resumes and catches up. Stopped while it verifies (SIGTERM to its Python, as Dagster
         # stops a run), it records the step as interrupted and exits 130; `replay verify` finishes the job.
-        relaunch = v2.popen("replay", "start", "enrich_clicks", "--max-offsets-per-trigger", "400", "--by", "alice")
+        relaunch = v2.popen("replay", "start", "enrich_clicks", "--by", "alice")  # the rest in one batch
         assert relaunch.stdout is not None
         lines = []
         for line in relaunch.stdout:
