@@ -96,14 +96,15 @@ ONE_APPLICATION_LOG = "one-application.log"
 
 
 @contextmanager
-def one_application(settings: KappaSettings, jobs: list[str]) -> Iterator[None]:
+def one_application(settings: KappaSettings, jobs: list[str], fair: bool) -> Iterator[None]:
     """The jobs as queries of one Spark application (tests/benchmarks/one_application.py), SIGTERM at the end."""
     settings.deployments_path.mkdir(parents=True, exist_ok=True)
     log_path = settings.deployments_path / ONE_APPLICATION_LOG
     print(f"one application: {', '.join(jobs)} ...", flush=True)
     with log_path.open("w") as log_file:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.benchmarks.one_application", ",".join(jobs)], env=cli_env(settings),
+            [sys.executable, "-m", "tests.benchmarks.one_application", ",".join(jobs), *(["--fair"] if fair else [])],
+            env=cli_env(settings),
             cwd=project_root(), stdout=log_file, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
     try:
@@ -532,6 +533,7 @@ def main() -> None:
     parser.add_argument(
         "--one-application", action="store_true", help="the jobs as queries of one Spark application (experiment)"
     )
+    parser.add_argument("--fair", action="store_true", help="with --one-application: a FAIR pool per job")
     parser.add_argument("--also-ran", default="nothing else", help="what else ran on the machine, for the report")
     args = parser.parse_args()
 
@@ -543,7 +545,8 @@ def main() -> None:
         kappa(settings, "topics", "apply")
         produce_profiles(settings, args.users)
         pipeline = Pipeline.of(settings, jobs)
-        with (one_application if args.one_application else deployed)(settings, jobs):
+        running = one_application(settings, jobs, args.fair) if args.one_application else deployed(settings, jobs)
+        with running:
             settle(settings, pipeline, args.users)
             found = None
             for rate in args.rates.split(","):
