@@ -7,6 +7,7 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from kappa.kafka_client import admin_client
 from kappa.settings import KappaSettings
 from kappa.topics import ChangeKind, Cleanup, Topic, apply, describe
+from tests.waiting import wait_until
 
 
 def _actual_configs(admin: AdminClient, name: str) -> dict[str, str]:
@@ -34,12 +35,14 @@ def test_compacted_declaration_is_compacted_and_drift_is_repaired(
         incremental_configs=[ConfigEntry("cleanup.policy", "delete", incremental_operation=AlterConfigOpType.SET)],
     )
     admin.incremental_alter_configs([drifted])[drifted].result(timeout=15)
+    # KRaft acknowledges an alteration once the controller committed it; the broker applies it a moment later.
+    wait_until(lambda: _actual_configs(admin, topic.name)["cleanup.policy"] == "delete", 30, "the hand edit applied")
     assert describe(admin, [topic])[0].config_drift(brokers=1) == {"cleanup.policy": ("delete", "compact")}
 
     [change] = apply(admin, [topic])
     assert change.kind is ChangeKind.ALTERED
     assert change.details == ("cleanup.policy: delete -> compact",)
-    assert _actual_configs(admin, topic.name)["cleanup.policy"] == "compact"
+    wait_until(lambda: _actual_configs(admin, topic.name)["cleanup.policy"] == "compact", 30, "the repair applied")
 
     # Applying again changes nothing.
     assert [c.kind for c in apply(admin, [topic])] == [ChangeKind.UNCHANGED]
