@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import platform
 import shutil
 import time
@@ -13,6 +12,7 @@ from typing import Any
 
 from kappa.settings import KappaSettings, load_settings
 from kappa.stack import LocalStack
+from tests.environment import stack_env
 
 BENCH_PORTS = {"kafka_port": 27092, "controller_port": 27192, "registry_port": 27081}
 
@@ -89,14 +89,9 @@ def _fmt(value: Any) -> str:
 
 def cli_env(settings: KappaSettings) -> dict[str, str]:
     """The environment that points the `kappa` CLI (and what it deploys) at the bench stack and its folders."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KAPPA_")}
-    env.update(
-        KAPPA_KAFKA_PORT=str(settings.kafka_port),
-        KAPPA_CONTROLLER_PORT=str(settings.controller_port),
-        KAPPA_REGISTRY_PORT=str(settings.registry_port),
-        KAPPA_STACK_DIR=str(settings.stack_path),
+    return stack_env(
+        settings,
         KAPPA_CHECKPOINT_ROOT=str(settings.checkpoint_root),
         KAPPA_DELTA_ROOT=str(settings.delta_root),
         KAPPA_DEPLOYMENTS_DIR=str(settings.deployments_path),
     )
-    return env

@@ -1,7 +1,6 @@
 """Every integration test runs against the session's real stack: start it before the first one."""
 
 import json
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -14,21 +13,6 @@ from kappa.kafka_client import admin_client
 from kappa.settings import KappaSettings
 from kappa.spark import get_spark
 from kappa.topics import Cleanup, Topic, apply
-
-
-def stack_env(stack: KappaSettings, **extra: str) -> dict[str, str]:
-    """The environment a subprocess needs to reach the session's stack (settings only from KAPPA_*)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KAPPA_")}
-    env.update(
-        KAPPA_KAFKA_PORT=str(stack.kafka_port),
-        KAPPA_CONTROLLER_PORT=str(stack.controller_port),
-        KAPPA_REGISTRY_PORT=str(stack.registry_port),
-        KAPPA_STACK_DIR=str(stack.stack_path),
-        KAPPA_SPARK_SHUFFLE_PARTITIONS=str(stack.spark_shuffle_partitions),
-        KAPPA_SPARK_DRIVER_JAVA_OPTIONS=stack.spark_driver_java_options,
-    )
-    env.update(extra)
-    return env
 
 
 @pytest.fixture(autouse=True)

@@ -27,7 +27,7 @@ from kappa.produce_stream import generate
 from kappa.quality import EXPECTATIONS_DIR
 from kappa.settings import KappaSettings
 from kappa.topics import Cleanup, Topic
-from tests.integration.conftest import stack_env
+from tests.environment import stack_env
 
 REPO = Path(__file__).resolve().parents[2]
 CATALOG_TOPICS = ("clicks", "user_profiles", "enriched_clicks", "sessions")

@@ -20,7 +20,7 @@ from kappa.generate import click_messages, clicks
 from kappa.kafka_client import produce_all
 from kappa.settings import KappaSettings
 from kappa.topics import Topic
-from tests.integration.conftest import stack_env
+from tests.environment import stack_env
 from tests.integration.view_job_under_fire import APP_ID
 
 

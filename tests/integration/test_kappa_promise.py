@@ -60,7 +60,7 @@ from kappa.runtime.runner import run_job
 from kappa.settings import KappaSettings
 from kappa.topic_io import DecodedTopic, decode_topic, kafka_source, read_topic, value_schema, writer_schemas
 from kappa.topics import Topic, apply, late_events_of
-from tests.integration.conftest import stack_env
+from tests.environment import stack_env
 from tests.waiting import wait_until
 
 EVENTS = int(os.environ.get("KAPPA_TEST_PROMISE_EVENTS", "8000"))
