@@ -50,8 +50,8 @@ class DeltaMerge:
             raise ValueError("deletes (deleted=...) need UPSERT: a partial sum cannot delete its key")
 
     def ensure_table(self, spark: SparkSession, batch: DataFrame) -> None:
-        """Create the table on its first batch. Once per process: asking Delta on every batch costs a read of
-        the table's log (two or three times per batch of a view, measured by bench-latency's profile)."""
+        """Create the table on its first batch. Once per process: asking Delta on every batch costs a look at
+        the table's log, two or three times per batch of a view."""
         from delta.tables import DeltaTable
 
         if self.path in _CREATED:

@@ -76,7 +76,11 @@ class WriterWatch:
         self._subjects = tuple(dict.fromkeys(t.value_subject for t in inputs))
         # Asked before the plan reads the schemas: a version registered in between costs one needless re-plan,
         # never a missed one.
-        self._known = self._numbers()
+        try:
+            self._known = self._numbers()
+        except Exception:
+            self._registry.close()  # the caller never gets the watch to close
+            raise
 
     def _numbers(self) -> dict[str, list[int]]:
         return {s: self._registry.version_numbers(s) for s in self._subjects}
