@@ -55,14 +55,20 @@ def spark_home_jars() -> Path:
 def driver_classpath(settings: KappaSettings) -> list[Path]:
     """Every jar a local driver loads: Spark's own, then the connectors."""
     home = spark_home_jars()
-    return [*sorted(home.glob("*.jar")), *connector_jars(settings.jars_path / "spark", home)]
+    return [*sorted(home.glob("*.jar")), *platform_jars(settings)]
+
+
+def platform_jars(settings: KappaSettings) -> list[Path]:
+    """What a session adds to Spark's own jars: the connectors, then the platform's operators (kappa.operators)."""
+    operators = sorted((settings.jars_path / "operators").glob("*.jar"))
+    return [*connector_jars(settings.jars_path / "spark", spark_home_jars()), *operators]
 
 
 def spark_conf(settings: KappaSettings, app_name: str) -> dict[str, str]:
     """The session's configuration, as a plain dict (also what `spark-submit --conf` would get)."""
     if not artifacts_present(settings):
         raise StackError(f"the Spark connector jars are missing from {settings.jars_path / 'spark'}: run `kappa setup`")
-    jars = connector_jars(settings.jars_path / "spark", spark_home_jars())
+    jars = platform_jars(settings)
     local = settings.spark_master.startswith("local")
     archive = usable_archive(settings, spark_java_path(), driver_classpath(settings))
     scratch = scratch_folder(settings)

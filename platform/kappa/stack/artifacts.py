@@ -16,8 +16,9 @@ from pathlib import Path
 from kappa.errors import StackError
 from kappa.settings import KappaSettings, project_root
 
-# One folder per Maven module of infra/jvm: the broker's classpath, the Spark connectors, the registry app.
-JAR_GROUPS = ("kafka", "spark", "registry")
+# One folder per Maven module of infra/jvm: the broker's classpath, the Spark connectors, the registry app,
+# the platform's own Spark operators (compiled from infra/jvm/operators).
+JAR_GROUPS = ("kafka", "spark", "registry", "operators")
 _STAMP = ".fetched-from"
 
 
@@ -28,15 +29,17 @@ class FetchReport:
     jars_dir: Path
 
 
-def _poms(root: Path) -> list[Path]:
-    return sorted((root / "infra" / "jvm").rglob("pom.xml"))
+def _declaration(root: Path) -> list[Path]:
+    """The poms and the operators' sources: a change to either builds again."""
+    jvm = root / "infra" / "jvm"
+    return sorted([*jvm.rglob("pom.xml"), *jvm.rglob("*.java")])
 
 
 def _declaration_hash(root: Path) -> str:
     digest = hashlib.sha256()
-    for pom in _poms(root):
-        digest.update(pom.relative_to(root).as_posix().encode())
-        digest.update(pom.read_bytes())
+    for path in _declaration(root):
+        digest.update(path.relative_to(root).as_posix().encode())
+        digest.update(path.read_bytes())
     return digest.hexdigest()
 
 
