@@ -128,6 +128,7 @@ LONGEST_FIRST = (
     "integration/test_enrich_clicks_job.py",  # 115
     "integration/test_deployments.py",  # 75
     "integration/test_sessionize_job.py",  # 65
+    "integration/test_operators_differential.py",  # 50
     "unit/test_user_activity_transforms.py",  # 45
     "unit/test_decoding_is_total.py",  # 45
     "integration/test_dagster_materialize.py",  # 40

@@ -39,9 +39,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.catalog import CLICKS, ENRICHED_CLICKS, TOPICS, USER_PROFILES
-from jobs.enrich_clicks.declaration import JOB as ENRICH
 from jobs.enrich_clicks.logic import MINUTE_MS
-from jobs.enrich_clicks.transforms import enrich_user, union_inputs
 from jobs.sessionize.declaration import JOB as SESSIONIZE
 from jobs.sessionize.transforms import sessionize_user
 from kappa.avro.contracts import apply_schemas
@@ -60,6 +58,7 @@ from tests.benchmarks.common import bench_stack, report, timed
 
 SEED = 11
 STAMP = "bench_pipeline.json"  # in the bench stack's folder: purging the stack deletes it too
+PYTHON_RULES = ("sessionize",)  # jobs whose per-key rule still runs in Python (enrich_clicks': kappa.operators)
 PIPELINE_ORDER = ("enrich_clicks", "sessionize")  # then every other job, by name, once its inputs are filled
 TARGET_PER_CORE = {"enrich_clicks": 131_000, "sessionize": 40_000}
 CORES = os.cpu_count() or 1
@@ -400,24 +399,17 @@ def rule_inputs(spark: SparkSession, settings: KappaSettings, job: str, users: i
         return read_topic(spark, settings, topic, job="bench", job_version=1, streaming=False, with_raw=True).records
 
     sample = [f"user-{u:05d}" for u in range(users)]
-    rows = union_inputs(read(CLICKS), read(USER_PROFILES)) if job == "enrich_clicks" else read(ENRICHED_CLICKS)
-    return rows.where(F.col("user_id").isin(sample)).toPandas()
+    return read(ENRICHED_CLICKS).where(F.col("user_id").isin(sample)).toPandas()
 
 
 def profile_rule(spark: SparkSession, settings: KappaSettings, job: str, users: int, top: int) -> tuple[dict, list]:
     """Rows/s of the job's Python function alone, one call per user (as one availableNow batch makes), then
     the same under cProfile: the top functions by own time."""
     frame = rule_inputs(spark, settings, job, users)
-    if job == "enrich_clicks":
-        apply_user = enrich_user(
-            int(ENRICH.settings["profile_lateness_minutes"] * MINUTE_MS),
-            int(ENRICH.settings["disorder_minutes"] * MINUTE_MS),
-        )
-    else:
-        apply_user = sessionize_user(
-            int(SESSIONIZE.settings["gap_minutes"] * MINUTE_MS),
-            int(SESSIONIZE.settings["allowed_lateness_minutes"] * MINUTE_MS),
-        )
+    apply_user = sessionize_user(
+        int(SESSIONIZE.settings["gap_minutes"] * MINUTE_MS),
+        int(SESSIONIZE.settings["allowed_lateness_minutes"] * MINUTE_MS),
+    )
     groups = [(user, group) for user, group in frame.groupby("user_id", sort=True)]
 
     def run() -> int:
@@ -493,9 +485,8 @@ def main() -> None:
             workers += top_frames(job, stacks, args.top)
             shares = inclusive_of(stacks, WORKER_PHASES)
             notes.append(f"{job} workers (py-spy, {sum(stacks.values()):,} samples), inclusive: {shares}")
-        for job in PIPELINE_ORDER:
-            topic = CLICKS if job == "enrich_clicks" else ENRICHED_CLICKS
-            if size(settings, topic.name):
+        for job in PYTHON_RULES:
+            if size(settings, ENRICHED_CLICKS.name):
                 row, top = profile_rule(spark, settings, job, min(args.profile_users, args.users), args.top)
                 rows.append(row)
                 costs += top

@@ -1,0 +1,95 @@
+"""The as-of join: each event with the entity version visible at its event time (io.kappa.operators.AsOfJoin).
+
+The rule is jobs/enrich_clicks/logic.py's (visibility, lateness L, disorder D, corrections, late versions);
+this module only shapes the two inputs into the operator's rows and its rows back into columns. Both inputs
+are decoded topic reads with their Kafka position and raw value (`ctx.read(..., with_raw=True)`); their dead
+letters (the SIDE columns) pass through the operator unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from kappa.errors import SettingsError
+from kappa.side_outputs import SIDE_COLUMNS, SIDE_SCHEMA, side_columns
+
+STATE_STORE_PROVIDER = "spark.sql.streaming.stateStore.providerClass"
+EVENT, LATE = "event", "late"  # the operator's `kind`; null on a passed-through dead letter
+_SIDE_TIMESTAMP = "side_timestamp"
+
+
+@dataclass(frozen=True)
+class AsOfJoinColumns:
+    """Which columns of the two inputs play which part. Payload columns are carried as strings."""
+
+    key: str  # shared by both inputs (and their topics' partitioning)
+    event_id: str
+    event_time: str  # a timestamp
+    event_payload: Sequence[str]
+    version: str  # the entity version's number (unique per key)
+    valid_from: str  # a timestamp: when the version starts to apply
+    published: str  # a timestamp: when the version was published (its Kafka timestamp)
+    entity_payload: Sequence[str]
+
+
+def _side(df: DataFrame) -> list[Column]:
+    """The SIDE columns in their declared types (a reader may leave one untyped: all null), the timestamp as
+    microseconds (the operator's rows carry no timestamp type)."""
+    types = dict(c.split() for c in SIDE_SCHEMA.split(", "))
+    return [
+        F.unix_micros(c.cast("timestamp")).alias("side_timestamp_us") if name == _SIDE_TIMESTAMP
+        else c.cast(types[name]).alias(name)
+        for name, c in zip(SIDE_COLUMNS, side_columns(df), strict=True)
+    ]  # fmt: skip
+
+
+def _strings(columns: Sequence[str]) -> Column:
+    return F.array(*(F.col(c).cast("string") for c in columns))
+
+
+def as_of_rows(events: DataFrame, entities: DataFrame, cols: AsOfJoinColumns) -> DataFrame:
+    """Both inputs as one DataFrame of the operator's rows (io.kappa.operators.AsOfJoin.INPUT)."""
+    null_long = F.lit(None).cast("long")
+    position = [F.col("kafka_topic"), F.col("kafka_partition").cast("int"), F.col("kafka_offset"), F.col("raw_value")]
+    event_rows = events.select(
+        F.col(cols.key).alias("key"), F.lit(False).alias("is_entity"), *position,
+        F.col(cols.event_id).alias("event_id"), F.unix_millis(cols.event_time).alias("event_time_ms"),
+        null_long.alias("entity_version"), null_long.alias("valid_from_ms"), null_long.alias("published_ms"),
+        _strings(cols.event_payload).alias("payload"), *_side(events),
+    )  # fmt: skip
+    entity_rows = entities.select(
+        F.col(cols.key).alias("key"), F.lit(True).alias("is_entity"), *position,
+        F.lit(None).cast("string").alias("event_id"), null_long.alias("event_time_ms"),
+        F.col(cols.version).cast("long").alias("entity_version"),
+        F.unix_millis(cols.valid_from).alias("valid_from_ms"), F.unix_millis(cols.published).alias("published_ms"),
+        _strings(cols.entity_payload).alias("payload"), *_side(entities),
+    )  # fmt: skip
+    return event_rows.unionByName(entity_rows)
+
+
+def as_of_join(rows: DataFrame, lateness_ms: int, disorder_ms: int, late_kind: str) -> DataFrame:
+    """as_of_rows(...) -> one row per event (re-)emitted with its answer, one per late version, the dead letters.
+
+    Columns: kind (EVENT, LATE or null), key, event_id, event_time (timestamp), version, event_payload and
+    entity_payload (arrays of strings, entity_payload null when no version is visible), then the SIDE
+    columns (a late version's say `late_kind` and carry its original bytes and position).
+    Streaming inputs keep the state in Spark's state store; batch inputs run the rule once over all rows.
+    """
+    spark = rows.sparkSession
+    if rows.isStreaming and "RocksDB" not in (spark.conf.get(STATE_STORE_PROVIDER, "") or ""):
+        raise SettingsError(
+            "the as-of join keeps its state with transformWithState, which needs the RocksDB state store: "
+            "set spark_state_store to rocksdb (KAPPA_SPARK_STATE_STORE=rocksdb)"
+        )
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None, "a classic Spark session (the operators need the driver's JVM)"
+    joined = DataFrame(jvm.io.kappa.operators.AsOfJoin.apply(rows._jdf, lateness_ms, disorder_ms, late_kind), spark)
+    return joined.select(
+        "kind", "key", "event_id", F.timestamp_millis("event_time_ms").alias("event_time"),
+        F.col("entity_version").alias("version"), "event_payload", "entity_payload",
+        *(F.timestamp_micros("side_timestamp_us").alias(c) if c == _SIDE_TIMESTAMP else F.col(c) for c in SIDE_COLUMNS),
+    )  # fmt: skip

@@ -1,0 +1,257 @@
+"""The JVM as-of join (kappa.operators, run by enrich_clicks) against its specification, jobs/enrich_clicks/logic.py.
+
+Generated per-user logs of clicks and profile versions (out of order, late versions, versions published too
+late, re-delivered records, dead letters) are cut at random batch boundaries and streamed through the job's
+own transforms, one file per micro-batch, at two shuffle-partition counts. The expected answer runs the Python
+rule on the same batches, user by user in log order; every batch's output must equal it record for record, in
+the order the rule emits (new clicks, then corrections, then late versions), plus the passed-through dead
+letters.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import functions as F
+
+from jobs.enrich_clicks.logic import MINUTE_MS, Click, Profile, UserState, enrich
+from jobs.enrich_clicks.transforms import ENRICHED, LATE_PROFILE, enriched_changes, union_inputs
+from kappa.deadletter import DeadLetterKind
+from kappa.errors import SettingsError
+from kappa.operators.as_of_join import STATE_STORE_PROVIDER
+from tests.integration.conftest import partitions_of
+
+L, D = 20 * MINUTE_MS, 10 * MINUTE_MS
+CLICKS, PROFILES = "clicks-t", "profiles-t"
+PARTITIONS = 3  # per topic; a user's records share a partition number in both
+T0 = 1_767_225_600_000  # 2026-01-01
+
+# One file holds both inputs (kind tells them apart): a micro-batch reads one file.
+SCHEMA = (
+    "is_profile boolean, user_id string, kafka_topic string, kafka_partition int, kafka_offset long, "
+    "raw_value binary, kafka_timestamp timestamp, event_id string, event_time timestamp, page string, "
+    "referrer string, device string, profile_version long, valid_from timestamp, segment string, country string, "
+    "side_kind string, side_message string, side_key binary, side_value binary, side_topic string, "
+    "side_partition int, side_offset long, side_timestamp timestamp, side_broken string, side_suite string"
+)
+COLUMNS = [c.split()[0] for c in SCHEMA.split(", ")]
+
+
+@dataclass
+class Record:
+    values: dict[str, Any]
+    arrival: int  # when the record reaches its topic (ms): the log order
+
+
+def _generate(seed: int, users: int) -> list[dict[str, Any]]:
+    """Both topics' records in arrival order, with their Kafka positions."""
+    rng = random.Random(seed)
+    records: list[Record] = []
+    for u in range(users):
+        user = f"user-{u:03d}"
+        for version in range(1, rng.randint(1, 6)):
+            valid_from = T0 + rng.randint(0, 120) * MINUTE_MS
+            # mostly within L, some beyond it (applies later), some so late they break the contract
+            # whole minutes often, so that times meet the rule's bounds exactly (L is 20, L + D 30)
+            delay = rng.choice([0, 5, 15, 19, 20, 21, 25, 30, 60, 180]) * MINUTE_MS + _jitter(rng)
+            values = {"is_profile": True, "user_id": user, "profile_version": version,
+                      "valid_from": valid_from, "segment": rng.choice(["A", "B", None]),
+                      "country": rng.choice(["DE", "FR", None]), "log_time": valid_from + delay}  # fmt: skip
+            # a producer's CreateTime is its publish time; some records reach the topic long after it
+            stuck = rng.choice([0, 0, 0, 10, 30, 45, 90]) * MINUTE_MS
+            records.append(Record(values, valid_from + delay + stuck))
+            if rng.random() < 0.2:  # re-delivered by an at-least-once producer
+                records.append(Record(dict(values), valid_from + delay + rng.randint(1, 40) * MINUTE_MS))
+        for c in range(rng.randint(0, 25)):
+            event_time = T0 + rng.randint(-10, 200) * MINUTE_MS + _jitter(rng)
+            values = {"is_profile": False, "user_id": user, "event_id": f"{user}-e{c}", "event_time": event_time,
+                      "page": f"/p/{rng.randint(1, 9)}", "referrer": rng.choice(["search", None]),
+                      "device": rng.choice(["mobile", "desktop"])}  # fmt: skip
+            lag = rng.choice([0, 0, 1, 3, 8, 14]) * MINUTE_MS  # within and beyond the disorder D
+            records.append(Record(values, event_time + lag))
+            if rng.random() < 0.05:  # a click re-delivered
+                records.append(Record(dict(values), event_time + lag + MINUTE_MS))
+    records.sort(key=lambda r: r.arrival)
+    offsets: dict[tuple[str, int], int] = defaultdict(int)
+    rows = []
+    for r in records:
+        topic = PROFILES if r.values["is_profile"] else CLICKS
+        partition = hash_partition(r.values["user_id"])
+        offset = offsets[(topic, partition)]
+        offsets[(topic, partition)] += 1
+        published = r.values.pop("log_time", r.arrival)  # a click's timestamp: when it reached the topic
+        row = dict.fromkeys(COLUMNS) | r.values
+        row.update(kafka_topic=topic, kafka_partition=partition, kafka_offset=offset,
+                   raw_value=f"{topic}/{partition}/{offset}".encode(), kafka_timestamp=published)  # fmt: skip
+        rows.append(row)
+    return rows
+
+
+def _jitter(rng: random.Random) -> int:
+    return rng.choice([0, rng.randint(1, 59_999)])
+
+
+def hash_partition(user: str) -> int:
+    return int(user.split("-")[1]) % PARTITIONS
+
+
+def _dead_letter(i: int) -> dict[str, Any]:
+    row = dict.fromkeys(COLUMNS) | {"is_profile": i % 2 == 0}
+    row.update(side_kind=DeadLetterKind.UNDECODABLE.value, side_message=f"bad {i}", side_key=f"k{i}".encode(),
+               side_value=b"\x00junk", side_topic=CLICKS, side_partition=1, side_offset=10_000 + i,
+               side_timestamp=T0 + i * 1_000, side_broken=None, side_suite=None)  # fmt: skip
+    return row
+
+
+def _cut(rows: list[dict[str, Any]], batches: int, rng: random.Random) -> list[list[dict[str, Any]]]:
+    """The log cut at random points into non-empty batches, a dead letter in some."""
+    cuts = sorted(rng.sample(range(1, len(rows)), batches - 1))
+    parts = [rows[a:b] for a, b in zip([0, *cuts], [*cuts, len(rows)], strict=True)]
+    for i, part in enumerate(parts):
+        if i % 3 == 1:
+            part.insert(rng.randint(0, len(part)), _dead_letter(i))
+    return parts
+
+
+def _expected(batches: list[list[dict[str, Any]]]) -> list[dict[str, list[tuple[Any, ...]]]]:
+    """Per batch, per user: the records the rule emits, in its order (dead letters under user None, sorted)."""
+    states: dict[str, UserState] = defaultdict(UserState)
+    out = []
+    for batch in batches:
+        per_user: dict[Any, list[tuple[Any, ...]]] = defaultdict(list)
+        rows_of: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for row in batch:
+            if row["side_kind"] is not None:
+                per_user[None].append(_side_only(row))
+            else:
+                rows_of[row["user_id"]].append(row)
+        for user, rows in rows_of.items():
+            rows = sorted(rows, key=lambda r: (r["kafka_partition"], r["kafka_offset"]))  # the log order
+            p_rows = [r for r in rows if r["is_profile"]]
+            profiles = [Profile(r["profile_version"], r["valid_from"], r["kafka_timestamp"], r["segment"],
+                                r["country"]) for r in p_rows]  # fmt: skip
+            clicks = [Click(r["event_id"], r["event_time"], (r["page"], r["referrer"], r["device"]))
+                      for r in rows if not r["is_profile"]]  # fmt: skip
+            changes = enrich(states[user], profiles, clicks, L, D)
+            for a in changes.emit:
+                p = a.profile
+                per_user[user].append((ENRICHED, a.click.event_id, user, *a.click.payload[:2], a.click.event_time_ms,
+                                       a.click.payload[2], p.profile_version if p else None,
+                                       p.segment if p else "UNKNOWN", p.country if p else None))  # fmt: skip
+            late = {p.profile_version for p in changes.late_profiles}
+            for r in p_rows:
+                if r["profile_version"] in late:
+                    late.discard(r["profile_version"])
+                    per_user[user].append((LATE_PROFILE, user, DeadLetterKind.LATE_PROFILE.value, r["raw_value"],
+                                           r["kafka_topic"], r["kafka_partition"], r["kafka_offset"]))  # fmt: skip
+        per_user[None].sort()
+        out.append(dict(per_user))
+    return out
+
+
+def _side_only(row: dict[str, Any]) -> tuple[Any, ...]:
+    return (row["side_kind"], row["side_message"], row["side_key"], row["side_value"], row["side_topic"],
+            row["side_partition"], row["side_offset"], row["side_timestamp"])  # fmt: skip
+
+
+def _ms(t: datetime | None) -> int | None:
+    return None if t is None else int(t.astimezone(UTC).timestamp() * 1000)  # pyspark: naive local time
+
+
+def _actual(rows: list[Row]) -> dict[Any, list[tuple[Any, ...]]]:
+    per_user: dict[Any, list[tuple[Any, ...]]] = defaultdict(list)
+    for r in rows:  # in the order the operator emitted them: a user's rows are one run of one partition
+        if r.kind == ENRICHED:
+            per_user[r.user_id].append((r.kind, r.event_id, r.user_id, r.page, r.referrer, _ms(r.event_time),
+                                        r.device, r.profile_version, r.segment, r.country))  # fmt: skip
+        elif r.kind == LATE_PROFILE:
+            per_user[r.user_id].append((r.kind, r.user_id, r.side_kind, bytes(r.side_value), r.side_topic,
+                                        r.side_partition, r.side_offset))  # fmt: skip
+        else:
+            assert r.kind is None, r
+            assert r.user_id is None, r
+            per_user[None].append((r.side_kind, r.side_message, bytes(r.side_key), bytes(r.side_value), r.side_topic,
+                                   r.side_partition, r.side_offset, _ms(r.side_timestamp)))  # fmt: skip
+    per_user[None].sort()
+    return {user: records for user, records in per_user.items() if records}
+
+
+def _write_batches(folder: Path, batches: list[list[dict[str, Any]]]) -> None:
+    arrow = {"boolean": pa.bool_(), "string": pa.string(), "int": pa.int32(), "long": pa.int64(),
+             "binary": pa.binary(), "timestamp": pa.timestamp("ms", tz="UTC")}  # fmt: skip
+    schema = pa.schema([(c.split()[0], arrow[c.split()[1]]) for c in SCHEMA.split(", ")])
+    folder.mkdir()
+    for i, batch in enumerate(batches):
+        path = folder / f"batch-{i:03d}.parquet"
+        pq.write_table(pa.Table.from_pylist(batch, schema=schema), path)
+        os.utime(path, (T0 / 1000 + i, T0 / 1000 + i))  # the file source takes files oldest first
+
+
+def _run(spark: SparkSession, files: Path, checkpoint: Path, shuffle_partitions: int) -> dict[int, list[Row]]:
+    spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions))
+    stream = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(files))
+    is_profile = F.col("is_profile") & F.col("side_kind").isNull()
+    clicks: DataFrame = stream.where(~is_profile)
+    profiles: DataFrame = stream.where(is_profile)
+    changes = enriched_changes(union_inputs(clicks, profiles), L, D)
+    seen: dict[int, list[Row]] = {}
+
+    def collect(batch: DataFrame, batch_id: int) -> None:
+        seen[batch_id] = batch.collect()
+
+    query = (
+        changes.writeStream.foreachBatch(collect)
+        .outputMode("update")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(600)
+    assert query.exception() is None, query.exception()
+    return seen
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shuffle_partitions", [1, 4])
+def test_the_as_of_operator_equals_the_python_rule(
+    spark: SparkSession, tmp_path: Path, shuffle_partitions: int, session_conf_restored: None
+) -> None:
+    rng = random.Random(shuffle_partitions)
+    batches = _cut(_generate(seed=shuffle_partitions, users=150), batches=12, rng=rng)
+    _write_batches(tmp_path / "in", batches)
+    expected = _expected(batches)
+    # the generated log exercises every branch of the rule
+    emitted = [r for b in expected for user, rs in b.items() if user is not None for r in rs]
+    assert sum(r[0] == LATE_PROFILE for r in emitted) >= 2
+    assert sum(r[0] == ENRICHED and r[7] is None for r in emitted) >= 5  # clicks before any version
+    corrections = len([r for r in emitted if r[0] == ENRICHED]) - sum(
+        1 for b in batches for row in b if row["side_kind"] is None and not row["is_profile"]
+    )
+    assert corrections >= 5
+
+    seen = _run(spark, tmp_path / "in", tmp_path / "checkpoint", shuffle_partitions)
+
+    assert sorted(seen) == list(range(len(batches)))
+    for batch_id, rows in sorted(seen.items()):
+        assert _actual(rows) == {u: r for u, r in expected[batch_id].items() if r}, f"batch {batch_id}"
+    assert partitions_of(tmp_path / "checkpoint") == (shuffle_partitions, shuffle_partitions)
+
+
+def test_the_as_of_operator_says_it_needs_rocksdb(
+    spark: SparkSession, tmp_path: Path, session_conf_restored: None
+) -> None:
+    _write_batches(tmp_path / "in", [[_dead_letter(0)]])
+    stream = spark.readStream.schema(SCHEMA).parquet(str(tmp_path / "in"))
+    spark.conf.set(STATE_STORE_PROVIDER, "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider")
+    with pytest.raises(SettingsError, match="needs the RocksDB state store: set spark_state_store to rocksdb"):
+        enriched_changes(union_inputs(stream, stream), L, D)
