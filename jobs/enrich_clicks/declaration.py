@@ -53,4 +53,5 @@ JOB = JobSpec(
     output=ENRICHED_CLICKS,
     plan=plan,
     settings={"profile_lateness_minutes": 20, "disorder_minutes": 10},
+    processing_interval="0 seconds",
 )
