@@ -67,7 +67,9 @@ def platform_jars(settings: KappaSettings) -> list[Path]:
 def spark_conf(settings: KappaSettings, app_name: str) -> dict[str, str]:
     """The session's configuration, as a plain dict (also what `spark-submit --conf` would get)."""
     if not artifacts_present(settings):
-        raise StackError(f"the Spark connector jars are missing from {settings.jars_path / 'spark'}: run `kappa setup`")
+        raise StackError(
+            f"the Spark connectors or the platform's operators are missing from {settings.jars_path}: run `kappa setup`"
+        )
     jars = platform_jars(settings)
     local = settings.spark_master.startswith("local")
     archive = usable_archive(settings, spark_java_path(), driver_classpath(settings))

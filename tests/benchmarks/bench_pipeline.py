@@ -8,8 +8,8 @@
 3. Replay throughput of every discovered job, in pipeline order (a job runs once its input topics were
    produced; a job whose inputs are empty is skipped and said so): `run_job(available_now=True)` with fresh
    checkpoints, beside Spark reading and decoding the same inputs into the no-op sink (no job logic).
-4. Profile of the per-user Python rule of enrich_clicks and sessionize: the same function Spark calls, on
-   pandas frames of the same data outside Spark, timed, then under cProfile (top costs).
+   The per-user rules of enrich_clicks and sessionize run in the JVM (kappa.operators); py-spy samples
+   whatever Python the Spark workers still run.
 (Live latency is `bench_latency.py`, with the pipeline deployed as a user deploys it.)
 
 Events per second are whole-machine figures; per core divides by `os.cpu_count()`.
@@ -18,10 +18,8 @@ Events per second are whole-machine figures; per core divides by `os.cpu_count()
 from __future__ import annotations
 
 import argparse
-import cProfile
 import json
 import os
-import pstats
 import shutil
 import signal
 import subprocess
@@ -33,15 +31,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 from confluent_kafka import Consumer, TopicPartition
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import SparkSession
 
-from jobs.catalog import CLICKS, ENRICHED_CLICKS, TOPICS, USER_PROFILES
-from jobs.enrich_clicks.logic import MINUTE_MS
-from jobs.sessionize.declaration import JOB as SESSIONIZE
-from jobs.sessionize.transforms import sessionize_user
+from jobs.catalog import CLICKS, TOPICS, USER_PROFILES
 from kappa.avro.contracts import apply_schemas
 from kappa.generate import StreamConfig
 from kappa.kafka_client import admin_client
@@ -58,7 +51,6 @@ from tests.benchmarks.common import bench_stack, report, timed
 
 SEED = 11
 STAMP = "bench_pipeline.json"  # in the bench stack's folder: purging the stack deletes it too
-PYTHON_RULES = ("sessionize",)  # jobs whose per-key rule still runs in Python (enrich_clicks': kappa.operators)
 PIPELINE_ORDER = ("enrich_clicks", "sessionize")  # then every other job, by name, once its inputs are filled
 TARGET_PER_CORE = {"enrich_clicks": 131_000, "sessionize": 40_000}
 CORES = os.cpu_count() or 1
@@ -370,88 +362,6 @@ def _rate_row(what: str, events: int, seconds: float, note: str = "") -> dict[st
             "per_core": rate / CORES, "target_per_core": "", "note": note}  # fmt: skip
 
 
-# ------------------------------------------------------------------------ 4. profile --------------
-
-
-class _State:
-    """What applyInPandasWithState hands the function: exists, get, update."""
-
-    def __init__(self) -> None:
-        self.value: tuple[str] | None = None
-
-    @property
-    def exists(self) -> bool:
-        return self.value is not None
-
-    @property
-    def get(self) -> tuple[str]:
-        assert self.value is not None
-        return self.value
-
-    def update(self, value: tuple[str]) -> None:
-        self.value = value
-
-
-def rule_inputs(spark: SparkSession, settings: KappaSettings, job: str, users: int) -> pd.DataFrame:
-    """The rows Spark hands the job's per-user function, for the first `users` users, as one pandas frame."""
-
-    def read(topic: Topic) -> DataFrame:
-        return read_topic(spark, settings, topic, job="bench", job_version=1, streaming=False, with_raw=True).records
-
-    sample = [f"user-{u:05d}" for u in range(users)]
-    return read(ENRICHED_CLICKS).where(F.col("user_id").isin(sample)).toPandas()
-
-
-def profile_rule(spark: SparkSession, settings: KappaSettings, job: str, users: int, top: int) -> tuple[dict, list]:
-    """Rows/s of the job's Python function alone, one call per user (as one availableNow batch makes), then
-    the same under cProfile: the top functions by own time."""
-    frame = rule_inputs(spark, settings, job, users)
-    apply_user = sessionize_user(
-        int(SESSIONIZE.settings["gap_minutes"] * MINUTE_MS),
-        int(SESSIONIZE.settings["allowed_lateness_minutes"] * MINUTE_MS),
-    )
-    groups = [(user, group) for user, group in frame.groupby("user_id", sort=True)]
-
-    def run() -> int:
-        out = 0
-        for user, group in groups:
-            for result in apply_user((user,), iter([group]), _State()):
-                out += len(result)
-        return out
-
-    seconds = timed(run)
-    profiler = cProfile.Profile()
-    profiler.enable()
-    run()
-    profiler.disable()
-    stats = pstats.Stats(profiler)
-    raw: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
-    total = sum(entry[2] for entry in raw.values())
-    by_own = sorted(raw.items(), key=lambda kv: kv[1][2], reverse=True)[:top]
-    by_cumulative = sorted(raw.items(), key=lambda kv: kv[1][3], reverse=True)[:top]
-    costs = [
-        {"rule": job, "ranked_by": by, "function": _where(key), "calls": entry[1], "own_s": round(entry[2], 3),
-         "own_share": f"{entry[2] / total:.0%}", "cumulative_s": round(entry[3], 3),
-         "cumulative_share": f"{entry[3] / total:.0%}"}
-        for by, ranked in (("own", by_own), ("cumulative", by_cumulative))
-        for key, entry in ranked
-    ]  # fmt: skip
-    row = _rate_row(
-        f"{job}: Python rule alone (1 process)", len(frame), seconds, f"{len(groups)} users, pandas in, no Spark"
-    )
-    row["per_core"] = row["events_per_s"]  # one process on one core
-    return row, costs
-
-
-def _where(key: tuple[str, int, str]) -> str:
-    file, line, name = key
-    if file == "~":
-        return name  # a builtin
-    parts = Path(file).parts
-    short = "/".join(parts[parts.index("site-packages") + 1 :] if "site-packages" in parts else parts[-2:])
-    return f"{short}:{line} {name}"
-
-
 # ------------------------------------------------------------------------ main ---------------------
 
 
@@ -461,13 +371,11 @@ def main() -> None:
     parser.add_argument("--users", type=int, default=5000)
     parser.add_argument("--reuse", action="store_true", help="keep the bench stack and reuse its generated topics")
     parser.add_argument("--max-offsets-per-trigger", type=int, default=None, help="cap each replay batch")
-    parser.add_argument("--profile-users", type=int, default=500, help="users whose rows the rule profile runs on")
     parser.add_argument("--no-py-spy", action="store_true", help="do not sample the Spark Python workers")
-    parser.add_argument("--top", type=int, default=12, help="functions shown per rule profile")
+    parser.add_argument("--top", type=int, default=12, help="frames shown per job's worker profile")
     args = parser.parse_args()
 
     rows: list[dict[str, Any]] = []
-    costs: list[dict[str, Any]] = []
     workers: list[dict[str, Any]] = []
     with bench_stack(keep=args.reuse) as settings:
         loaded = load(settings, args.events, args.users, args.reuse)
@@ -485,14 +393,9 @@ def main() -> None:
             workers += top_frames(job, stacks, args.top)
             shares = inclusive_of(stacks, WORKER_PHASES)
             notes.append(f"{job} workers (py-spy, {sum(stacks.values()):,} samples), inclusive: {shares}")
-        for job in PYTHON_RULES:
-            if size(settings, ENRICHED_CLICKS.name):
-                row, top = profile_rule(spark, settings, job, min(args.profile_users, args.users), args.top)
-                rows.append(row)
-                costs += top
         spark.stop()
     notes_rows = [{"note": n} for n in notes]
-    report("pipeline", rows, rule_profile=costs, worker_profile=workers, notes=notes_rows)
+    report("pipeline", rows, worker_profile=workers, notes=notes_rows)
 
 
 if __name__ == "__main__":

@@ -9,9 +9,9 @@ and enrich_clicks' corrections reach each job interleaved, as in production). Ea
 its second batch and restarted from its checkpoint while the first half of the log is produced; the second half
 comes once the restarted enrich_clicks has caught up, so it is read as it is produced. Then the jobs are stopped in
 pipeline order, each when it has read its inputs to their end. Replay: each job in one availableNow run into its own
-outputs. Batch: each job's own transform over a batch read of its inputs (`kappa.stateful.per_key` runs the per-user
-rule once per user there; a view's batch write runs once over the whole topic). Delta tables are compared row for
-row.
+outputs. Batch: each job's own transform over a batch read of its inputs (the JVM operators of kappa.operators
+run the per-user rule once per user there; a view's batch write runs once over the whole topic). Delta tables
+are compared row for row.
 
 Size: KAPPA_TEST_PROMISE_EVENTS clicks (CI's default below); `make soak` runs 200,000. The generator spreads them
 over PRODUCE_S + LIVE_PART_S seconds at most, so the live jobs see many batches whatever the size.

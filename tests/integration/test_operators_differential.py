@@ -1,11 +1,12 @@
-"""The JVM as-of join (kappa.operators, run by enrich_clicks) against its specification, jobs/enrich_clicks/logic.py.
+"""The JVM operators (kappa.operators) against their specifications, the Python rules in jobs/*/logic.py.
 
-Generated per-user logs of clicks and profile versions (out of order, late versions, versions published too
-late, re-delivered records, dead letters) are cut at random batch boundaries and streamed through the job's
-own transforms, one file per micro-batch, at two shuffle-partition counts. The expected answer runs the Python
-rule on the same batches, user by user in log order; every batch's output must equal it record for record, in
-the order the rule emits (new clicks, then corrections, then late versions), plus the passed-through dead
-letters.
+The as-of join (enrich_clicks): generated per-user logs of clicks and profile versions (out of order, late
+versions, versions published too late, re-delivered records, dead letters). Sessionization (sessionize):
+generated per-user click logs (gaps at and around the gap, events that bridge and merge sessions, late events,
+corrections of a segment, dead letters). Each log is cut at random batch boundaries and streamed through the
+job's own transforms, one file per micro-batch, at two shuffle-partition counts. The expected answer runs the
+Python rule on the same batches, user by user in log order; every batch's output must equal it record for
+record, in the order the rule emits, plus the passed-through dead letters.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import os
 import random
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,9 +28,13 @@ from pyspark.sql import functions as F
 
 from jobs.enrich_clicks.logic import MINUTE_MS, Click, Profile, UserState, enrich
 from jobs.enrich_clicks.transforms import ENRICHED, LATE_PROFILE, enriched_changes, union_inputs
+from jobs.sessionize.logic import Event as SessionEvent
+from jobs.sessionize.logic import UserState as SessionState
+from jobs.sessionize.logic import sessionize
+from jobs.sessionize.transforms import LATE, RETRACT, UPSERT, session_changes
 from kappa.deadletter import DeadLetterKind
 from kappa.errors import SettingsError
-from kappa.operators.as_of_join import STATE_STORE_PROVIDER
+from kappa.operators.jvm import STATE_STORE_PROVIDER
 from tests.integration.conftest import partitions_of
 
 L, D = 20 * MINUTE_MS, 10 * MINUTE_MS
@@ -105,21 +111,23 @@ def hash_partition(user: str) -> int:
     return int(user.split("-")[1]) % PARTITIONS
 
 
-def _dead_letter(i: int) -> dict[str, Any]:
-    row = dict.fromkeys(COLUMNS) | {"is_profile": i % 2 == 0}
+def _dead_letter(i: int, columns: list[str]) -> dict[str, Any]:
+    row = dict.fromkeys(columns) | ({"is_profile": i % 2 == 0} if "is_profile" in columns else {})
     row.update(side_kind=DeadLetterKind.UNDECODABLE.value, side_message=f"bad {i}", side_key=f"k{i}".encode(),
                side_value=b"\x00junk", side_topic=CLICKS, side_partition=1, side_offset=10_000 + i,
                side_timestamp=T0 + i * 1_000, side_broken=None, side_suite=None)  # fmt: skip
     return row
 
 
-def _cut(rows: list[dict[str, Any]], batches: int, rng: random.Random) -> list[list[dict[str, Any]]]:
+def _cut(
+    rows: list[dict[str, Any]], batches: int, rng: random.Random, columns: list[str]
+) -> list[list[dict[str, Any]]]:
     """The log cut at random points into non-empty batches, a dead letter in some."""
     cuts = sorted(rng.sample(range(1, len(rows)), batches - 1))
     parts = [rows[a:b] for a, b in zip([0, *cuts], [*cuts, len(rows)], strict=True)]
     for i, part in enumerate(parts):
         if i % 3 == 1:
-            part.insert(rng.randint(0, len(part)), _dead_letter(i))
+            part.insert(rng.randint(0, len(part)), _dead_letter(i, columns))
     return parts
 
 
@@ -180,16 +188,20 @@ def _actual(rows: list[Row]) -> dict[Any, list[tuple[Any, ...]]]:
         else:
             assert r.kind is None, r
             assert r.user_id is None, r
-            per_user[None].append((r.side_kind, r.side_message, bytes(r.side_key), bytes(r.side_value), r.side_topic,
-                                   r.side_partition, r.side_offset, _ms(r.side_timestamp)))  # fmt: skip
+            per_user[None].append(_dead_letter_out(r))
     per_user[None].sort()
     return {user: records for user, records in per_user.items() if records}
 
 
-def _write_batches(folder: Path, batches: list[list[dict[str, Any]]]) -> None:
+def _dead_letter_out(r: Row) -> tuple[Any, ...]:
+    return (r.side_kind, r.side_message, bytes(r.side_key), bytes(r.side_value), r.side_topic, r.side_partition,
+            r.side_offset, _ms(r.side_timestamp))  # fmt: skip
+
+
+def _write_batches(folder: Path, batches: list[list[dict[str, Any]]], ddl: str) -> None:
     arrow = {"boolean": pa.bool_(), "string": pa.string(), "int": pa.int32(), "long": pa.int64(),
              "binary": pa.binary(), "timestamp": pa.timestamp("ms", tz="UTC")}  # fmt: skip
-    schema = pa.schema([(c.split()[0], arrow[c.split()[1]]) for c in SCHEMA.split(", ")])
+    schema = pa.schema([(c.split()[0], arrow[c.split()[1]]) for c in ddl.split(", ")])
     folder.mkdir()
     for i, batch in enumerate(batches):
         path = folder / f"batch-{i:03d}.parquet"
@@ -197,13 +209,18 @@ def _write_batches(folder: Path, batches: list[list[dict[str, Any]]]) -> None:
         os.utime(path, (T0 / 1000 + i, T0 / 1000 + i))  # the file source takes files oldest first
 
 
-def _run(spark: SparkSession, files: Path, checkpoint: Path, shuffle_partitions: int) -> dict[int, list[Row]]:
-    spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions))
-    stream = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(files))
+def _enriched_changes(stream: DataFrame) -> DataFrame:
     is_profile = F.col("is_profile") & F.col("side_kind").isNull()
-    clicks: DataFrame = stream.where(~is_profile)
-    profiles: DataFrame = stream.where(is_profile)
-    changes = enriched_changes(union_inputs(clicks, profiles), L, D)
+    return enriched_changes(union_inputs(stream.where(~is_profile), stream.where(is_profile)), L, D)
+
+
+def _run(
+    spark: SparkSession, files: Path, ddl: str, job: Callable[[DataFrame], DataFrame], shuffle_partitions: int
+) -> dict[int, list[Row]]:
+    """`job` over the files as a stream, one file per micro-batch: each batch's output rows, in order."""
+    spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions))
+    stream = spark.readStream.schema(ddl).option("maxFilesPerTrigger", 1).parquet(str(files))
+    changes = job(stream)
     seen: dict[int, list[Row]] = {}
 
     def collect(batch: DataFrame, batch_id: int) -> None:
@@ -212,7 +229,7 @@ def _run(spark: SparkSession, files: Path, checkpoint: Path, shuffle_partitions:
     query = (
         changes.writeStream.foreachBatch(collect)
         .outputMode("update")
-        .option("checkpointLocation", str(checkpoint))
+        .option("checkpointLocation", str(files.parent / "checkpoint"))
         .trigger(availableNow=True)
         .start()
     )
@@ -227,8 +244,8 @@ def test_the_as_of_operator_equals_the_python_rule(
     spark: SparkSession, tmp_path: Path, shuffle_partitions: int, session_conf_restored: None
 ) -> None:
     rng = random.Random(shuffle_partitions)
-    batches = _cut(_generate(seed=shuffle_partitions, users=150), batches=12, rng=rng)
-    _write_batches(tmp_path / "in", batches)
+    batches = _cut(_generate(seed=shuffle_partitions, users=150), batches=12, rng=rng, columns=COLUMNS)
+    _write_batches(tmp_path / "in", batches, SCHEMA)
     expected = _expected(batches)
     # the generated log exercises every branch of the rule
     emitted = [r for b in expected for user, rs in b.items() if user is not None for r in rs]
@@ -239,7 +256,7 @@ def test_the_as_of_operator_equals_the_python_rule(
     )
     assert corrections >= 5
 
-    seen = _run(spark, tmp_path / "in", tmp_path / "checkpoint", shuffle_partitions)
+    seen = _run(spark, tmp_path / "in", SCHEMA, _enriched_changes, shuffle_partitions)
 
     assert sorted(seen) == list(range(len(batches)))
     for batch_id, rows in sorted(seen.items()):
@@ -250,8 +267,126 @@ def test_the_as_of_operator_equals_the_python_rule(
 def test_the_as_of_operator_says_it_needs_rocksdb(
     spark: SparkSession, tmp_path: Path, session_conf_restored: None
 ) -> None:
-    _write_batches(tmp_path / "in", [[_dead_letter(0)]])
+    _write_batches(tmp_path / "in", [[_dead_letter(0, COLUMNS)]], SCHEMA)
     stream = spark.readStream.schema(SCHEMA).parquet(str(tmp_path / "in"))
     spark.conf.set(STATE_STORE_PROVIDER, "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider")
-    with pytest.raises(SettingsError, match="needs the RocksDB state store: set spark_state_store to rocksdb"):
+    with pytest.raises(
+        SettingsError,
+        match="the as-of join keeps its state with transformWithState, which needs the RocksDB state store: set",
+    ):
         enriched_changes(union_inputs(stream, stream), L, D)
+
+
+# ------------------------------------------------------------------ sessionization ----------------
+
+GAP, LATENESS = 30 * MINUTE_MS, 120 * MINUTE_MS
+ENRICHED_T = "enriched-t"
+SESSION_SCHEMA = (
+    "user_id string, kafka_topic string, kafka_partition int, kafka_offset long, raw_value binary, "
+    "event_id string, event_time timestamp, page string, segment string, "
+    "side_kind string, side_message string, side_key binary, side_value binary, side_topic string, "
+    "side_partition int, side_offset long, side_timestamp timestamp, side_broken string, side_suite string"
+)
+SESSION_COLUMNS = [c.split()[0] for c in SESSION_SCHEMA.split(", ")]
+
+
+def _click_log(seed: int, users: int) -> list[dict[str, Any]]:
+    """Every user's clicks (and corrections of them) in log order, users interleaved, with Kafka positions."""
+    rng = random.Random(seed)
+    logs: list[list[dict[str, Any]]] = []
+    for u in range(users):
+        user, t, log = f"user-{u:03d}", T0, []
+        for c in range(rng.randint(0, 30)):
+            t += rng.choice([1, 5, 20, 29, 30, 31, 45, 90]) * MINUTE_MS + _jitter(rng)  # at and around the gap
+            back = rng.choice([0, 0, 0, 0, 15, 25, 60, 119, 120, 121, 200]) * MINUTE_MS  # bridges, merges, late
+            log.append({"user_id": user, "event_id": f"{user}-e{c}", "event_time": t - back,
+                        "page": rng.choice(["/a", "/b", "/c", "/d", None]),
+                        "segment": rng.choice(["A", "B", "UNKNOWN", None])})  # fmt: skip
+            if log and rng.random() < 0.15:  # enrich_clicks corrects an earlier click's segment
+                log.append(dict(rng.choice(log), segment=rng.choice(["A", "B", "C"])))
+        logs.append(log)
+    rows: list[dict[str, Any]] = []
+    offsets: dict[int, int] = defaultdict(int)
+    while any(logs):  # a random interleaving that keeps each user's order
+        log = rng.choice([log for log in logs if log])
+        values = log.pop(0)
+        partition = hash_partition(values["user_id"])
+        offset = offsets[partition]
+        offsets[partition] += 1
+        rows.append(dict.fromkeys(SESSION_COLUMNS) | values | {
+            "kafka_topic": ENRICHED_T, "kafka_partition": partition, "kafka_offset": offset,
+            "raw_value": f"{ENRICHED_T}/{partition}/{offset}".encode(),
+        })  # fmt: skip
+    return rows
+
+
+def _expected_sessions(batches: list[list[dict[str, Any]]]) -> list[dict[Any, list[tuple[Any, ...]]]]:
+    """Per batch, per user: the session changes and late events the rule emits, in its order."""
+    states: dict[str, SessionState] = defaultdict(SessionState)
+    out = []
+    for batch in batches:
+        per_user: dict[Any, list[tuple[Any, ...]]] = defaultdict(list)
+        rows_of: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for row in batch:
+            if row["side_kind"] is not None:
+                per_user[None].append(_side_only(row))
+            else:
+                rows_of[row["user_id"]].append(row)
+        for user, rows in rows_of.items():
+            rows = sorted(rows, key=lambda r: (r["kafka_partition"], r["kafka_offset"]))  # the log order
+            events = [SessionEvent(r["event_id"], r["event_time"], r["page"], r["segment"]) for r in rows]
+            changes = sessionize(user, states[user], events, GAP, LATENESS)
+            for s in changes.upserts:
+                per_user[user].append((UPSERT, s.session_id, user, s.start_ms, s.end_ms, s.clicks, len(s.pages),
+                                       s.entry_page, s.exit_page, s.segment))  # fmt: skip
+            per_user[user] += [(RETRACT, sid, user) for sid in changes.retractions]
+            late = {e.event_id for e in changes.late}
+            per_user[user] += [
+                (LATE, "", user, DeadLetterKind.LATE_EVENT.value, r["raw_value"], r["kafka_topic"],
+                 r["kafka_partition"], r["kafka_offset"])
+                for r in rows if r["event_id"] in late
+            ]  # fmt: skip
+        per_user[None].sort()
+        out.append({user: records for user, records in per_user.items() if records})
+    return out
+
+
+def _actual_sessions(rows: list[Row]) -> dict[Any, list[tuple[Any, ...]]]:
+    per_user: dict[Any, list[tuple[Any, ...]]] = defaultdict(list)
+    for r in rows:  # in the order the operator emitted them
+        if r.kind == UPSERT:
+            per_user[r.user_id].append((r.kind, r.session_id, r.user_id, _ms(r.start_time), _ms(r.end_time),
+                                        r.clicks, r.distinct_pages, r.entry_page, r.exit_page, r.segment))  # fmt: skip
+        elif r.kind == RETRACT:
+            per_user[r.user_id].append((r.kind, r.session_id, r.user_id))
+        elif r.kind == LATE:
+            per_user[r.user_id].append((r.kind, r.session_id, r.user_id, r.side_kind, bytes(r.side_value),
+                                        r.side_topic, r.side_partition, r.side_offset))  # fmt: skip
+        else:
+            assert r.kind is None, r
+            assert r.user_id is None, r
+            per_user[None].append(_dead_letter_out(r))
+    per_user[None].sort()
+    return {user: records for user, records in per_user.items() if records}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shuffle_partitions", [1, 4])
+def test_the_sessions_operator_equals_the_python_rule(
+    spark: SparkSession, tmp_path: Path, shuffle_partitions: int, session_conf_restored: None
+) -> None:
+    rng = random.Random(10 + shuffle_partitions)
+    log = _click_log(seed=shuffle_partitions, users=150)
+    batches = _cut(log, batches=12, rng=rng, columns=SESSION_COLUMNS)
+    _write_batches(tmp_path / "in", batches, SESSION_SCHEMA)
+    expected = _expected_sessions(batches)
+    emitted = [r for b in expected for user, rs in b.items() if user is not None for r in rs]
+    kinds = {kind: sum(r[0] == kind for r in emitted) for kind in (UPSERT, RETRACT, LATE)}
+    assert min(kinds.values()) >= 5, kinds  # the log exercises merges and late events
+
+    seen = _run(spark, tmp_path / "in", SESSION_SCHEMA, lambda s: session_changes(s, GAP, LATENESS), shuffle_partitions)
+
+    assert sorted(seen) == list(range(len(batches)))
+    for batch_id, rows in sorted(seen.items()):
+        assert _actual_sessions(rows) == expected[batch_id], f"batch {batch_id}"
+    assert partitions_of(tmp_path / "checkpoint") == (shuffle_partitions, shuffle_partitions)

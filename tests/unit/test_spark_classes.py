@@ -8,12 +8,13 @@ from pathlib import Path
 from kappa.settings import KappaSettings, load_settings
 from kappa.spark import driver_classpath, spark_conf
 from kappa.spark_classes import ARCHIVE, _fingerprint, usable_archive
+from kappa.stack.artifacts import JAR_GROUPS
 from kappa.stack.java import spark_java_path
 
 
 def _settings(tmp_path: Path, **overrides: object) -> KappaSettings:
     jars = tmp_path / "jars"
-    for group in ("kafka", "spark", "registry"):  # what `kappa setup` leaves: a non-empty folder per group
+    for group in JAR_GROUPS:  # what `kappa setup` leaves: a non-empty folder per group
         (jars / group).mkdir(parents=True)
         (jars / group / f"{group}-lib-1.0.jar").touch()
     return load_settings(state_dir=tmp_path, jars_dir=jars, **overrides)

@@ -7,5 +7,6 @@ sees the JVM.
 """
 
 from kappa.operators.as_of_join import AsOfJoinColumns, as_of_join, as_of_rows
+from kappa.operators.sessions import sessions
 
-__all__ = ["AsOfJoinColumns", "as_of_join", "as_of_rows"]
+__all__ = ["AsOfJoinColumns", "as_of_join", "as_of_rows", "sessions"]

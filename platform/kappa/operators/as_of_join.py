@@ -14,12 +14,9 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from kappa.errors import SettingsError
-from kappa.side_outputs import SIDE_COLUMNS, SIDE_SCHEMA, side_columns
+from kappa.operators.jvm import operators_jvm, side_input, side_output
 
-STATE_STORE_PROVIDER = "spark.sql.streaming.stateStore.providerClass"
 EVENT, LATE = "event", "late"  # the operator's `kind`; null on a passed-through dead letter
-_SIDE_TIMESTAMP = "side_timestamp"
 
 
 @dataclass(frozen=True)
@@ -36,17 +33,6 @@ class AsOfJoinColumns:
     entity_payload: Sequence[str]
 
 
-def _side(df: DataFrame) -> list[Column]:
-    """The SIDE columns in their declared types (a reader may leave one untyped: all null), the timestamp as
-    microseconds (the operator's rows carry no timestamp type)."""
-    types = dict(c.split() for c in SIDE_SCHEMA.split(", "))
-    return [
-        F.unix_micros(c.cast("timestamp")).alias("side_timestamp_us") if name == _SIDE_TIMESTAMP
-        else c.cast(types[name]).alias(name)
-        for name, c in zip(SIDE_COLUMNS, side_columns(df), strict=True)
-    ]  # fmt: skip
-
-
 def _strings(columns: Sequence[str]) -> Column:
     return F.array(*(F.col(c).cast("string") for c in columns))
 
@@ -59,14 +45,14 @@ def as_of_rows(events: DataFrame, entities: DataFrame, cols: AsOfJoinColumns) ->
         F.col(cols.key).alias("key"), F.lit(False).alias("is_entity"), *position,
         F.col(cols.event_id).alias("event_id"), F.unix_millis(cols.event_time).alias("event_time_ms"),
         null_long.alias("entity_version"), null_long.alias("valid_from_ms"), null_long.alias("published_ms"),
-        _strings(cols.event_payload).alias("payload"), *_side(events),
+        _strings(cols.event_payload).alias("payload"), *side_input(events),
     )  # fmt: skip
     entity_rows = entities.select(
         F.col(cols.key).alias("key"), F.lit(True).alias("is_entity"), *position,
         F.lit(None).cast("string").alias("event_id"), null_long.alias("event_time_ms"),
         F.col(cols.version).cast("long").alias("entity_version"),
         F.unix_millis(cols.valid_from).alias("valid_from_ms"), F.unix_millis(cols.published).alias("published_ms"),
-        _strings(cols.entity_payload).alias("payload"), *_side(entities),
+        _strings(cols.entity_payload).alias("payload"), *side_input(entities),
     )  # fmt: skip
     return event_rows.unionByName(entity_rows)
 
@@ -79,17 +65,10 @@ def as_of_join(rows: DataFrame, lateness_ms: int, disorder_ms: int, late_kind: s
     columns (a late version's say `late_kind` and carry its original bytes and position).
     Streaming inputs keep the state in Spark's state store; batch inputs run the rule once over all rows.
     """
-    spark = rows.sparkSession
-    if rows.isStreaming and "RocksDB" not in (spark.conf.get(STATE_STORE_PROVIDER, "") or ""):
-        raise SettingsError(
-            "the as-of join keeps its state with transformWithState, which needs the RocksDB state store: "
-            "set spark_state_store to rocksdb (KAPPA_SPARK_STATE_STORE=rocksdb)"
-        )
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None, "a classic Spark session (the operators need the driver's JVM)"
-    joined = DataFrame(jvm.io.kappa.operators.AsOfJoin.apply(rows._jdf, lateness_ms, disorder_ms, late_kind), spark)
+    jvm = operators_jvm(rows, "the as-of join")
+    joined = DataFrame(jvm.AsOfJoin.apply(rows._jdf, lateness_ms, disorder_ms, late_kind), rows.sparkSession)
     return joined.select(
         "kind", "key", "event_id", F.timestamp_millis("event_time_ms").alias("event_time"),
         F.col("entity_version").alias("version"), "event_payload", "entity_payload",
-        *(F.timestamp_micros("side_timestamp_us").alias(c) if c == _SIDE_TIMESTAMP else F.col(c) for c in SIDE_COLUMNS),
+        *side_output(),
     )  # fmt: skip

@@ -25,7 +25,7 @@ final class AsOfJoinProcessor extends StatefulProcessor<String, Row, Row> {
   // Positions in AsOfJoin.INPUT and AsOfJoin.OUTPUT.
   private static final int IS_ENTITY = 1, TOPIC = 2, PARTITION = 3, OFFSET = 4, RAW = 5;
   private static final int EVENT_ID = 6, EVENT_TIME = 7, VERSION = 8, VALID_FROM = 9, PUBLISHED = 10;
-  private static final int PAYLOAD = 11, SIDE_IN = 12, SIDE_OUT = 7, SIDE_WIDTH = 10;
+  private static final int PAYLOAD = 11, SIDE_IN = 12, SIDE_OUT = 7;
   private static final Comparator<Row> LOG_ORDER =
       Comparator.<Row>comparingInt(r -> r.getInt(PARTITION)).thenComparingLong(r -> r.getLong(OFFSET));
 
@@ -55,7 +55,8 @@ final class AsOfJoinProcessor extends StatefulProcessor<String, Row, Row> {
       if (row.isNullAt(SIDE_IN)) {
         ruled.add(row);
       } else {
-        out.add(passThrough(row)); // a dead letter of an input (only the null key has them)
+        // a dead letter of an input (only the null key has them)
+        out.add(SideRows.passThrough(row, SIDE_IN, AsOfJoin.OUTPUT.size(), SIDE_OUT));
       }
     }
     if (!ruled.isEmpty()) {
@@ -106,11 +107,7 @@ final class AsOfJoinProcessor extends StatefulProcessor<String, Row, Row> {
       Object[] values = new Object[AsOfJoin.OUTPUT.size()];
       values[0] = "late";
       values[1] = key;
-      values[SIDE_OUT] = lateKind;
-      values[SIDE_OUT + 3] = r.get(RAW);
-      values[SIDE_OUT + 4] = r.getString(TOPIC);
-      values[SIDE_OUT + 5] = r.getInt(PARTITION);
-      values[SIDE_OUT + 6] = r.getLong(OFFSET);
+      SideRows.late(values, SIDE_OUT, lateKind, r.get(RAW), r.getString(TOPIC), r.getInt(PARTITION), r.getLong(OFFSET));
       out.add(RowFactory.create(values));
     }
   }
@@ -118,13 +115,5 @@ final class AsOfJoinProcessor extends StatefulProcessor<String, Row, Row> {
   private static String[] payload(Row r) {
     List<String> values = r.getList(PAYLOAD);
     return values.toArray(new String[0]);
-  }
-
-  private static Row passThrough(Row r) {
-    Object[] values = new Object[AsOfJoin.OUTPUT.size()];
-    for (int i = 0; i < SIDE_WIDTH; i++) {
-      values[SIDE_OUT + i] = r.get(SIDE_IN + i);
-    }
-    return RowFactory.create(values);
   }
 }

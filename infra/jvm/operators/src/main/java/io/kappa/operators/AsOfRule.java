@@ -6,7 +6,6 @@ import java.io.DataInputStream;
 import java.io.DataOutputStream;
 import java.io.IOException;
 import java.io.UncheckedIOException;
-import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.HashSet;
 import java.util.Iterator;
@@ -177,17 +176,17 @@ final class AsOfRule {
         out.writeLong(v.version());
         out.writeLong(v.validFromMs());
         out.writeLong(v.publishedMs());
-        writeStrings(out, v.payload());
+        Bytes.writeStrings(out, v.payload());
       }
       out.writeInt(state.held.size());
       for (Held h : state.held.values()) {
-        writeString(out, h.event.id());
+        Bytes.writeString(out, h.event.id());
         out.writeLong(h.event.timeMs());
-        writeStrings(out, h.event.payload());
-        writeLong(out, h.answer);
+        Bytes.writeStrings(out, h.event.payload());
+        Bytes.writeLong(out, h.answer);
       }
-      writeLong(out, state.frontierMs);
-      writeLong(out, state.settledThroughMs);
+      Bytes.writeLong(out, state.frontierMs);
+      Bytes.writeLong(out, state.settledThroughMs);
     } catch (IOException e) {
       throw new UncheckedIOException(e);
     }
@@ -203,64 +202,18 @@ final class AsOfRule {
       }
       int versions = in.readInt();
       for (int i = 0; i < versions; i++) {
-        state.versions.add(new Version(in.readLong(), in.readLong(), in.readLong(), readStrings(in)));
+        state.versions.add(new Version(in.readLong(), in.readLong(), in.readLong(), Bytes.readStrings(in)));
       }
       int held = in.readInt();
       for (int i = 0; i < held; i++) {
-        Event e = new Event(readString(in), in.readLong(), readStrings(in));
-        state.held.put(e.id(), new Held(e, readLong(in)));
+        Event e = new Event(Bytes.readString(in), in.readLong(), Bytes.readStrings(in));
+        state.held.put(e.id(), new Held(e, Bytes.readLong(in)));
       }
-      state.frontierMs = readLong(in);
-      state.settledThroughMs = readLong(in);
+      state.frontierMs = Bytes.readLong(in);
+      state.settledThroughMs = Bytes.readLong(in);
     } catch (IOException e) {
       throw new UncheckedIOException(e);
     }
     return state;
-  }
-
-  private static void writeLong(DataOutputStream out, Long value) throws IOException {
-    out.writeBoolean(value != null);
-    if (value != null) {
-      out.writeLong(value);
-    }
-  }
-
-  private static Long readLong(DataInputStream in) throws IOException {
-    return in.readBoolean() ? in.readLong() : null;
-  }
-
-  private static void writeString(DataOutputStream out, String value) throws IOException {
-    if (value == null) {
-      out.writeInt(-1);
-      return;
-    }
-    byte[] utf8 = value.getBytes(StandardCharsets.UTF_8); // writeUTF stops at 64 KiB
-    out.writeInt(utf8.length);
-    out.write(utf8);
-  }
-
-  private static String readString(DataInputStream in) throws IOException {
-    int length = in.readInt();
-    if (length < 0) {
-      return null;
-    }
-    byte[] utf8 = new byte[length];
-    in.readFully(utf8);
-    return new String(utf8, StandardCharsets.UTF_8);
-  }
-
-  private static void writeStrings(DataOutputStream out, String[] values) throws IOException {
-    out.writeInt(values.length);
-    for (String s : values) {
-      writeString(out, s);
-    }
-  }
-
-  private static String[] readStrings(DataInputStream in) throws IOException {
-    String[] values = new String[in.readInt()];
-    for (int i = 0; i < values.length; i++) {
-      values[i] = readString(in);
-    }
-    return values;
   }
 }
