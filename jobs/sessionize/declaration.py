@@ -53,4 +53,5 @@ JOB = JobSpec(
     output=SESSIONS,
     plan=plan,
     settings={"gap_minutes": 30, "allowed_lateness_minutes": 120},
+    processing_interval="0 seconds",
 )

@@ -7,7 +7,8 @@
 2. Raw ceiling: Kafka's own `ConsumerPerformance` reading all of `clicks`.
 3. Replay throughput of every discovered job, in pipeline order (a job runs once its input topics were
    produced; a job whose inputs are empty is skipped and said so): `run_job(available_now=True)` with fresh
-   checkpoints, beside Spark reading and decoding the same inputs into the no-op sink (no job logic).
+   checkpoints, beside Spark reading and decoding the same inputs into the no-op sink, and a pass-through
+   (decode, encode, write back to Kafka: the job's I/O without its logic), to which each job is a ratio.
    The per-user rules of enrich_clicks and sessionize run in the JVM (kappa.operators); py-spy samples
    whatever Python the Spark workers still run.
 (Live latency is `bench_latency.py`, with the pipeline deployed as a user deploys it.)
@@ -32,7 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
 
 from jobs.catalog import CLICKS, TOPICS, USER_PROFILES
 from kappa.avro.contracts import apply_schemas
@@ -45,8 +48,8 @@ from kappa.runtime.runner import run_job
 from kappa.settings import KappaSettings
 from kappa.spark import get_spark
 from kappa.stack.java import stack_java
-from kappa.topic_io import read_topic
-from kappa.topics import Topic, apply
+from kappa.topic_io import publish, read_topic, topic_encoder
+from kappa.topics import Cleanup, Topic, apply, dead_letters_of, late_events_of
 from tests.benchmarks.common import bench_stack, report, timed
 
 SEED = 11
@@ -109,7 +112,14 @@ def load(settings: KappaSettings, events: int, users: int, reuse: bool) -> dict[
     """The clickstream in `clicks` and `user_profiles` (generated, or reused when the stamp matches)."""
     stamp_file = settings.stack_path / STAMP
     wanted = {"seed": SEED, "events": events, "users": users}
-    derived = [t for t in TOPICS if t not in (CLICKS, USER_PROFILES)]
+    # besides the catalog: each job input's dead letters and each job output's late side topic (a job checks
+    # that every topic it writes exists before it starts)
+    jobs = discover().values()
+    side = {t.name: t for t in TOPICS}
+    side |= {dead_letters_of(t).name: dead_letters_of(t) for spec in jobs for t in spec.inputs}
+    side |= {late_events_of(s.output).name: late_events_of(s.output) for s in jobs if isinstance(s.output, Topic)}
+    side_topics = [t for name, t in side.items() if name not in {t.name for t in TOPICS}]
+    derived = [t for t in TOPICS if t not in (CLICKS, USER_PROFILES)] + side_topics
     if reuse and stamp_file.is_file():
         stamp = json.loads(stamp_file.read_text())
         now = {t.name: {str(p): o for p, o in end_offsets(settings, t.name).items()} for t in (CLICKS, USER_PROFILES)}
@@ -120,7 +130,7 @@ def load(settings: KappaSettings, events: int, users: int, reuse: bool) -> dict[
             return {**stamp, "reused": True}
         print(f"{stamp_file} does not match (wanted {wanted}, end offsets {now}): generating afresh")
     stamp_file.unlink(missing_ok=True)
-    recreate(settings, list(TOPICS))
+    recreate(settings, [*TOPICS, *side_topics])
     apply_schemas(settings.schemas_path, TOPICS, settings.registry)
     print(f"generating {events:,} clicks of {users:,} users (seed {SEED}) ...")
     generated = generate(settings, StreamConfig(events=events, users=users, seed=SEED), CLICKS, USER_PROFILES)
@@ -305,6 +315,39 @@ def decode_only(spark: SparkSession, settings: KappaSettings, spec: JobSpec) -> 
     return timed(run)
 
 
+def pass_through(spark: SparkSession, settings: KappaSettings, spec: JobSpec) -> float:
+    """Seconds for Spark to read, decode, re-encode (Confluent Avro, the registered schema) and write the job's
+    inputs back to Kafka, each record to its own partition number of a copy topic: the job's I/O, no logic."""
+    checkpoint = f"{settings.checkpoint_root}/pass-through"
+    shutil.rmtree(checkpoint, ignore_errors=True)
+    copies = [Topic(f"{t.name}.pass-through", partitions=t.partitions, cleanup=Cleanup.DELETE) for t in spec.inputs]
+    recreate(settings, copies)
+
+    def copy_of(topic: Topic, copy: Topic) -> StreamingQuery:
+        encode = topic_encoder(settings, topic)
+        key = F.col(topic.key_field) if topic.key_field else F.lit(None)
+
+        def write(batch: DataFrame, batch_id: int) -> None:
+            publish(encode(batch, key, F.col("kafka_partition")), settings, copy.name)
+
+        records = read_topic(spark, settings, topic, job="bench", job_version=1, with_raw=True).records
+        return (
+            records.writeStream.foreachBatch(write)
+            .option("checkpointLocation", f"{checkpoint}/{topic.name}")
+            .trigger(availableNow=True)
+            .start()
+        )
+
+    def run() -> None:
+        queries = [copy_of(topic, copy) for topic, copy in zip(spec.inputs, copies, strict=True)]
+        for query in queries:
+            query.awaitTermination()
+            if query.exception():
+                raise RuntimeError(query.exception())
+
+    return timed(run)
+
+
 def throughput(
     spark: SparkSession, settings: KappaSettings, max_offsets: int | None, py_spy: bool
 ) -> tuple[list[dict[str, Any]], list[str], list[tuple[str, dict[str, int]]]]:
@@ -327,6 +370,9 @@ def throughput(
             decode_only(spark, settings, spec)  # warm-up: the session's first query pays for JIT and metadata
         seconds = decode_only(spark, settings, spec)
         rows.append(_rate_row(f"{spec.name}: Spark read+decode only", events, seconds, "no job logic, noop sink"))
+        copied = _rate_row(f"{spec.name}: Spark pass-through", events, pass_through(spark, settings, spec),
+                           "decode, encode, write to Kafka; no job logic")  # fmt: skip
+        rows.append(copied)
         fresh_outputs(settings, spec)
         print(f"running {spec.name} over {events:,} input records ({sizes}) ...")
         sampler = WorkerSampler(Path(f"{settings.checkpoint_root}/{spec.name}.pyspy")) if py_spy else None
@@ -345,9 +391,12 @@ def throughput(
         note = f"{run.batches.get(query, 0)} batch(es), {run.input_rows.get(query, 0):,} rows read by {query}"
         note += note_sampled
         row = _rate_row(f"{spec.name}: job (availableNow)", events, run.seconds, note)
+        row["of_pass_through"] = f"{row['events_per_s'] / copied['events_per_s']:.0%}" if copied["events_per_s"] else ""
         if spec.name in TARGET_PER_CORE:
             row["target_per_core"] = TARGET_PER_CORE[spec.name]
         rows.append(row)
+        print(f"{spec.name}: {row['events_per_s']:,.0f} events/s ({row['per_core']:,.0f} per core), "
+              f"{row['of_pass_through']} of the pass-through ({copied['events_per_s']:,.0f} events/s)")  # fmt: skip
         if isinstance(spec.output, Topic):
             produced = size(settings, spec.output.name)
             notes.append(f"{spec.name}: wrote {produced:,} records to {spec.output.name}")
@@ -359,7 +408,7 @@ def throughput(
 def _rate_row(what: str, events: int, seconds: float, note: str = "") -> dict[str, Any]:
     rate = events / seconds if seconds > 0 else 0.0
     return {"what": what, "events": events, "seconds": round(seconds, 2), "events_per_s": rate,
-            "per_core": rate / CORES, "target_per_core": "", "note": note}  # fmt: skip
+            "per_core": rate / CORES, "target_per_core": "", "of_pass_through": "", "note": note}  # fmt: skip
 
 
 # ------------------------------------------------------------------------ main ---------------------
