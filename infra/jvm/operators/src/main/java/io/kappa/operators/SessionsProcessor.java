@@ -1,68 +1,33 @@
 package io.kappa.operators;
 
 import java.util.ArrayList;
-import java.util.Comparator;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Set;
-import org.apache.spark.sql.Encoders;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
-import org.apache.spark.sql.streaming.OutputMode;
-import org.apache.spark.sql.streaming.StatefulProcessor;
-import org.apache.spark.sql.streaming.TTLConfig;
-import org.apache.spark.sql.streaming.TimeMode;
-import org.apache.spark.sql.streaming.TimerValues;
-import org.apache.spark.sql.streaming.ValueState;
-import scala.jdk.javaapi.CollectionConverters;
 
 /** Spark's side of sessionization: one key's rows of a batch, in log order, through {@link SessionRule}. */
-final class SessionsProcessor extends StatefulProcessor<String, Row, Row> {
+final class SessionsProcessor extends KeyedRuleProcessor {
   private static final long serialVersionUID = 1L;
 
   // Positions in Sessions.INPUT and Sessions.OUTPUT.
   private static final int TOPIC = 1, PARTITION = 2, OFFSET = 3, RAW = 4, EVENT_ID = 5, EVENT_TIME = 6;
   private static final int PAGE = 7, SEGMENT = 8, SIDE_IN = 9, SIDE_OUT = 10;
-  private static final Comparator<Row> LOG_ORDER =
-      Comparator.<Row>comparingInt(r -> r.getInt(PARTITION)).thenComparingLong(r -> r.getLong(OFFSET));
 
   private final long gapMs;
   private final long latenessMs;
   private final String lateKind;
-  private transient ValueState<byte[]> state;
 
   SessionsProcessor(long gapMs, long latenessMs, String lateKind) {
+    super(PARTITION, OFFSET, SIDE_IN, Sessions.OUTPUT.size(), SIDE_OUT);
     this.gapMs = gapMs;
     this.latenessMs = latenessMs;
     this.lateKind = lateKind;
   }
 
   @Override
-  public void init(OutputMode outputMode, TimeMode timeMode) {
-    state = getHandle().getValueState("sessions", Encoders.BINARY(), TTLConfig.NONE());
-  }
-
-  @Override
-  public scala.collection.Iterator<Row> handleInputRows(
-      String key, scala.collection.Iterator<Row> rows, TimerValues timerValues) {
-    List<Row> out = new ArrayList<>();
-    List<Row> ruled = new ArrayList<>();
-    while (rows.hasNext()) {
-      Row row = rows.next();
-      if (row.isNullAt(SIDE_IN)) {
-        ruled.add(row);
-      } else { // a dead letter of the input (only the null key has them)
-        out.add(SideRows.passThrough(row, SIDE_IN, Sessions.OUTPUT.size(), SIDE_OUT));
-      }
-    }
-    if (!ruled.isEmpty()) {
-      apply(key, ruled, out);
-    }
-    return CollectionConverters.asScala(out.iterator());
-  }
-
-  private void apply(String key, List<Row> rows, List<Row> out) {
-    rows.sort(LOG_ORDER); // stable: rows at the same position keep Spark's order, as numpy's lexsort does
+  byte[] apply(String key, byte[] stored, List<Row> rows, List<Row> out) {
     List<SessionRule.Event> events = new ArrayList<>(rows.size());
     for (Row r : rows) {
       events.add(
@@ -70,9 +35,8 @@ final class SessionsProcessor extends StatefulProcessor<String, Row, Row> {
               r.getString(EVENT_ID), r.getLong(EVENT_TIME), r.getString(PAGE), r.getString(SEGMENT)));
     }
     SessionRule.State current =
-        state.exists() ? SessionRule.deserialize(state.get()) : new SessionRule.State();
+        stored != null ? SessionRule.deserialize(stored) : new SessionRule.State();
     SessionRule.Changes changes = SessionRule.apply(key, current, events, gapMs, latenessMs);
-    state.update(SessionRule.serialize(current));
     for (SessionRule.Session s : changes.upserts()) {
       Object[] values = new Object[Sessions.OUTPUT.size()];
       values[0] = "upsert";
@@ -109,5 +73,6 @@ final class SessionsProcessor extends StatefulProcessor<String, Row, Row> {
       SideRows.late(values, SIDE_OUT, lateKind, r.get(RAW), r.getString(TOPIC), r.getInt(PARTITION), r.getLong(OFFSET));
       out.add(RowFactory.create(values));
     }
+    return SessionRule.serialize(current);
   }
 }

@@ -1,0 +1,71 @@
+package io.kappa.operators;
+
+import java.util.ArrayList;
+import java.util.Comparator;
+import java.util.List;
+import org.apache.spark.sql.Encoders;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.streaming.OutputMode;
+import org.apache.spark.sql.streaming.StatefulProcessor;
+import org.apache.spark.sql.streaming.TTLConfig;
+import org.apache.spark.sql.streaming.TimeMode;
+import org.apache.spark.sql.streaming.TimerValues;
+import org.apache.spark.sql.streaming.ValueState;
+import scala.jdk.javaapi.CollectionConverters;
+
+/**
+ * What every operator does around its rule: dead letters (rows with side_kind set, only under the null key)
+ * pass through, the key's other rows of the batch are put in log order (kafka_partition, kafka_offset), and
+ * the key's state is one byte value in the state store.
+ */
+abstract class KeyedRuleProcessor extends StatefulProcessor<String, Row, Row> {
+  private static final long serialVersionUID = 1L;
+
+  private final int partition;
+  private final int offset;
+  private final int sideIn;
+  private final int outputWidth;
+  private final int sideOut;
+  private transient ValueState<byte[]> state;
+
+  KeyedRuleProcessor(int partition, int offset, int sideIn, int outputWidth, int sideOut) {
+    this.partition = partition;
+    this.offset = offset;
+    this.sideIn = sideIn;
+    this.outputWidth = outputWidth;
+    this.sideOut = sideOut;
+  }
+
+  @Override
+  public final void init(OutputMode outputMode, TimeMode timeMode) {
+    state = getHandle().getValueState("state", Encoders.BINARY(), TTLConfig.NONE());
+  }
+
+  @Override
+  public final scala.collection.Iterator<Row> handleInputRows(
+      String key, scala.collection.Iterator<Row> rows, TimerValues timerValues) {
+    List<Row> out = new ArrayList<>();
+    List<Row> ruled = new ArrayList<>();
+    while (rows.hasNext()) {
+      Row row = rows.next();
+      if (row.isNullAt(sideIn)) {
+        ruled.add(row);
+      } else {
+        out.add(SideRows.passThrough(row, sideIn, outputWidth, sideOut));
+      }
+    }
+    if (!ruled.isEmpty()) {
+      // stable: rows at the same position keep Spark's order, as numpy's lexsort does
+      ruled.sort(
+          Comparator.<Row>comparingInt(r -> r.getInt(partition))
+              .thenComparingLong(r -> r.getLong(offset)));
+      byte[] stored = apply(key, state.exists() ? state.get() : null, ruled, out);
+      state.update(stored);
+    }
+    return CollectionConverters.asScala(out.iterator());
+  }
+
+  /** Apply the rule to one key's rows in log order: append what to emit to {@code out}, return the new
+   * state ({@code stored} is null for a key seen the first time). */
+  abstract byte[] apply(String key, byte[] stored, List<Row> rows, List<Row> out);
+}
