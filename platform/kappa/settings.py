@@ -137,11 +137,10 @@ class KappaSettings(BaseSettings):
 
     @model_validator(mode="after")
     def _derive(self) -> KappaSettings:
+        # Absolute: the stack's services run in their own folders, where a relative path means something else.
         self.state_dir = self.state_dir.expanduser().resolve()
-        if self.stack_dir is None:
-            self.stack_dir = self.state_dir / "stack"
-        if self.jars_dir is None:
-            self.jars_dir = self.state_dir / "jars"
+        self.stack_dir = (self.stack_dir or self.state_dir / "stack").expanduser().resolve()
+        self.jars_dir = (self.jars_dir or self.state_dir / "jars").expanduser().resolve()
         if self.schemas_dir is None:
             root = project_root()
             self.schemas_dir = root / "schemas" if root else self.state_dir / "schemas"
@@ -149,8 +148,7 @@ class KappaSettings(BaseSettings):
             self.delta_root = str(self.state_dir / "delta")
         if self.checkpoint_root is None:
             self.checkpoint_root = str(self.state_dir / "checkpoints")
-        if self.deployments_dir is None:
-            self.deployments_dir = self.state_dir / "deployments"
+        self.deployments_dir = (self.deployments_dir or self.state_dir / "deployments").expanduser().resolve()
         if self.deploy_launcher is Launcher.SPARK_SUBMIT and not _CLUSTER_MASTER.match(self.spark_master):
             raise ValueError(
                 f"KAPPA_DEPLOY_LAUNCHER=spark-submit submits jobs to a cluster, but KAPPA_SPARK_MASTER is "

@@ -89,3 +89,14 @@ def test_a_misspelled_variable_is_a_warning_naming_the_nearest_setting() -> None
         "warning: KAPPA_KAFKA_PRT is not a setting, ignored; did you mean KAPPA_KAFKA_PORT?",
         "warning: KAPPA_ZZZ is not a setting, ignored",
     ]
+
+
+def test_relative_folders_become_absolute(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The stack's services start in their own folders: a relative KAPPA_STACK_DIR must not mean another place."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KAPPA_STACK_DIR", "state/my-stack")
+    settings = load_settings(state_dir=Path("state"), deployments_dir=Path("deps"))
+    assert settings.stack_dir == tmp_path / "state" / "my-stack"
+    assert settings.state_dir == tmp_path / "state"
+    assert settings.deployments_dir == tmp_path / "deps"
+    assert settings.jars_path == tmp_path / "state" / "jars"
