@@ -28,6 +28,11 @@ QUIET_LOGGERS = {
     "org.apache.spark.scheduler.DAGScheduler": "a stop cancelling the job groups of batches already finished",
     "org.apache.spark.rdd.MapPartitionsRDD": "Delta's MERGE checkpoints its source locally, per batch",
     "org.apache.spark.util.SparkStringUtils": "a long plan shortened in a log line",
+    "org.apache.spark.sql.execution.datasources.v2.WriteToDataSourceV2Exec": "a stop ends a real-time batch and "
+    "aborts its write (written again after a restart); a failed query is the runner's one line",
+    "org.apache.spark.sql.execution.datasources.v2.DataWritingSparkTask": "the same, per task",
+    "org.apache.spark.scheduler.TaskSetManager": "the same: its running tasks killed (a task that fails fails "
+    "its query, which the runner reports)",
     "org.apache.kafka.clients.NetworkClient": "a broker not reachable, per connection attempt: the runner says "
     "it once per retry",
 }
@@ -59,7 +64,12 @@ def log4j_config(settings: KappaSettings) -> str:
         "appender.file.name = file",
         f"appender.file.fileName = {log_file(settings)}",
         "appender.file.append = true",
-        "appender.file.locking = true",  # every driver of the machine appends to it
+        # Every driver of the machine appends to it, each event in one unbuffered write to a file opened for
+        # appending: they do not interleave. No file lock: Spark interrupts task threads (a cancelled job, a
+        # stopped real-time batch), and a thread interrupted while it waits for the lock closes the file for
+        # the rest of the process.
+        "appender.file.locking = false",
+        "appender.file.bufferedIo = false",
         "appender.file.layout.type = PatternLayout",
         f"appender.file.layout.pattern = {_PATTERN.replace(': %m', ' [pid %pid]: %m')}",
         "rootLogger.level = warn",
