@@ -134,9 +134,11 @@ def output_spec(job: JobSpec, topics_by_name: Mapping[str, Topic]) -> AssetSpec:
         "settings": MetadataValue.json(dict(job.settings)),
         "catch_up_command": " ".join(job_command(job)[1:]),
     }
+    if job.real_time:  # live in Spark's real-time mode: batches of this length, records in milliseconds
+        metadata["real_time_batch"] = job.real_time
     return AssetSpec(
         key=output_key(job),
-        deps=[topic_key(t.name) for t in job.inputs],
+        deps=[topic_key(t.name) for t in (*job.inputs, *job.lookups)],
         description=f"{job.description}\n\n{doc}".strip(),
         code_version=str(job.version),
         group_name=JOBS_GROUP,
@@ -236,7 +238,7 @@ def build_assets(
         if key in writers:
             raise ValueError(f"jobs {writers[key]} and {job.name} both declare the output {key.to_user_string()}")
         writers[key] = job.name
-    read = {t.name: t for job in jobs.values() for t in job.inputs}
+    read = {t.name: t for job in jobs.values() for t in (*job.inputs, *job.lookups)}
     sources: dict[str, Topic] = {}
     for topic in [*catalog, *read.values()]:
         if topic_key(topic.name) in writers or is_side_topic(topic.name) or topic.name in sources:

@@ -41,6 +41,18 @@ ENRICHED_CLICKS = Topic(
     doc="Clicks with the profile valid at their event time, keyed by event id (output of enrich_clicks).",
 )
 
+ENRICHED_CLICKS_REALTIME = Topic(
+    name="enriched_clicks_realtime",
+    partitions=4,
+    cleanup=Cleanup.COMPACT,
+    value_schema="enriched_click.avsc",
+    key_field="event_id",
+    doc=(
+        "Clicks with their user's latest published profile, within milliseconds (output of "
+        "enrich_clicks_realtime): provisional; enriched_clicks holds the authoritative, replayable answer."
+    ),
+)
+
 SESSIONS = Topic(
     name="sessions",
     partitions=4,
@@ -51,7 +63,7 @@ SESSIONS = Topic(
     doc="Event-time sessions keyed by session id; updated as they grow, tombstoned when merged away.",
 )
 
-DATASETS: tuple[Topic, ...] = (CLICKS, USER_PROFILES, ENRICHED_CLICKS, SESSIONS)
+DATASETS: tuple[Topic, ...] = (CLICKS, USER_PROFILES, ENRICHED_CLICKS, ENRICHED_CLICKS_REALTIME, SESSIONS)
 SOURCES: tuple[Topic, ...] = (CLICKS, USER_PROFILES)  # written outside the platform
 
 

@@ -133,6 +133,7 @@ LONGEST_FIRST = (
     "unit/test_decoding_is_total.py",  # 45
     "integration/test_dagster_materialize.py",  # 40
     "unit/test_quality.py",  # 35
+    "integration/test_realtime_lane.py",  # 25
     "integration/test_aliases.py",  # 25
     "integration/test_replay_horizon.py",  # 25
     "e2e/test_bad_setup.py",  # 20

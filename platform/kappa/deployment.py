@@ -38,7 +38,7 @@ def input_versions(job: JobSpec, jobs: Mapping[str, JobSpec], aliases: Mapping[s
     """Derived input dataset -> the version this job reads: the live alias, else the writer's declared version."""
     by_dataset = writers(jobs)
     versions = {}
-    for topic in job.inputs:
+    for topic in (*job.inputs, *job.lookups):
         writer = by_dataset.get(topic.name)
         if writer is None:
             continue  # a source topic: one physical topic, no versions
@@ -55,6 +55,7 @@ def bind(job: JobSpec, version: int, jobs: Mapping[str, JobSpec], aliases: Mappi
     return replace(
         job,
         inputs=tuple(t.versioned(inputs[t.name]) if t.name in inputs else t for t in job.inputs),
+        lookups=tuple(t.versioned(inputs[t.name]) if t.name in inputs else t for t in job.lookups),
         output=output,
     )
 

@@ -77,6 +77,14 @@ def side_records(
     `topic` is where each goes: `<input>.dlq` for a dead letter of one of `inputs`, `<output_topic>.late` for a
     late record (a job writing a table has no late records).
     """
+    columns = side_record_columns(job, job_version, inputs, output_topic)
+    return rows.select(*[column.alias(name) for name, column in columns.items()])
+
+
+def side_record_columns(
+    job: str, job_version: int, inputs: Sequence[str] = (), output_topic: str | None = None
+) -> dict[str, Column]:
+    """The Kafka record of a side row, column by column (key, value, headers, topic): see `side_records`."""
     target: Column = F.lit(None).cast("string")  # a side row comes from an input, so never stays null
     for topic in inputs:
         target = F.when(F.col("side_topic") == topic, F.lit(dlq_topic(topic))).otherwise(target)
@@ -95,9 +103,9 @@ def side_records(
         kafka_header(H_CONTRACT_BROKEN, F.col("side_broken")),
         kafka_header(H_CONTRACT_SUITE, F.col("side_suite")),
     )
-    return rows.select(
-        F.col("side_key").alias("key"),
-        F.col("side_value").alias("value"),
-        F.filter(headers, lambda h: h["value"].isNotNull()).alias("headers"),  # only headers that say something
-        target.alias("topic"),
-    )
+    return {
+        "key": F.col("side_key"),
+        "value": F.col("side_value"),
+        "headers": F.filter(headers, lambda h: h["value"].isNotNull()),  # only headers that say something
+        "topic": target,
+    }

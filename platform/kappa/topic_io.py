@@ -235,15 +235,7 @@ def topic_contract(settings: KappaSettings, topic: Topic) -> RowContract | None:
 
 def topic_encoder(settings: KappaSettings, topic: Topic) -> Callable[[DataFrame, Column, Column | None], DataFrame]:
     """Resolve the topic's registered schema id once; return rows -> key, value[, partition] for Kafka."""
-    schema = value_schema(settings, topic)
-    with Registry(settings.registry) as registry:
-        schema_id = registry.lookup(topic.value_subject, schema)
-    if schema_id is None:
-        raise KappaError(
-            f"schemas/{topic.value_schema} is not registered under {topic.value_subject}: "
-            "run `kappa schemas apply` (the platform registers schemas on purpose, never on the fly)"
-        )
-    value = encode_confluent(struct_for(schema), schema, schema_id)
+    value = topic_value(settings, topic)
 
     def encode(df: DataFrame, key: Column, partition: Column | None = None) -> DataFrame:
         columns = [key.cast("string").cast("binary").alias("key"), value.alias("value")]
@@ -252,6 +244,20 @@ def topic_encoder(settings: KappaSettings, topic: Topic) -> Callable[[DataFrame,
         return df.select(*columns)
 
     return encode
+
+
+def topic_value(settings: KappaSettings, topic: Topic) -> Column:
+    """The Kafka value of a row whose columns are the topic's schema fields: Confluent Avro under the schema id
+    the registry has for it (resolved now, once)."""
+    schema = value_schema(settings, topic)
+    with Registry(settings.registry) as registry:
+        schema_id = registry.lookup(topic.value_subject, schema)
+    if schema_id is None:
+        raise KappaError(
+            f"schemas/{topic.value_schema} is not registered under {topic.value_subject}: "
+            "run `kappa schemas apply` (the platform registers schemas on purpose, never on the fly)"
+        )
+    return encode_confluent(struct_for(schema), schema, schema_id)
 
 
 def encode_for_topic(
@@ -265,17 +271,19 @@ def encode_for_topic(
     return topic_encoder(settings, topic)(df, key, partition)
 
 
+# Every Kafka write of the platform: durable (acks=all, idempotent producer), compressed, batched briefly.
+KAFKA_WRITE_OPTIONS = {
+    "kafka.acks": "all",
+    "kafka.enable.idempotence": "true",
+    "kafka.compression.type": "lz4",
+    "kafka.linger.ms": "20",
+}
+
+
 def publish(records: DataFrame, settings: KappaSettings, topic: str | None = None) -> None:
     """Write one batch of Kafka records (key, value[, partition, headers, topic]) durably (acks=all, idempotent).
     Without `topic`, each record names its own in a `topic` column."""
-    writer = (
-        records.write.format("kafka")
-        .options(**kafka_options(settings))
-        .option("kafka.acks", "all")
-        .option("kafka.enable.idempotence", "true")
-        .option("kafka.compression.type", "lz4")
-        .option("kafka.linger.ms", "20")
-    )
+    writer = records.write.format("kafka").options(**kafka_options(settings), **KAFKA_WRITE_OPTIONS)
     if topic is not None:
         writer = writer.option("topic", topic)
     writer.save()

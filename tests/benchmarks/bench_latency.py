@@ -3,7 +3,7 @@
 The bench stack gets the catalog's topics and schemas (`kappa schemas apply`, `kappa topics apply`), a profile for
 every user, and the pipeline's jobs deployed as a user deploys them (`kappa jobs start <job>` for each, declared
 versions, declared triggers). Then, per rate: a warm-up, and `--seconds` of clicks at that fixed rate (event time =
-record time = now), each click's produce time kept. Three paths, per click:
+record time = now), each click's produce time kept. The paths, per click:
 
 - `enriched_clicks`: the first time a consumer (fetch wait 10 ms) receives the click's record (key = event id) on
   the live physical topic;
@@ -11,6 +11,8 @@ record time = now), each click's produce time kept. Three paths, per click:
   `end_time` at or after the click's event time);
 - Delta `page_stats`: the commit timestamp of the first `page_stats` commit of the batch that read the click's
   `enriched_clicks` record (its offset against the job's checkpoint offset log; the commit's `txn` names the batch).
+- `enriched_clicks_realtime` (when its job is among the deployed ones): as `enriched_clicks`, on the real-time
+  lane's topic.
 
 Reported per rate: p50, p95, p99 and max in ms, the rate the producer reached, and whether the pipeline kept up
 (every job's consumer lag summed, sampled every 5 s: `kept up` when the mean lag of the run's last third is no
@@ -59,7 +61,8 @@ from kappa.settings import KappaSettings, project_root
 from tests.benchmarks.common import bench_stack, cli_env, report
 
 SEED = 17
-PATHS = ("enriched_clicks", "sessions", "page_stats")
+PATHS = ("enriched_clicks", "sessions", "page_stats", "enriched_clicks_realtime")
+REAL_TIME_JOB = "enrich_clicks_realtime"  # its path is measured when it is among the deployed jobs
 LAG_SAMPLE_S = 5.0
 
 
@@ -133,11 +136,14 @@ class Pipeline:
     page_stats_checkpoint: str
     page_stats_app_id: str
     jobs: tuple[tuple[str, int], ...]
+    realtime: str | None = None  # the real-time lane's topic, when its job is deployed
 
     @classmethod
     def of(cls, settings: KappaSettings, jobs: list[str]) -> Pipeline:
         enrich, sessionize, stats = (deployed_job(settings, j) for j in ("enrich_clicks", "sessionize", "page_stats"))
+        lane = deployed_job(settings, REAL_TIME_JOB) if REAL_TIME_JOB in jobs else None
         return cls(
+            realtime=physical_output(lane, settings, lane.version)[1] if lane else None,
             enriched=physical_output(enrich, settings, enrich.version)[1],
             sessions=physical_output(sessionize, settings, sessionize.version)[1],
             page_stats_path=physical_output(stats, settings, stats.version)[1],
@@ -432,6 +438,10 @@ def measure(
             settings, "sessionize").output))  # fmt: skip
         receivers = {"enriched": Receiver(settings, pipeline.enriched),
                      "sessions": Receiver(settings, pipeline.sessions, session_decoder)}  # fmt: skip
+        if pipeline.realtime:
+            receivers["realtime"] = Receiver(settings, pipeline.realtime)
+        # the path that sees a click first: the run waits for the last click on it
+        first_path = "enriched" if any(job == "enrich_clicks" for job, _ in pipeline.jobs) else "realtime"
         for r in receivers.values():
             r.start()
         for r in receivers.values():
@@ -446,7 +456,7 @@ def measure(
         ok, lag_note = kept_up(lag.samples, rate)
         # What was produced may still be on its way: wait (bounded) until every path has seen the last click.
         deadline, last_id = time.monotonic() + drain, produced.ids[-1]
-        seen_last = lambda: any(row[0] == last_id for row in receivers["enriched"].rows[-50_000:])  # noqa: E731
+        seen_last = lambda: any(row[0] == last_id for row in receivers[first_path].rows[-50_000:])  # noqa: E731
         while time.monotonic() < deadline and not seen_last():
             time.sleep(1)
         # the sessions and the Delta commit of the batches after it follow the enriched record
@@ -465,6 +475,9 @@ def measure(
         "sessions": sessions_latency(clicks, sessions),
         "page_stats": page_stats_latency(clicks, enriched, pipeline, pipeline.enriched),
     }
+    if "realtime" in receivers:
+        lane = pd.DataFrame(receivers["realtime"].rows, columns=["key", "partition", "offset", "received"])
+        paths["enriched_clicks_realtime"] = enriched_latency(clicks, lane)
     rows = []
     for path, latency in paths.items():
         rows.append({"rate": rate, "achieved": round(achieved), "path": path, **percentiles(latency, len(clicks)),

@@ -47,7 +47,8 @@ def test_every_job_output_is_an_asset_with_its_version_and_its_inputs_as_deps() 
         node = graph.get(output_key(job))
         assert node.is_materializable, job.name
         assert node.code_version == str(job.version), job.name
-        assert node.parent_keys == {topic_key(t.name) for t in job.inputs}, job.name
+        # what it streams and what it reads as a lookup table
+        assert node.parent_keys == {topic_key(t.name) for t in (*job.inputs, *job.lookups)}, job.name
         assert node.group_name == "jobs"
         assert job.description in (node.description or "")
 
@@ -55,7 +56,7 @@ def test_every_job_output_is_an_asset_with_its_version_and_its_inputs_as_deps() 
 def test_source_topics_are_external_assets_and_nothing_is_undeclared() -> None:
     graph = defs.resolve_asset_graph()
     outputs = {output_key(j) for j in JOBS.values()}
-    read = {topic_key(t.name) for j in JOBS.values() for t in j.inputs}
+    read = {topic_key(t.name) for j in JOBS.values() for t in (*j.inputs, *j.lookups)}
     # Sources: read by a job, written by none.
     assert read - outputs == {topic_key(CLICKS.name), topic_key(USER_PROFILES.name)}
     assert graph.external_asset_keys == read - outputs

@@ -15,7 +15,7 @@ from kappa.settings import KappaSettings
 from kappa.topics import Topic
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
     from kappa.topic_io import DecodedTopic
 
@@ -78,6 +78,21 @@ class JobPlan:
 
 
 @dataclass(frozen=True)
+class RealTimePlan:
+    """What a real-time job's `plan` returns: stateless rows that the runtime writes with Spark's Kafka sink
+    alone (no Python between batches), so its live query runs in Spark's real-time mode.
+
+    `rows` has the output topic's schema fields as columns and, in the SIDE columns, its inputs' dead letters
+    (the decoded `rows` carry them). The runtime encodes each output row under `key` (and `partition`, if given)
+    and sends each side row to its dead-letter topic, all in one Kafka write.
+    """
+
+    rows: DataFrame
+    key: Column
+    partition: Column | None = None
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """A single-step streaming job: inputs (topics), exactly one output (a topic or a Delta table)."""
 
@@ -87,9 +102,15 @@ class JobSpec:
     inputs: tuple[Topic, ...]
     output: Topic | DeltaTable
     # Builds the job's rows and batch write from the context (reads its inputs with `ctx.read`).
-    plan: Callable[[JobContext], JobPlan]
+    plan: Callable[[JobContext], JobPlan | RealTimePlan]
     processing_interval: str = "5 seconds"
     settings: dict[str, Any] = field(default_factory=dict)  # job-specific knobs, documented in the job
+    # Compacted topics the job reads whole, as a table (`ctx.read_lookup`), again in every batch: not streamed,
+    # so they have no offsets and no lag of the job's own.
+    lookups: tuple[Topic, ...] = ()
+    # A plan returning a RealTimePlan runs live in Spark's real-time mode: each long-running batch lasts this
+    # long (its checkpoint, and the lookups' refresh, come at its end); replays run it as micro-batches.
+    real_time: str | None = None
 
     def bound(self, topic_names: Mapping[str, str]) -> JobSpec:
         """The same job reading and writing other physical topics (declared name -> physical name): a
@@ -99,13 +120,20 @@ class JobSpec:
             return replace(topic, name=topic_names.get(topic.name, topic.name))
 
         output = rename(self.output) if isinstance(self.output, Topic) else self.output
-        return replace(self, inputs=tuple(rename(t) for t in self.inputs), output=output)
+        return replace(
+            self,
+            inputs=tuple(rename(t) for t in self.inputs),
+            lookups=tuple(rename(t) for t in self.lookups),
+            output=output,
+        )
 
     def __post_init__(self) -> None:
         if not self.name.isidentifier():
             raise ValueError(f"job name {self.name!r} must be an identifier (it names folders and queries)")
         if self.version < 1:
             raise ValueError(f"job {self.name}: version must be >= 1")
+        if self.real_time is not None and not isinstance(self.output, Topic):
+            raise ValueError(f"job {self.name}: real time mode writes with the Kafka sink, so its output is a topic")
 
 
 def version_checkpoints(settings: KappaSettings, job: str, version: int) -> str:
@@ -141,7 +169,11 @@ class JobContext:
         return f"kappa.{self.spec.name}.v{self.version}"
 
     def trigger(self) -> dict[str, Any]:
-        return {"availableNow": True} if self.available_now else {"processingTime": self.spec.processing_interval}
+        if self.available_now:
+            return {"availableNow": True}
+        if self.spec.real_time is not None:
+            return {"realTime": self.spec.real_time}
+        return {"processingTime": self.spec.processing_interval}
 
     def output_path(self) -> str:
         if not isinstance(self.spec.output, DeltaTable):
@@ -162,3 +194,12 @@ class JobContext:
             max_offsets_per_trigger=self.max_offsets_per_trigger,
             with_raw=with_raw,
         )
+
+    def read_lookup(self, topic: Topic) -> DataFrame:
+        """A declared lookup, read whole as a table: the latest value per key (a tombstone removes its key).
+        Undecodable records are not in it: the job that streams the topic sends them to its dead letters."""
+        from kappa.compacted import latest_per_key
+
+        if topic.name not in {t.name for t in self.spec.lookups}:
+            raise ValueError(f"job {self.spec.name} reads {topic.name} as a lookup but does not declare it in lookups")
+        return latest_per_key(self.spark, self.settings, topic)

@@ -48,7 +48,8 @@ def pipeline_order(jobs: dict[str, JobSpec]) -> list[JobSpec]:
         ready = [
             job
             for name, job in sorted(jobs.items())
-            if name not in placed and all(writers.get(t.name, name) in placed | {name} for t in job.inputs)
+            if name not in placed
+            and all(writers.get(t.name, name) in placed | {name} for t in (*job.inputs, *job.lookups))
         ]
         if not ready:
             raise KappaError(f"the jobs {sorted(set(jobs) - placed)} read each other's outputs in a cycle")

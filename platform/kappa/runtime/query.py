@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from kappa.avro.registry import Registry, RegistryError
 from kappa.deadletter import DeadLetterKind
-from kappa.runtime.declaration import JobContext, JobPlan
+from kappa.runtime.declaration import JobContext, JobPlan, RealTimePlan
 from kappa.topics import Topic
 
 if TYPE_CHECKING:
@@ -97,8 +97,58 @@ class WriterWatch:
         self._registry.close()
 
 
-def start_query(ctx: JobContext, plan: JobPlan, control: QueryControl, watch: WriterWatch) -> StreamingQuery:
+def start_query(
+    ctx: JobContext, plan: JobPlan | RealTimePlan, control: QueryControl, watch: WriterWatch
+) -> StreamingQuery:
     """Start the job's one query over `plan.rows` (ctx names it, checkpoints it and sets its trigger)."""
+    if isinstance(plan, RealTimePlan):
+        return _start_kafka_query(ctx, plan)
+    return _start_batch_function_query(ctx, plan, control, watch)
+
+
+def _start_kafka_query(ctx: JobContext, plan: RealTimePlan) -> StreamingQuery:
+    """One Kafka write per batch, for output and side rows alike: the `topic` column says where each goes.
+
+    Nothing runs in Python between batches, so the runner checks the registry for new writer versions itself
+    (see the runner), and a stop ends the query at once: a long-running batch would otherwise hold it until its
+    end. What the ended batch wrote is written again after a restart, under the same keys (at least once, as
+    every Kafka output here).
+    """
+    from pyspark.sql import functions as F
+
+    from kappa.side_outputs import SIDE_KIND, side_record_columns
+    from kappa.topic_io import KAFKA_WRITE_OPTIONS, kafka_options, topic_value
+
+    output = ctx.spec.output
+    assert isinstance(output, Topic), "JobSpec checks that a real-time job writes a topic"
+    side = F.col(SIDE_KIND).isNotNull()
+    dead = side_record_columns(ctx.spec.name, ctx.version, tuple(t.name for t in ctx.spec.inputs), output.name)
+    record = {
+        "key": plan.key.cast("string").cast("binary"),
+        "value": topic_value(ctx.settings, output),
+        "headers": F.lit(None).cast("array<struct<key: string, value: binary>>"),
+        "topic": F.lit(output.name),
+    }
+    columns = [F.when(side, dead[name]).otherwise(column).alias(name) for name, column in record.items()]
+    if plan.partition is not None:  # a dead letter goes where Kafka's partitioner puts its key
+        columns.append(F.when(~side, plan.partition).alias("partition"))
+    # Live, a record leaves as soon as it is ready: the lane is measured in milliseconds. A replay batches.
+    writes = KAFKA_WRITE_OPTIONS | ({"kafka.linger.ms": "0"} if "realTime" in ctx.trigger() else {})
+    return (
+        plan.rows.select(*columns)
+        .writeStream.format("kafka")
+        .options(**kafka_options(ctx.settings), **writes)
+        .queryName(ctx.query_name())
+        .option("checkpointLocation", ctx.checkpoint())
+        .outputMode("update")
+        .trigger(**ctx.trigger())
+        .start()
+    )
+
+
+def _start_batch_function_query(
+    ctx: JobContext, plan: JobPlan, control: QueryControl, watch: WriterWatch
+) -> StreamingQuery:
     from pyspark.sql import functions as F
 
     from kappa.side_outputs import SIDE_COLUMNS, SIDE_KIND, side_records

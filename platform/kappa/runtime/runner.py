@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import re
 import signal
 import sys
 import threading
@@ -74,6 +75,8 @@ def run_job(
     number = version or spec.version
     start_point.pin(version_checkpoints(settings, spec.name, number), spec.name, number, starting)
     log.info("starting %s: Spark session", spec.name)
+    if spec.real_time is not None and not available_now:
+        settings = real_time_slots(spec, settings)
     try:
         spark = get_spark(settings, f"kappa-{spec.name}")
         # A new SparkContext sets its own SIGINT handler (cancel every job, raise KeyboardInterrupt): ours again,
@@ -85,6 +88,19 @@ def run_job(
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def real_time_slots(spec: JobSpec, settings: KappaSettings) -> KappaSettings:
+    """Real-time mode runs every task of a batch at once, for the whole batch: one per input partition. A local
+    master gets that many task threads (they mostly wait for records), whatever its core count."""
+    import os
+
+    found = re.fullmatch(r"local\[(\*|\d+)\]", settings.spark_master)
+    if found is None:  # a cluster: its executors must offer the slots
+        return settings
+    threads = (os.cpu_count() or 1) if found.group(1) == "*" else int(found.group(1))
+    needed = sum(t.partitions for t in spec.inputs)
+    return settings if threads >= needed else settings.model_copy(update={"spark_master": f"local[{needed}]"})
 
 
 # Backoff between attempts to start a job's queries again after a service went away.
@@ -122,7 +138,7 @@ def missing_topics(context: JobContext) -> list[str]:
     from kappa.kafka_client import admin_client
 
     existing = admin_client(context.settings).list_topics(timeout=15).topics
-    wanted = [t.name for t in (*context.spec.inputs, *deployment_topics(context.spec))]
+    wanted = [t.name for t in (*context.spec.inputs, *context.spec.lookups, *deployment_topics(context.spec))]
     return [name for name in dict.fromkeys(wanted) if name not in existing]
 
 
@@ -138,7 +154,7 @@ def _run_query(context: JobContext, recorder: ProgressRecorder, control: QueryCo
                 f"job {context.id}: {', '.join(missing)} {'does' if len(missing) == 1 else 'do'} not exist; "
                 "jobs never create topics: run `kappa topics apply`"
             )
-        watch = WriterWatch(context.settings.registry, context.spec.inputs)
+        watch = WriterWatch(context.settings.registry, (*context.spec.inputs, *context.spec.lookups))
     except Exception as exc:  # a start needs Kafka and the registry: their absence is retried by the caller
         if unavailable_service(str(exc)) is None:
             raise
@@ -150,25 +166,44 @@ def _run_query(context: JobContext, recorder: ProgressRecorder, control: QueryCo
             if unavailable_service(str(exc)) is None:
                 raise
             return f"starting its query failed: {exc}"
-        return _until_it_ends(query, recorder, control)
+        real_time = "realTime" in context.trigger()
+        return _until_it_ends(query, recorder, control, watch if real_time else None)
 
 
-def _until_it_ends(query: StreamingQuery, recorder: ProgressRecorder, control: QueryControl) -> str | None:
+# How often the runner asks the registry for new writer versions on behalf of a real-time query (a micro-batch
+# query asks before each batch). Until then, a record of a new version is a dead letter (unknown schema id).
+REAL_TIME_SCHEMA_CHECK_S = 10.0
+
+
+def _until_it_ends(
+    query: StreamingQuery, recorder: ProgressRecorder, control: QueryControl, real_time_watch: WriterWatch | None
+) -> str | None:
+    checked = time.monotonic()
     while query.isActive and not control.stop.is_set():
         control.stop.wait(0.5)
-    # A stop: the batch in flight finishes (its commit too); a batch that starts now ends before it writes.
-    while query.isActive and query.status["isTriggerActive"]:
+        if real_time_watch is not None and time.monotonic() - checked >= REAL_TIME_SCHEMA_CHECK_S:
+            checked = time.monotonic()
+            try:
+                learned = real_time_watch.new_versions()
+            except Exception:  # the registry is away: the query goes on with the versions it knows
+                learned = []
+            if learned:
+                control.end(QueryEnd.NEW_SCHEMA, ", ".join(learned))
+                break
+    # A stop: the batch in flight finishes (its commit too); a batch that starts now ends before it writes. A
+    # real-time batch runs for minutes: it ends now, and what it wrote is written again after a restart.
+    while real_time_watch is None and query.isActive and query.status["isTriggerActive"]:
         time.sleep(0.05)
     if query.isActive:
         query.stop()
     recorder.wait_ended(str(query.runId))
     for progress in query.recentProgress:  # what the listener bus had not delivered yet (the last batch above all)
         recorder.handle(json.loads(progress.json))
+    if control.ended not in (None, QueryEnd.STOP):  # the runtime ended it (from a batch, or the runner)
+        return f"{control.ended}: {control.detail}"
     error = query.exception()
     if error is None or control.ended is QueryEnd.STOP:
         return None
-    if control.ended is not None:
-        return f"{control.ended}: {control.detail}"
     return f"query {query.name} failed: {str(error).strip() or repr(error)}"
 
 
