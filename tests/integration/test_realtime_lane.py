@@ -6,7 +6,8 @@ job by SIGTERM as an operator would:
   test published, in log order), a user without a profile as UNKNOWN;
 - a profile published while the lane runs is used once a new real-time batch has read the profiles again;
 - an undecodable click goes to the dead-letter topic with its bytes and a header saying why, in the same write;
-- SIGTERM ends the job (inside its long-running batch).
+- SIGTERM ends the job (inside its long-running batch);
+- a replay of the lane (availableNow micro-batches, the same plan) gives every click its user's latest profile.
 """
 
 import dataclasses
@@ -18,11 +19,13 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer
+from pyspark.sql import SparkSession
 
 from jobs.enrich_clicks_realtime.declaration import JOB
 from kappa.avro.registry import Registry, value_subject
 from kappa.avro.schemas import topic_value_schema
 from kappa.avro.serde import AvroDecoder, AvroEncoder
+from kappa.compacted import latest_per_key
 from kappa.deadletter import H_KIND, DeadLetterKind, dlq_topic
 from kappa.generate import Click, ProfileVersion
 from kappa.kafka_client import Outgoing, admin_client, produce_all
@@ -92,7 +95,7 @@ class Reader:
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_real_time_lane_enriches_refreshes_its_profiles_and_sets_bad_records_aside(
-    stack: KappaSettings, avro_topic: Callable[..., Topic], tmp_path: Path
+    stack: KappaSettings, spark: SparkSession, avro_topic: Callable[..., Topic], tmp_path: Path
 ) -> None:
     clicks = avro_topic("clicks", value_schema="click_event.avsc", partitions=2)
     profiles = avro_topic("profiles", value_schema="user_profile.avsc", partitions=2)
@@ -104,7 +107,10 @@ def test_real_time_lane_enriches_refreshes_its_profiles_and_sets_bad_records_asi
         value = profile_encoder.encode(version.as_avro())
         produce_all(stack, profiles.name, [Outgoing(version.user_id.encode(), value)])
 
+    produced: list[Click] = []
+
     def publish_clicks(batch: list[Click]) -> set[str]:
+        produced.extend(batch)
         produce_all(
             stack, clicks.name, [Outgoing(c.event_id.encode(), click_encoder.encode(c.as_avro())) for c in batch]
         )
@@ -168,3 +174,16 @@ def test_real_time_lane_enriches_refreshes_its_profiles_and_sets_bad_records_asi
     if failures:
         raise failures[0]
     assert report.stopped_by_signal
+
+    # 4. A replay (availableNow, as `kappa replay start` runs it) runs the same plan as micro-batches over the
+    # whole log, with the profiles as published by then: every click once, each with its user's latest profile.
+    replay_output = avro_topic("enriched-rt-replay", value_schema="enriched_click.avsc", partitions=2)
+    apply(admin_client(stack), [late_events_of(replay_output)])
+    replay = dataclasses.replace(job, output=replay_output)
+    replayed = run_job(replay, settings.model_copy(update={"checkpoint_root": str(tmp_path / "cp-replay")}),
+                       available_now=True)  # fmt: skip
+    assert replayed.input_rows[replayed.output_query] == len(produced) + 1  # and the undecodable one
+    rows = latest_per_key(spark, stack, replay_output).collect()
+    assert {r.key: (r.profile_version, r.segment, r.country) for r in rows} == {
+        c.event_id: expected_profile(c.user_id, published) for c in produced
+    }
