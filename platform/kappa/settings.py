@@ -115,6 +115,12 @@ class KappaSettings(BaseSettings):
     spark_master: str = Field("local[*]", description="local[*], spark://host:port, k8s://…, yarn")
     spark_shuffle_partitions: int = Field(4, ge=1, description="2 cores: a few partitions beat Spark's 200")
     spark_driver_memory: str = Field("2g", pattern=r"^\d+[mg]$")
+    delta_snapshot_partitions: int = Field(
+        1,
+        ge=1,
+        description="tasks that rebuild a Delta table's state from its log before each read and MERGE (Delta's "
+        "default: 50); the views' tables hold a few files each, so one task does it",
+    )
     spark_ui: bool = Field(False, description="start the Spark UI (off by default: tests and small machines)")
     spark_state_store: str = Field("rocksdb", pattern=r"^(rocksdb|hdfs)$", description="streaming state store")
     spark_driver_java_options: str = Field(

@@ -50,7 +50,7 @@ def test_a_stamp_that_is_not_json_means_no_archive(tmp_path: Path) -> None:
 
 def test_driver_options_map_the_archive_then_add_the_settings_options(tmp_path: Path) -> None:
     settings = _settings(tmp_path, spark_driver_java_options="-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
-                         spark_shuffle_partitions=3)  # fmt: skip
+                         delta_snapshot_partitions=3)  # fmt: skip
     archive = _archive(settings, _fingerprint(spark_java_path(), driver_classpath(settings)))
     conf = spark_conf(settings, "t")
     options = shlex.split(conf["spark.driver.extraJavaOptions"])
