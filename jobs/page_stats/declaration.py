@@ -25,7 +25,9 @@ TABLE = DeltaTable("page_stats", doc="Views, distinct users and median time on p
 def view(output_path: str, app_id: str, gap_ms: int) -> FactsView:
     """The view's tables and rules; `app_id` names the job version (each table adds its own suffix)."""
     return FactsView(
-        facts=facts_table(output_path, ("event_id",), app_id),
+        # By hour: a batch changes its clicks and their predecessors, nearly all in the last hour or two. Measured
+        # at 400,000 clicks of history, 500-click batches: 6.8 s per batch, 8.1 s unpartitioned (and growing).
+        facts=facts_table(output_path, ("event_id",), app_id, partitioned_by=("hour_start",)),
         view=DeltaMerge(output_path, keys=KEYS, app_id=app_id, deleted=DELETED),
         facts_schema=FACTS_SCHEMA,
         changes=partial(click_changes, gap_ms=gap_ms),

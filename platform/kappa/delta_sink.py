@@ -42,6 +42,7 @@ class DeltaMerge:
     # UPSERT: a boolean column of the batch; where true the row deletes its key (a tombstone). Never stored.
     deleted: str | None = None
     properties: dict[str, str] = field(default_factory=lambda: {"delta.enableChangeDataFeed": "true"})
+    partitioned_by: tuple[str, ...] = ()  # a MERGE rewrites only the files of the partitions it touches
 
     def __post_init__(self) -> None:
         if self.mode is MergeMode.ACCUMULATE and not self.summed:
@@ -58,6 +59,8 @@ class DeltaMerge:
             return
         stored = batch.drop(self.deleted) if self.deleted else batch
         builder = DeltaTable.createIfNotExists(spark).location(self.path).addColumns(stored.schema)
+        if self.partitioned_by:
+            builder = builder.partitionedBy(*self.partitioned_by)
         for key, value in self.properties.items():
             builder = builder.property(key, value)
         builder.execute()

@@ -38,12 +38,18 @@ def facts_path(output_path: str) -> str:
     return f"{output_path}{FACTS_SUFFIX}"
 
 
-def facts_table(output_path: str, keys: tuple[str, ...], app_id: str) -> DeltaMerge:
+def facts_table(
+    output_path: str, keys: tuple[str, ...], app_id: str, partitioned_by: tuple[str, ...] = ()
+) -> DeltaMerge:
     """The MERGE into a view's private facts table: its own path and idempotency app id, derived from the view's.
 
     No Change Data Feed: nobody reads the facts' changes, and it would double what each batch writes.
+    `partitioned_by`: a time column that a batch's changes share, so that its MERGE rewrites recent files only
+    (unpartitioned, every MERGE rewrote nearly the whole table, and a batch cost more as the history grew).
     """
-    return DeltaMerge(facts_path(output_path), keys=keys, app_id=f"{app_id}.facts", properties={})
+    return DeltaMerge(
+        facts_path(output_path), keys=keys, app_id=f"{app_id}.facts", properties={}, partitioned_by=partitioned_by
+    )
 
 
 def with_tombstones(decoded: DecodedTopic, key: str) -> DataFrame:
