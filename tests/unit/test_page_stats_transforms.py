@@ -156,5 +156,6 @@ def test_a_batch_rewrites_only_the_facts_of_the_hours_it_touches(spark: SparkSes
     hour_10 = files_of_hour(10)
     # u1's next click after e3 (11:45) is 20 minutes later: it changes e3's time on page, in hour 11 only.
     stats.write(clicks(spark, ("e7", "u1", "/a", at(12, 5), "FREE", 6)), 1)
-    assert hour_10 and files_of_hour(10) == hour_10  # hour 10's facts were not rewritten
+    assert hour_10
+    assert files_of_hour(10) == hour_10  # hour 10's facts were not rewritten
     assert ("/a", ms(11, 0), 1, 1, 20 * MIN) in table(spark, path)  # e3 now has a time on page
