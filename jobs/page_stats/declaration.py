@@ -26,7 +26,8 @@ def view(output_path: str, app_id: str, gap_ms: int) -> FactsView:
     """The view's tables and rules; `app_id` names the job version (each table adds its own suffix)."""
     return FactsView(
         # By hour: a batch changes its clicks and their predecessors, nearly all in the last hour or two. Measured
-        # at 400,000 clicks of history, 500-click batches: 6.8 s per batch, 8.1 s unpartitioned (and growing).
+        # (make bench-views, 500-click batches): 6.0 s per batch at 400,000 clicks of history, 6.9 s unpartitioned
+        # and growing with the history; 5.3 s against 4.9 s at 20,000 clicks (one hour: the layout's own cost).
         facts=facts_table(output_path, ("event_id",), app_id, partitioned_by=("hour_start",)),
         view=DeltaMerge(output_path, keys=KEYS, app_id=app_id, deleted=DELETED),
         facts_schema=FACTS_SCHEMA,
