@@ -349,14 +349,15 @@ def pass_through(spark: SparkSession, settings: KappaSettings, spec: JobSpec) ->
 
 
 def throughput(
-    spark: SparkSession, settings: KappaSettings, max_offsets: int | None, py_spy: bool
+    spark: SparkSession, settings: KappaSettings, max_offsets: int | None, py_spy: bool, only: set[str] | None
 ) -> tuple[list[dict[str, Any]], list[str], list[tuple[str, dict[str, int]]]]:
     """Each job's replay beside its decode-only run; with `py_spy`, the workers' stacks of each job too."""
     rows: list[dict[str, Any]] = []
     notes: list[str] = []
     samples: list[tuple[str, dict[str, int]]] = []
     filled = {CLICKS.name, USER_PROFILES.name}
-    for spec, why_not in pipeline_order(discover(), filled):
+    specs = {name: spec for name, spec in discover().items() if only is None or name in only}
+    for spec, why_not in pipeline_order(specs, filled):
         if why_not:
             notes.append(f"{spec.name}: skipped, {why_not}")
             continue
@@ -422,6 +423,7 @@ def main() -> None:
     parser.add_argument("--max-offsets-per-trigger", type=int, default=None, help="cap each replay batch")
     parser.add_argument("--no-py-spy", action="store_true", help="do not sample the Spark Python workers")
     parser.add_argument("--top", type=int, default=12, help="frames shown per job's worker profile")
+    parser.add_argument("--jobs", default=None, help="comma-separated jobs to replay (default: every job)")
     args = parser.parse_args()
 
     rows: list[dict[str, Any]] = []
@@ -436,7 +438,13 @@ def main() -> None:
                             f"{perf['MB.sec']:.1f} MB/s, fetch {perf['fetch.nMsg.sec']:,.0f} msg/s")  # fmt: skip
         rows.append(ceiling)
         spark = get_spark(settings, "bench-pipeline")  # started before the first job: its start is not timed
-        job_rows, notes, samples = throughput(spark, settings, args.max_offsets_per_trigger, not args.no_py_spy)
+        job_rows, notes, samples = throughput(
+            spark,
+            settings,
+            args.max_offsets_per_trigger,
+            not args.no_py_spy,
+            set(args.jobs.split(",")) if args.jobs else None,
+        )
         rows += job_rows
         for job, stacks in samples:
             workers += top_frames(job, stacks, args.top)
