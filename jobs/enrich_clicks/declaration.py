@@ -13,36 +13,28 @@ versions may reach the job, 10). A click stays correctable until its user's data
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from jobs.catalog import CLICKS, ENRICHED_CLICKS, USER_PROFILES
 from jobs.enrich_clicks.logic import MINUTE_MS
 from jobs.enrich_clicks.transforms import ENRICHED, enriched_changes, union_inputs
 from kappa.partitioning import partition_column
-from kappa.runtime import JobContext, JobPlan, JobSpec
-from kappa.topic_io import publish, topic_encoder
+from kappa.runtime import JobContext, JobSpec, TopicPlan
 from kappa.topics import Topic
 
 
-def plan(ctx: JobContext) -> JobPlan:
+def plan(ctx: JobContext) -> TopicPlan:
     clicks_topic, profiles_topic = ctx.spec.inputs
     output = ctx.spec.output
     assert isinstance(output, Topic), "enrich_clicks writes a topic"
     lateness_ms = int(ctx.spec.settings["profile_lateness_minutes"] * MINUTE_MS)
     disorder_ms = int(ctx.spec.settings["disorder_minutes"] * MINUTE_MS)
-    encode = topic_encoder(ctx.settings, output)
 
     clicks = ctx.read(clicks_topic, with_raw=True)
     profiles = ctx.read(profiles_topic, with_raw=True)  # late versions keep their original bytes
     changes = enriched_changes(union_inputs(clicks.rows, profiles.rows), lateness_ms, disorder_ms)
-
-    def write(batch: DataFrame, batch_id: int) -> None:
-        enriched = batch.where(F.col("kind") == ENRICHED)
-        by_user = partition_column(F.col("user_id"), output.partitions)
-        publish(encode(enriched, F.col("event_id"), by_user), ctx.settings, output.name)
-
-    return JobPlan(changes, write)
+    by_user = partition_column(F.col("user_id"), output.partitions)
+    return TopicPlan(changes, key=F.col("event_id"), partition=by_user, keep=F.col("kind") == ENRICHED)
 
 
 JOB = JobSpec(

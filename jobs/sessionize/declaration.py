@@ -7,42 +7,34 @@ user's latest event an event may arrive and still count, 120).
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from jobs.catalog import ENRICHED_CLICKS, SESSIONS
 from jobs.sessionize.logic import MINUTE_MS
 from jobs.sessionize.transforms import RETRACT, UPSERT, session_changes
 from kappa.partitioning import partition_column
-from kappa.runtime import JobContext, JobPlan, JobSpec
-from kappa.topic_io import publish, topic_encoder
+from kappa.runtime import JobContext, JobSpec, TopicPlan
 from kappa.topics import Topic
 
 
-def plan(ctx: JobContext) -> JobPlan:
+def plan(ctx: JobContext) -> TopicPlan:
     [source] = ctx.spec.inputs
     output = ctx.spec.output
     assert isinstance(output, Topic), "sessionize writes a topic"
     gap_ms = int(ctx.spec.settings["gap_minutes"] * MINUTE_MS)
     lateness_ms = int(ctx.spec.settings["allowed_lateness_minutes"] * MINUTE_MS)
-    encode = topic_encoder(ctx.settings, output)
-    by_user = partition_column(F.col("user_id"), output.partitions)
 
     decoded = ctx.read(source, with_raw=True)  # late events keep their original bytes
     changes = session_changes(decoded.rows, gap_ms, lateness_ms)
-
-    def write(batch: DataFrame, batch_id: int) -> None:
-        sessions = batch.where(F.col("kind") == UPSERT).withColumn(
-            "segment", F.coalesce(F.col("segment"), F.lit("UNKNOWN"))
-        )
-        upserts = encode(sessions, F.col("session_id"), by_user)
-        tombstones = batch.where(F.col("kind") == RETRACT).select(
-            F.col("session_id").cast("binary").alias("key"), F.lit(None).cast("binary").alias("value"),
-            by_user.alias("partition"),
-        )  # fmt: skip
-        publish(upserts.unionByName(tombstones), ctx.settings, output.name)
-
-    return JobPlan(changes, write)
+    sessions = changes.withColumn("segment", F.coalesce(F.col("segment"), F.lit("UNKNOWN")))
+    kind = F.col("kind")
+    return TopicPlan(
+        sessions,
+        key=F.col("session_id"),
+        partition=partition_column(F.col("user_id"), output.partitions),
+        keep=kind.isin(UPSERT, RETRACT),
+        delete=kind == RETRACT,  # a session merged into another: a tombstone of its id
+    )
 
 
 JOB = JobSpec(

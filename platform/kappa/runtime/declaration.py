@@ -78,6 +78,23 @@ class JobPlan:
 
 
 @dataclass(frozen=True)
+class TopicPlan:
+    """What the `plan` of a job writing a topic returns: its output and side rows leave in one Kafka write.
+
+    `rows` as in JobPlan, with the output topic's schema fields as columns. The runtime encodes each output row
+    under `key` (and `partition`, if given) and writes it with the batch's side rows in one Kafka write, in
+    the order `rows` gives them: each batch is read once, with no cache and no second pass. `keep` says which
+    output rows are records (default: all); on a row where `delete` holds, the record is a tombstone of its key.
+    """
+
+    rows: DataFrame
+    key: Column
+    partition: Column | None = None
+    keep: Column | None = None
+    delete: Column | None = None
+
+
+@dataclass(frozen=True)
 class RealTimePlan:
     """What a real-time job's `plan` returns: stateless rows that the runtime writes with Spark's Kafka sink
     alone (no Python between batches), so its live query runs in Spark's real-time mode.
@@ -102,7 +119,7 @@ class JobSpec:
     inputs: tuple[Topic, ...]
     output: Topic | DeltaTable
     # Builds the job's rows and batch write from the context (reads its inputs with `ctx.read`).
-    plan: Callable[[JobContext], JobPlan | RealTimePlan]
+    plan: Callable[[JobContext], JobPlan | TopicPlan | RealTimePlan]
     processing_interval: str = "5 seconds"
     settings: dict[str, Any] = field(default_factory=dict)  # job-specific knobs, documented in the job
     # Compacted topics the job reads whole, as a table (`ctx.read_lookup`), again in every batch: not streamed,

@@ -7,25 +7,28 @@ Every micro-batch, before it writes anything:
    it again, with that version, from the same checkpoint. The batch decodes it: nothing is dead-lettered for a
    schema the registry knows, and no restart is needed. (The registry is asked once per batch, one request per
    input; if it does not answer, the batch goes on unless it holds a record of an unknown schema id.)
-Then the batch's side rows (dead letters, late records) go to their topics in one Kafka write, and the rest to
-the job's own write.
+Then the batch's side rows (dead letters, late records) go to their topics. A job writing a topic (TopicPlan)
+sends them and its output records in one Kafka write, so the batch is read once; a job writing a table sends
+them in one Kafka write, then the rest to its own write.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from kappa.avro.registry import Registry, RegistryError
 from kappa.deadletter import DeadLetterKind
-from kappa.runtime.declaration import JobContext, JobPlan, RealTimePlan
+from kappa.errors import KappaError
+from kappa.runtime.declaration import JobContext, JobPlan, RealTimePlan, TopicPlan
 from kappa.topics import Topic
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
     from pyspark.sql.streaming.query import StreamingQuery
 
 
@@ -98,7 +101,7 @@ class WriterWatch:
 
 
 def start_query(
-    ctx: JobContext, plan: JobPlan | RealTimePlan, control: QueryControl, watch: WriterWatch
+    ctx: JobContext, plan: JobPlan | TopicPlan | RealTimePlan, control: QueryControl, watch: WriterWatch
 ) -> StreamingQuery:
     """Start the job's one query over `plan.rows` (ctx names it, checkpoints it and sets its trigger)."""
     if isinstance(plan, RealTimePlan):
@@ -114,28 +117,12 @@ def _start_kafka_query(ctx: JobContext, plan: RealTimePlan) -> StreamingQuery:
     end. What the ended batch wrote is written again after a restart, under the same keys (at least once, as
     every Kafka output here).
     """
-    from pyspark.sql import functions as F
+    from kappa.topic_io import KAFKA_WRITE_OPTIONS, kafka_options
 
-    from kappa.side_outputs import SIDE_KIND, side_record_columns
-    from kappa.topic_io import KAFKA_WRITE_OPTIONS, kafka_options, topic_value
-
-    output = ctx.spec.output
-    assert isinstance(output, Topic), "JobSpec checks that a real-time job writes a topic"
-    side = F.col(SIDE_KIND).isNotNull()
-    dead = side_record_columns(ctx.spec.name, ctx.version, tuple(t.name for t in ctx.spec.inputs), output.name)
-    record = {
-        "key": plan.key.cast("string").cast("binary"),
-        "value": topic_value(ctx.settings, output),
-        "headers": F.lit(None).cast("array<struct<key: string, value: binary>>"),
-        "topic": F.lit(output.name),
-    }
-    columns = [F.when(side, dead[name]).otherwise(column).alias(name) for name, column in record.items()]
-    if plan.partition is not None:  # a dead letter goes where Kafka's partitioner puts its key
-        columns.append(F.when(~side, plan.partition).alias("partition"))
     # Live, a record leaves as soon as it is ready: the lane is measured in milliseconds. A replay batches.
     writes = KAFKA_WRITE_OPTIONS | ({"kafka.linger.ms": "0"} if "realTime" in ctx.trigger() else {})
     return (
-        plan.rows.select(*columns)
+        kafka_records(ctx, plan.key, plan.partition)(plan.rows)
         .writeStream.format("kafka")
         .options(**kafka_options(ctx.settings), **writes)
         .queryName(ctx.query_name())
@@ -146,8 +133,45 @@ def _start_kafka_query(ctx: JobContext, plan: RealTimePlan) -> StreamingQuery:
     )
 
 
+def kafka_records(
+    ctx: JobContext,
+    key: Column,
+    partition: Column | None = None,
+    keep: Column | None = None,
+    delete: Column | None = None,
+) -> Callable[[DataFrame], DataFrame]:
+    """A job's rows -> Kafka records (key, value, headers, topic[, partition]) in one projection: an output row
+    encoded for the output topic (a tombstone where `delete` holds), a side row to its dead-letter or late topic
+    with its original bytes. Output rows where `keep` does not hold are dropped. The output's schema id is
+    resolved now, once."""
+    from pyspark.sql import functions as F
+
+    from kappa.side_outputs import SIDE_KIND, side_record_columns
+    from kappa.topic_io import topic_value
+
+    output = ctx.spec.output
+    assert isinstance(output, Topic), "a job writing Kafka records writes a topic"
+    side = F.col(SIDE_KIND).isNotNull()
+    dead = side_record_columns(ctx.spec.name, ctx.version, tuple(t.name for t in ctx.spec.inputs), output.name)
+    value = topic_value(ctx.settings, output)
+    record = {
+        "key": key.cast("string").cast("binary"),
+        "value": value if delete is None else F.when(~delete, value),
+        "headers": F.lit(None).cast("array<struct<key: string, value: binary>>"),
+        "topic": F.lit(output.name),
+    }
+    columns = [F.when(side, dead[name]).otherwise(column).alias(name) for name, column in record.items()]
+    if partition is not None:  # a dead letter goes where Kafka's partitioner puts its key
+        columns.append(F.when(~side, partition).alias("partition"))
+
+    def records(rows: DataFrame) -> DataFrame:
+        return (rows if keep is None else rows.where(side | keep)).select(*columns)
+
+    return records
+
+
 def _start_batch_function_query(
-    ctx: JobContext, plan: JobPlan, control: QueryControl, watch: WriterWatch
+    ctx: JobContext, plan: JobPlan | TopicPlan, control: QueryControl, watch: WriterWatch
 ) -> StreamingQuery:
     from pyspark.sql import functions as F
 
@@ -158,6 +182,11 @@ def _start_batch_function_query(
         _PY4J_CALLBACKS.addFilter(_TheQuerySaysIt())
     inputs = tuple(t.name for t in ctx.spec.inputs)
     output_topic = ctx.spec.output.name if isinstance(ctx.spec.output, Topic) else None
+    to_records: Callable[[DataFrame], DataFrame] | None = None
+    if isinstance(plan, TopicPlan):
+        if output_topic is None:
+            raise KappaError(f"job {ctx.spec.name}: a TopicPlan writes Kafka records, not {ctx.spec.output.name}")
+        to_records = kafka_records(ctx, plan.key, plan.partition, plan.keep, plan.delete)
 
     def run_batch(batch: DataFrame, batch_id: int) -> None:
         if control.stop.is_set():
@@ -169,16 +198,25 @@ def _start_batch_function_query(
             learned, unreachable = [], exc
         if learned:
             raise control.end(QueryEnd.NEW_SCHEMA, ", ".join(learned))
-        batch.persist()
+        # Read more than once (a look before the write, or two writes), a batch is cached: else its stateful
+        # steps would run again.
+        cached = unreachable is not None or to_records is None
+        if cached:
+            batch.persist()
         try:
             side = batch.where(F.col(SIDE_KIND).isNotNull())
             unknown = side.where(F.col(SIDE_KIND) == DeadLetterKind.UNKNOWN_SCHEMA_ID.value)
             if unreachable is not None and not unknown.isEmpty():
                 raise control.end(QueryEnd.REGISTRY_UNAVAILABLE, str(unreachable))
-            publish(side_records(side, ctx.spec.name, ctx.version, inputs, output_topic), ctx.settings)
-            plan.write(batch.where(F.col(SIDE_KIND).isNull()).drop(*SIDE_COLUMNS), batch_id)
+            if to_records is not None:
+                publish(to_records(batch), ctx.settings)
+            else:
+                assert isinstance(plan, JobPlan)
+                publish(side_records(side, ctx.spec.name, ctx.version, inputs, output_topic), ctx.settings)
+                plan.write(batch.where(F.col(SIDE_KIND).isNull()).drop(*SIDE_COLUMNS), batch_id)
         finally:
-            batch.unpersist()
+            if cached:
+                batch.unpersist()
 
     return (
         plan.rows.writeStream.foreachBatch(run_batch)
