@@ -2,8 +2,8 @@
 
 The rule is jobs/enrich_clicks/logic.py's (visibility, lateness L, disorder D, corrections, late versions);
 this module only shapes the two inputs into the operator's rows and its rows back into columns. Both inputs
-are decoded topic reads with their Kafka position and raw value (`ctx.read(..., with_raw=True)`); their dead
-letters (the SIDE columns) pass through the operator unchanged.
+are decoded topic reads with their Kafka position (`ctx.read(..., with_raw=True)`: the entities' raw value
+too, the bytes of a late version); their dead letters (the SIDE columns) pass through the operator unchanged.
 """
 
 from __future__ import annotations
@@ -40,15 +40,17 @@ def _strings(columns: Sequence[str]) -> Column:
 def as_of_rows(events: DataFrame, entities: DataFrame, cols: AsOfJoinColumns) -> DataFrame:
     """Both inputs as one DataFrame of the operator's rows (io.kappa.operators.AsOfJoin.INPUT)."""
     null_long = F.lit(None).cast("long")
-    position = [F.col("kafka_topic"), F.col("kafka_partition").cast("int"), F.col("kafka_offset"), F.col("raw_value")]
+    position = [F.col("kafka_topic"), F.col("kafka_partition").cast("int"), F.col("kafka_offset")]
+    # Only a late version is set aside with its original bytes: an event's would cross the shuffle for nothing.
     event_rows = events.select(
         F.col(cols.key).alias("key"), F.lit(False).alias("is_entity"), *position,
+        F.lit(None).cast("binary").alias("raw_value"),
         F.col(cols.event_id).alias("event_id"), F.unix_millis(cols.event_time).alias("event_time_ms"),
         null_long.alias("entity_version"), null_long.alias("valid_from_ms"), null_long.alias("published_ms"),
         _strings(cols.event_payload).alias("payload"), *side_input(events),
     )  # fmt: skip
     entity_rows = entities.select(
-        F.col(cols.key).alias("key"), F.lit(True).alias("is_entity"), *position,
+        F.col(cols.key).alias("key"), F.lit(True).alias("is_entity"), *position, F.col("raw_value"),
         F.lit(None).cast("string").alias("event_id"), null_long.alias("event_time_ms"),
         F.col(cols.version).cast("long").alias("entity_version"),
         F.unix_millis(cols.valid_from).alias("valid_from_ms"), F.unix_millis(cols.published).alias("published_ms"),
