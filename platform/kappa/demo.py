@@ -58,6 +58,7 @@ def run_demo(base: KappaSettings, events: int, keep: bool, malformed_share: floa
 
         jobs = pipeline_order(discover())
         print(f"[4/5] replaying the retained log through {len(jobs)} jobs (availableNow, in pipeline order):")
+        replay_started = time.monotonic()
         for declared in jobs:
             # Bound as `kappa jobs run` binds it: its versioned output, its inputs at their live versions.
             job = deployed_job(settings, declared.name)
@@ -66,6 +67,7 @@ def run_demo(base: KappaSettings, events: int, keep: bool, malformed_share: floa
             output = f"Delta {job.output.name}" if isinstance(job.output, DeltaTable) else f"topic {job.output.name}"
             print(f"      {job.name} v{job.version} -> {output}: {run.input_rows.get(f'{job.name}_v{job.version}', 0)} "
                   f"records in {run.seconds:.1f} s")  # fmt: skip
+        print(f"      the replay step took {time.monotonic() - replay_started:.1f} s (Spark's start included)")
         _summary(settings, produced.clicks)
     finally:
         if keep:
