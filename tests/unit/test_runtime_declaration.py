@@ -53,11 +53,12 @@ def test_end_offsets_come_from_the_progress_json() -> None:
 def test_each_batch_is_recorded_once_whoever_reports_it() -> None:
     from kappa.runtime.progress import ProgressRecorder
 
-    recorder = ProgressRecorder("127.0.0.1:1", groups={})  # no group: nothing to commit, no broker needed
+    recorder = ProgressRecorder("127.0.0.1:1", groups={"q": None})  # no group: nothing to commit, no broker needed
     progress = {"name": "q", "batchId": 0, "numInputRows": 7, "sources": []}
     recorder.handle(progress)
     recorder.handle(progress)  # the listener and the runner's end-of-run sweep both report batch 0
     recorder.handle(progress | {"batchId": 1, "numInputRows": 3})
+    recorder.handle(progress | {"name": "another_job_v1", "batchId": 5})  # same application, not its query
     assert recorder.batches == {"q": 2}
     assert recorder.rows == {"q": 10}
 

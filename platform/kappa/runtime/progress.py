@@ -84,15 +84,16 @@ def describe_batch(progress: dict[str, Any]) -> str:
 
 
 class ProgressRecorder(StreamingQueryListener):
-    """Logs each batch of the job's queries and commits the output query's offsets to its group."""
+    """Logs each batch of the job's queries and commits the output query's offsets to its group. Another job's
+    queries in the same Spark application (a demo replays several at once) are not its business."""
 
     def __init__(
         self,
         bootstrap: str,
-        groups: dict[str, str],
+        groups: dict[str, str | None],
         on_batch: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
-        """`groups`: query name -> consumer group to record that query's progress under; `on_batch`: also
+        """`groups`: query name -> consumer group to record that query's progress under (None: none); `on_batch`: also
         called once per batch with its progress (e.g. to report it to Dagster Pipes)."""
         self._on_batch = on_batch
         self._bootstrap = bootstrap
@@ -107,7 +108,8 @@ class ProgressRecorder(StreamingQueryListener):
         self._ended_runs: set[str] = set()  # query runs whose end the listener bus delivered
 
     def onQueryStarted(self, event: Any) -> None:  # noqa: N802 (Spark's listener API)
-        log.info("query %s started (run %s)", event.name, event.runId)
+        if event.name in self._groups:
+            log.info("query %s started (run %s)", event.name, event.runId)
 
     def onQueryProgress(self, event: Any) -> None:  # noqa: N802 (Spark's listener API)
         self.handle(json.loads(event.progress.json))
@@ -116,6 +118,8 @@ class ProgressRecorder(StreamingQueryListener):
         """Log and record one batch, once: the listener bus delivers asynchronously, and the runner hands
         over each query's recent progress at the end, so no batch (the last above all) goes unrecorded."""
         name = progress.get("name") or ""
+        if name not in self._groups:
+            return
         with self._lock:
             batch = (name, int(progress.get("batchId", -1)))
             if batch in self._seen:

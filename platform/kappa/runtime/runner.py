@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -57,11 +58,16 @@ def run_job(
     starting: Starting | None = None,
     max_offsets_per_trigger: int | None = None,
     on_batch: Callable[[dict[str, Any]], None] | None = None,
+    stop: threading.Event | None = None,
 ) -> RunReport:
     """Run until the input is drained (available_now) or until SIGTERM/SIGINT; return what was done.
-    `on_batch` is called with each batch's progress (as JSON dict), once per batch."""
-    from kappa.spark import get_spark
-
+    `on_batch` is called with each batch's progress (as JSON dict), once per batch. With `stop`, the caller
+    owns the signals (several jobs in one process, each in its own thread) and sets it to stop the job after
+    its current batch."""
+    start = partial(_start_and_run, spec, settings, version=version, available_now=available_now,
+                    starting=starting, max_offsets_per_trigger=max_offsets_per_trigger, on_batch=on_batch)  # fmt: skip
+    if stop is not None:
+        return start(stop)
     # Handlers first: a stop requested while Spark is still starting (tens of seconds) is honoured too, as a clean
     # exit that starts nothing, instead of Python's default SIGTERM death.
     stop = threading.Event()
@@ -71,23 +77,41 @@ def run_job(
         stop.set()
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        # A new SparkContext sets its own SIGINT handler (cancel every job, raise KeyboardInterrupt): ours again,
+        # so Ctrl-C also stops after the current batch.
+        return start(stop, on_spark=lambda: signal.signal(signal.SIGINT, on_signal))
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _start_and_run(
+    spec: JobSpec,
+    settings: KappaSettings,
+    stop: threading.Event,
+    *,
+    version: int | None,
+    starting: Starting | None,
+    available_now: bool,
+    max_offsets_per_trigger: int | None,
+    on_batch: Callable[[dict[str, Any]], None] | None,
+    on_spark: Callable[[], object] | None = None,
+) -> RunReport:
+    from kappa.spark import get_spark
+
     # Before Spark starts: a start point that the checkpoint would silently override is refused at once.
     number = version or spec.version
     start_point.pin(version_checkpoints(settings, spec.name, number), spec.name, number, starting)
     log.info("starting %s: Spark session", spec.name)
     if spec.real_time is not None and not available_now:
         settings = real_time_slots(spec, settings)
-    try:
-        spark = get_spark(settings, f"kappa-{spec.name}")
-        # A new SparkContext sets its own SIGINT handler (cancel every job, raise KeyboardInterrupt): ours again,
-        # so Ctrl-C also stops after the current batch.
-        signal.signal(signal.SIGINT, on_signal)
-        return _run_until_stopped(spec, settings, spark, stop, version=version, available_now=available_now,
-                                  starting=starting, max_offsets_per_trigger=max_offsets_per_trigger,
-                                  on_batch=on_batch)  # fmt: skip
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    spark = get_spark(settings, f"kappa-{spec.name}")
+    if on_spark is not None:
+        on_spark()
+    return _run_until_stopped(spec, settings, spark, stop, version=version, available_now=available_now,
+                              starting=starting, max_offsets_per_trigger=max_offsets_per_trigger,
+                              on_batch=on_batch)  # fmt: skip
 
 
 def real_time_slots(spec: JobSpec, settings: KappaSettings) -> KappaSettings:
