@@ -42,7 +42,7 @@ from kappa.avro.contracts import apply_schemas
 from kappa.generate import StreamConfig
 from kappa.kafka_client import admin_client
 from kappa.produce_stream import generate
-from kappa.runtime.declaration import DeltaTable, JobSpec
+from kappa.runtime.declaration import DeltaTable, JobSpec, version_checkpoints
 from kappa.runtime.discovery import discover
 from kappa.runtime.runner import run_job
 from kappa.settings import KappaSettings
@@ -169,6 +169,36 @@ def consumer_performance(settings: KappaSettings, topic: str, records: int) -> d
 
 
 # ------------------------------------------------------------------------ py-spy on the workers ---
+
+
+class MemorySampler:
+    """The Spark driver JVM's resident memory, sampled every half second while a job runs: its peak."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.peak_bytes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        status = Path(f"/proc/{self.pid}/status")
+        while True:
+            for line in status.read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    self.peak_bytes = max(self.peak_bytes, int(line.split()[1]) * 1024)
+            if self._stop.wait(0.5):
+                return
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return self.peak_bytes
+
+
+def state_bytes(checkpoints: Path) -> int:
+    """Bytes on disk of the state stores under a job version's checkpoints (0 for a stateless job)."""
+    return sum(f.stat().st_size for d in checkpoints.rglob("state") if d.is_dir() for f in d.rglob("*") if f.is_file())
 
 
 class WorkerSampler:
@@ -377,7 +407,10 @@ def throughput(
         fresh_outputs(settings, spec)
         print(f"running {spec.name} over {events:,} input records ({sizes}) ...")
         sampler = WorkerSampler(Path(f"{settings.checkpoint_root}/{spec.name}.pyspy")) if py_spy else None
+        memory = MemorySampler(spark._jvm.ProcessHandle.current().pid())  # type: ignore[union-attr]
         run = run_job(spec, settings, available_now=True, max_offsets_per_trigger=max_offsets)
+        rss = memory.stop()
+        state = state_bytes(Path(version_checkpoints(settings, spec.name, run.version)))
         if sampler is not None:
             stacks = sampler.stop()
             if stacks:
@@ -392,6 +425,7 @@ def throughput(
         note = f"{run.batches.get(query, 0)} batch(es), {run.input_rows.get(query, 0):,} rows read by {query}"
         note += note_sampled
         row = _rate_row(f"{spec.name}: job (availableNow)", events, run.seconds, note)
+        row |= {"driver_rss_mb": round(rss / 2**20), "state_mb": round(state / 2**20, 1)}
         row["of_pass_through"] = f"{row['events_per_s'] / copied['events_per_s']:.0%}" if copied["events_per_s"] else ""
         if spec.name in TARGET_PER_CORE:
             row["target_per_core"] = TARGET_PER_CORE[spec.name]
