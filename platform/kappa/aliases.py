@@ -119,9 +119,6 @@ class ControlReader:
                 # The end is the partition's end: the last offsets of a transactional write are markers that
                 # are never delivered, so "the offset before the high watermark" may never come.
                 "enable.partition.eof": True,
-                # At the end, the broker holds an empty fetch this long before the end is known: its default,
-                # 500 ms, was half a second of every alias lookup (each job start makes three).
-                "fetch.wait.max.ms": 10,
                 "log_level": 0,
             }
         )
