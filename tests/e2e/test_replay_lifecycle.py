@@ -369,10 +369,10 @@ def test_runbooks_as_written(stack: KappaSettings, pipeline: Deployment) -> None
         d.edit(DECLARATION, "version=4,", "version=5,")
         d.edit(
             DECLARATION,
-            'enriched = batch.where(F.col("kind") == ENRICHED)',
-            'enriched = batch.where(F.col("kind") == ENRICHED).withColumn(\n'
-            '                "profile_lateness_minutes", F.lit(int(ctx.spec.settings["profile_lateness_minutes"]))\n'
-            "            )",
+            "profiles.rows), lateness_ms, disorder_ms)",  # the job's rows: the output gains a column
+            "profiles.rows), lateness_ms, disorder_ms).withColumn(\n"
+            '        "profile_lateness_minutes", F.lit(int(ctx.spec.settings["profile_lateness_minutes"]))\n'
+            "    )",
         )
         out = run(d, "schema-change.md")
         started.append(5)
