@@ -183,7 +183,7 @@ def job_asset(job: JobSpec, topics_by_name: Mapping[str, Topic]) -> AssetsDefini
     ) -> MaterializeResult[None]:
         settings = kappa.settings()  # a bad setting fails here, with its name, before a JVM starts
         running = deployments.load(settings, job.name, job.version)
-        if running is not None and deployments.is_ours(running.pid, job.name, job.version):
+        if running is not None and deployments.is_running(running):
             context.log.info(f"{job.name} v{job.version} already runs (pid {running.pid}): no catch-up")
             state = deployments.state_of(running)
             return MaterializeResult(metadata={"version": job.version, **_deployment_metadata(settings, state)})

@@ -110,7 +110,7 @@ def _restart_job(spec: JobSpec) -> JobDefinition:
             current is not None
             and config.crashed_pid
             and current.pid != config.crashed_pid
-            and deployments.is_ours(current.pid, spec.name, version)
+            and deployments.is_running(current)
         ):  # restarted by someone else since the sensor asked
             context.log.info(f"{spec.name} v{version} already runs again (pid {current.pid}): nothing to do")
             return

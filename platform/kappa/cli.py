@@ -242,8 +242,15 @@ def cmd_jobs_start(settings: KappaSettings, args: argparse.Namespace) -> int:
     job, version = _job_version(args)
     deployment = deployments.start(settings, job, version)
     deployments.confirm_running(deployment, args.wait)
-    print(f"{job} v{version}: started, pid {deployment.pid}, log {deployment.log_file}")
+    where = "in the job host (pid" if deployment.launcher == "shared" else "(pid"
+    print(f"{job} v{version}: started {where} {deployment.pid}), log {deployment.log_file}")
     return 0
+
+
+def cmd_jobs_host(settings: KappaSettings, args: argparse.Namespace) -> int:
+    from kappa import job_host
+
+    return job_host.serve(settings)
 
 
 def cmd_jobs_stop(settings: KappaSettings, args: argparse.Namespace) -> int:
@@ -418,6 +425,9 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--reason", default=None, help="recorded as the deployment's last exit reason")
         if name != "stop":
             p.add_argument("--wait", type=float, default=5.0, help="seconds to watch it for an early exit")
+    jobs_sub.add_parser(
+        "host", help="run the shared deployments in one Spark application (started by `kappa jobs start`)"
+    ).set_defaults(func=cmd_jobs_host)
     status = jobs_sub.add_parser("status", help="every deployment: state, pid, uptime, lag, last batch")
     status.set_defaults(func=cmd_jobs_status)
     status.add_argument("-v", "--verbose", action="store_true", help="also why each was last restarted")

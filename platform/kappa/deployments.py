@@ -16,7 +16,10 @@ runtime/runner.py), waits for the wrapper to record the exit, and kills the proc
 A restart resumes from the version's checkpoint: nothing is lost or read twice.
 
 Launchers (KAPPA_DEPLOY_LAUNCHER): `subprocess` runs the job here on KAPPA_SPARK_MASTER (local[*] by default);
-`spark-submit` submits it to a cluster master in client mode (the driver, and so the supervision, stays here).
+`spark-submit` submits it to a cluster master in client mode (the driver, and so the supervision, stays here);
+`shared` runs it as queries of the job host, one Spark application for this machine's jobs (kappa.job_host): the
+state file, log, checkpoint and lifecycle stay the job's own, the pid is the host's, and the job's end is the exit
+line the host writes into its log.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from kappa.errors import KappaError
 from kappa.settings import KappaSettings, Launcher
 
 WRAPPER_NAME = "kappa-deployment"  # $0 of the shell wrapper: shows in ps, and marks the process as ours
+HOST_MARKER = "jobs host"  # what the job host's command line shows (kappa.job_host)
 STARTED_LINE = "=== kappa-deployment: started"  # each start's first log line: the log of one run follows it
 EXIT_LINE = "=== kappa-deployment: exit status"
 _EXIT = re.compile(r"^=== kappa-deployment: exit status (\d+)")
@@ -358,13 +362,30 @@ def _stat(pid: int) -> tuple[str, int] | None:
 
 def is_ours(pid: int, job: str, version: int) -> bool:
     """True while pid is alive and is this deployment's wrapper (a reused pid shows another command line)."""
+    return _wrapper_alive(pid, marker(job, version))
+
+
+def is_host(pid: int) -> bool:
+    """True while pid is alive and is the job host's wrapper."""
+    return _wrapper_alive(pid, HOST_MARKER)
+
+
+def _wrapper_alive(pid: int, shows: str) -> bool:
     with contextlib.suppress(ChildProcessError, OSError):
         os.waitpid(pid, os.WNOHANG)  # reap it if this process started it and it has exited
     cmdline = _cmdline(pid)
     stat = _stat(pid)
     if cmdline is None or stat is None or stat[0] == "Z":
         return False
-    return WRAPPER_NAME in cmdline and marker(job, version) in " ".join(cmdline)
+    return WRAPPER_NAME in cmdline and shows in " ".join(cmdline)
+
+
+def is_running(deployment: Deployment) -> bool:
+    """The deployment's job runs now: its own process, or (shared) a job host that has not ended it (no exit
+    line in the job's log since its start)."""
+    if deployment.launcher == Launcher.SHARED.value:
+        return is_host(deployment.pid) and exit_status(_read_log(deployment)) is None
+    return is_ours(deployment.pid, deployment.job, deployment.version)
 
 
 def group_members(pgid: int) -> list[int]:
@@ -412,6 +433,92 @@ def spawn(command: Sequence[str], log_file: Path, env: Mapping[str, str]) -> int
     return proc.pid
 
 
+# ------------------------------------------------------------------------ the job host ---------------
+# One process (kappa.job_host) runs the `shared` deployments as queries of one Spark application. Its own state
+# file (host.json: pid, start, the KAPPA_* settings it runs with) and log (host.log) sit beside the deployments'.
+
+HOST_IDLE_S = 10.0  # the host ends this long after its last job (a `kappa jobs start` starts it again)
+
+
+def host_command() -> list[str]:
+    return [sys.executable, "-m", "kappa.cli", *HOST_MARKER.split()]
+
+
+@dataclass(frozen=True)
+class Host:
+    pid: int  # the host's wrapper
+    started_at: str
+    log_file: str
+    env: dict[str, str]  # the KAPPA_* settings every job it runs runs with
+
+
+def load_host(settings: KappaSettings) -> Host | None:
+    try:
+        return Host(**json.loads((settings.deployments_path / "host.json").read_text()))
+    except FileNotFoundError:
+        return None
+    except (OSError, json.JSONDecodeError, TypeError) as exc:
+        raise KappaError(f"the job host's state file is unreadable ({exc}): delete it if no host runs") from None
+
+
+@contextlib.contextmanager
+def _host_locked(settings: KappaSettings) -> Iterator[None]:
+    """Held while a shared deployment is added, and by the host while it decides to end for idleness."""
+    settings.deployments_path.mkdir(parents=True, exist_ok=True)
+    with (settings.deployments_path / "host.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def ensure_host(settings: KappaSettings, environment: Mapping[str, str], kappa_env: dict[str, str]) -> int:
+    """The running job host's pid; one is started when none runs. One application has one set of settings: a job
+    deployed with other KAPPA_* settings than the host's is refused. The caller holds the host lock."""
+    host = load_host(settings)
+    if host is not None and is_host(host.pid):
+        if host.env != kappa_env:
+            differ = sorted(k for k in {*host.env, *kappa_env} if host.env.get(k) != kappa_env.get(k))
+            raise KappaError(
+                f"the job host (pid {host.pid}) runs its jobs with other settings ({', '.join(differ)}): deploy "
+                "with the same KAPPA_* settings, or stop its jobs first (it then ends by itself)"
+            )
+        return host.pid
+    log_file = settings.deployments_path / "host.log"
+    started_at = now_iso()
+    with log_file.open("a") as log:
+        log.write(f"{STARTED_LINE} the job host at {started_at}\n")
+    pid = spawn(host_command(), log_file, environment)
+    state = settings.deployments_path / "host.json"
+    state.with_suffix(".json.tmp").write_text(json.dumps(asdict(Host(pid, started_at, str(log_file), kappa_env))))
+    state.with_suffix(".json.tmp").replace(state)
+    deadline = time.monotonic() + 10  # until the wrapper shows its own command line (not the parent's copy)
+    while not is_host(pid):
+        if _stat(pid) is None or time.monotonic() > deadline:
+            raise KappaError(f"the job host exited at once: {exit_reason(log_file.read_text(errors='replace'))}")
+        time.sleep(0.02)
+    return pid
+
+
+def hosted(settings: KappaSettings, host_pid: int) -> list[Deployment]:
+    """The shared deployments recorded as run by the host with this pid (running or stopped)."""
+    root = settings.deployments_path
+    found = [_read(p) for p in sorted(root.glob("*.v*.json"))] if root.is_dir() else []
+    return [d for d in found if d is not None and d.launcher == Launcher.SHARED.value and d.pid == host_pid]
+
+
+@contextlib.contextmanager
+def idle_host_ends(settings: KappaSettings, host_pid: int) -> Iterator[bool]:
+    """Whether the host may end now (no deployment of it should run), decided under the host lock, which is
+    held until the host has removed its state file: a `kappa jobs start` then starts a new host."""
+    with _host_locked(settings):
+        idle = not any(d.desired == "running" for d in hosted(settings, host_pid))
+        yield idle
+        if idle:
+            (settings.deployments_path / "host.json").unlink(missing_ok=True)
+
+
 # ------------------------------------------------------------------------ operations -----------------
 
 
@@ -437,7 +544,15 @@ def start(
     Refuses when it is already running."""
     check_runnable(job, version)
     with _locked(settings, job, version):
-        return _start(settings, job, version, env=env, restarts=restarts, last_exit_reason=last_exit_reason)
+        return _start(
+            settings,
+            job,
+            version,
+            launcher=settings.deploy_launcher,
+            env=env,
+            restarts=restarts,
+            last_exit_reason=last_exit_reason,
+        )
 
 
 def check_runnable(job: str, version: int) -> None:
@@ -457,13 +572,14 @@ def _start(
     job: str,
     version: int,
     *,
+    launcher: Launcher,
     env: Mapping[str, str] | None,
     restarts: int,
     last_exit_reason: str | None,
     exact: bool = False,
 ) -> Deployment:
     current = load(settings, job, version)
-    if current is not None and is_ours(current.pid, job, version):
+    if current is not None and is_running(current):
         raise KappaError(
             f"{job} v{version} is already running (pid {current.pid}, since {current.started_at}); "
             f"`kappa jobs restart {job} --version {version}` restarts it"
@@ -471,25 +587,23 @@ def _start(
     with checkpoint_lock(settings, job, version, "a deployment start"):  # refused while another writer runs
         pass
     _, log_file = _paths(settings, job, version)
-    command = job_command(settings, job, version)
-    started_at = now_iso()
-    with log_file.open("a") as log:
-        log.write(f"{STARTED_LINE} {job} v{version} at {started_at} (restart {restarts}): {' '.join(command)}\n")
     environment = launch_env(env, exact=exact)
     kappa_env = {k: v for k, v in sorted(environment.items()) if k.startswith("KAPPA_")}
+    if launcher is Launcher.SHARED and not _real_time(job):
+        with _host_locked(settings):  # the host cannot end for idleness between its start and the job's record
+            pid = ensure_host(settings, environment, kappa_env)
+            command = [*host_command(), job, "--version", str(version)]  # what runs it: a thread of the host
+            started = _log_start(log_file, job, version, restarts, command)
+            deployment = Deployment(job, version, pid, command, launcher.value, started, str(log_file), kappa_env,
+                                    restarts, last_exit_reason)  # fmt: skip
+            save(settings, deployment)  # the host starts the job when it reads this
+        return deployment
+    launcher = Launcher.SUBPROCESS if launcher is Launcher.SHARED else launcher
+    command = job_command(settings.model_copy(update={"deploy_launcher": launcher}), job, version)
+    started = _log_start(log_file, job, version, restarts, command)
     pid = spawn(command, log_file, environment)
-    deployment = Deployment(
-        job=job,
-        version=version,
-        pid=pid,
-        command=command,
-        launcher=settings.deploy_launcher.value,
-        started_at=started_at,
-        log_file=str(log_file),
-        env=kappa_env,
-        restarts=restarts,
-        last_exit_reason=last_exit_reason,
-    )
+    deployment = Deployment(job, version, pid, command, launcher.value, started, str(log_file), kappa_env,
+                            restarts, last_exit_reason)  # fmt: skip
     save(settings, deployment)
     deadline = time.monotonic() + 10  # until the wrapper shows its own command line (not the parent's copy)
     while time.monotonic() < deadline and not is_ours(pid, job, version):
@@ -499,14 +613,30 @@ def _start(
     return deployment
 
 
+def _log_start(log_file: Path, job: str, version: int, restarts: int, command: Sequence[str]) -> str:
+    """The start line that opens a run's part of the job's log; returns the start time."""
+    started_at = now_iso()
+    with log_file.open("a") as log:
+        log.write(f"{STARTED_LINE} {job} v{version} at {started_at} (restart {restarts}): {' '.join(command)}\n")
+    return started_at
+
+
+def _real_time(job: str) -> bool:
+    """A real-time job holds a task slot per input partition for a whole batch: it keeps a driver of its own
+    (with the slots it needs, see runtime.runner.real_time_slots) under any launcher."""
+    from kappa.runtime.discovery import get_job
+
+    return get_job(job).real_time is not None
+
+
 def stop(settings: KappaSettings, job: str, version: int, timeout_s: float | None = None) -> Deployment:
     """SIGTERM the job (it stops after its current batch), wait up to `timeout_s`, then SIGKILL its group.
     Records the deployment as stopped, so the health sensor leaves it alone."""
     with _locked(settings, job, version):
         current = load(settings, job, version)
-        if current is None or (current.desired == "stopped" and not is_ours(current.pid, job, version)):
+        if current is None or (current.desired == "stopped" and not is_running(current)):
             raise KappaError(f"{job} v{version} is not running (`kappa jobs status` lists the deployments)")
-        _terminate(current, settings.deploy_stop_timeout_s if timeout_s is None else timeout_s)
+        _end(settings, current, settings.deploy_stop_timeout_s if timeout_s is None else timeout_s)
         stopped = replace(current, desired="stopped", stopped_at=now_iso())
         save(settings, stopped)
         return stopped
@@ -515,12 +645,37 @@ def stop(settings: KappaSettings, job: str, version: int, timeout_s: float | Non
 def stop_if_running(settings: KappaSettings, job: str, version: int, timeout_s: float | None = None) -> bool:
     """Stop the version if a deployment of it runs here; True if one did (the replay's retire step)."""
     current = load(settings, job, version)
-    if current is None or not is_ours(current.pid, job, version):
+    if current is None or not is_running(current):
         if current is not None and current.desired != "stopped":
             save(settings, replace(current, desired="stopped", stopped_at=now_iso()))  # crashed: no restart
         return False
     stop(settings, job, version, timeout_s)
     return True
+
+
+def _end(settings: KappaSettings, deployment: Deployment, timeout_s: float) -> None:
+    """End the deployment's run: its process (SIGTERM, then SIGKILL), or its thread in the job host."""
+    if deployment.launcher == Launcher.SHARED.value:
+        _end_hosted(settings, deployment, timeout_s)
+    else:
+        _terminate(deployment, timeout_s)
+
+
+def _end_hosted(settings: KappaSettings, deployment: Deployment, timeout_s: float) -> None:
+    """Record the deployment as stopped: the host, which follows the state files, stops the job after its
+    current batch and writes its exit line. There is no process of its own to kill: past the timeout, a KappaError
+    (the host still stops it after its batch)."""
+    if not is_running(deployment):
+        return
+    save(settings, replace(deployment, desired="stopped", stopped_at=now_iso()))
+    deadline = time.monotonic() + timeout_s
+    while is_running(deployment):
+        if time.monotonic() > deadline:
+            raise KappaError(
+                f"{deployment.name} did not stop within {timeout_s:g} s: the job host (pid {deployment.pid}) stops "
+                "it after its current batch (`kappa jobs status` shows when)"
+            )
+        time.sleep(0.2)
 
 
 def _terminate(deployment: Deployment, timeout_s: float) -> None:
@@ -557,17 +712,18 @@ def restart(
         if current is None:
             raise KappaError(f"{job} v{version} was never started here (`kappa jobs start {job}`)")
         if reason is None:
-            if is_ours(current.pid, job, version):
+            if is_running(current):
                 reason = "restarted on request"
             elif current.desired == "stopped":
                 reason = "started again after a stop"
             else:
                 reason = exit_reason(_read_log(current))
-        _terminate(current, settings.deploy_stop_timeout_s if timeout_s is None else timeout_s)
+        _end(settings, current, settings.deploy_stop_timeout_s if timeout_s is None else timeout_s)
         return _start(
             settings,
             job,
             version,
+            launcher=Launcher(current.launcher),  # the deployment keeps its launcher, whoever restarts it
             env=current.env,
             restarts=current.restarts + 1,
             last_exit_reason=reason,
@@ -599,7 +755,7 @@ def confirm_running(deployment: Deployment, seconds: float) -> None:
 
 
 def state_of(deployment: Deployment, now: datetime | None = None) -> DeploymentState:
-    if is_ours(deployment.pid, deployment.job, deployment.version):
+    if is_running(deployment):
         started = datetime.fromisoformat(deployment.started_at)
         uptime = ((now or datetime.now(UTC)) - started).total_seconds()
         return DeploymentState(deployment, Health.RUNNING, uptime_s=uptime)

@@ -43,6 +43,7 @@ class Profile(StrEnum):
 class Launcher(StrEnum):
     SUBPROCESS = "subprocess"  # `python -m kappa.cli jobs run ...` on this machine, Spark on spark_master
     SPARK_SUBMIT = "spark-submit"  # `spark-submit --master <spark_master> ... jobs run ...` (client mode)
+    SHARED = "shared"  # each job as queries of one Spark application on this machine (kappa.job_host)
 
 
 # The masters spark-submit can hand a job to (a local[...] master is what the subprocess launcher runs).
@@ -135,7 +136,9 @@ class KappaSettings(BaseSettings):
     # --- deployments (kappa jobs start/stop/status, Dagster's deploy and health sensor) -----------------
     deployments_dir: Path | None = Field(None, description="deployments' state files and logs (state_dir/…)")
     deploy_launcher: Launcher = Field(
-        Launcher.SUBPROCESS, description="subprocess: a local process; spark-submit: to spark_master (client mode)"
+        Launcher.SUBPROCESS,
+        description="subprocess: a process per job; shared: the jobs in one Spark application on this machine; "
+        "spark-submit: to spark_master (client mode)",
     )
     spark_submit: str | None = Field(None, description="spark-submit executable (default: pyspark's bin/)")
     deploy_stop_timeout_s: float = Field(60.0, gt=0, description="SIGTERM, then SIGKILL after this long")

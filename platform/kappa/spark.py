@@ -9,6 +9,7 @@ import os
 import re
 import shlex
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -108,8 +109,9 @@ def spark_conf(settings: KappaSettings, app_name: str) -> dict[str, str]:
     }
 
 
-def get_spark(settings: KappaSettings, app_name: str = "kappa") -> SparkSession:
-    """Build (or return the running) session. Starts offline: every jar is a local file."""
+def get_spark(settings: KappaSettings, app_name: str = "kappa", extra: Mapping[str, str] | None = None) -> SparkSession:
+    """Build (or return the running) session. Starts offline: every jar is a local file. `extra`: more
+    configuration for a new session (the job host's scheduler mode)."""
     spark_java()  # a clear message instead of pyspark's "Java gateway process exited"
     # Python workers must run this interpreter (the project's venv), whatever `python` is on PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -125,7 +127,7 @@ def get_spark(settings: KappaSettings, app_name: str = "kappa") -> SparkSession:
     if local:
         use_scratch_folder(settings)
     builder = SparkSession.builder
-    for key, value in spark_conf(settings, app_name).items():
+    for key, value in (spark_conf(settings, app_name) | dict(extra or {})).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

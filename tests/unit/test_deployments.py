@@ -66,7 +66,9 @@ def test_spark_submit_launcher_submits_to_the_master_in_client_mode(tmp_path: Pa
 def test_spark_submit_needs_a_cluster_master(tmp_path: Path) -> None:
     with pytest.raises(SettingsError, match=r"KAPPA_DEPLOY_LAUNCHER=spark-submit .* 'local\[\*\]'"):
         load_settings(state_dir=tmp_path, deploy_launcher="spark-submit")
-    with pytest.raises(SettingsError, match=r"KAPPA_DEPLOY_LAUNCHER: Input should be 'subprocess' or 'spark-submit'"):
+    with pytest.raises(
+        SettingsError, match=r"KAPPA_DEPLOY_LAUNCHER: Input should be 'subprocess', 'spark-submit' or 'shared'"
+    ):
         load_settings(state_dir=tmp_path, deploy_launcher="kubectl")
     for master in ("yarn", "k8s://https://10.0.0.1:6443", "spark://a:7077"):
         assert load_settings(state_dir=tmp_path, deploy_launcher="spark-submit", spark_master=master).spark_master
@@ -254,7 +256,9 @@ def test_one_writer_per_checkpoint(settings: KappaSettings) -> None:
         with pytest.raises(ReplayRefusedError, match=first):
             another_launch()
         with pytest.raises(KappaError, match=first):  # (past the check that "fake" is a declared job)
-            deployments._start(settings, "fake", 1, env=None, restarts=0, last_exit_reason=None)
+            deployments._start(
+                settings, "fake", 1, launcher=Launcher.SUBPROCESS, env=None, restarts=0, last_exit_reason=None
+            )
     another_launch()  # released with its holder
     running_job = r"in use by `kappa jobs run fake --version 1` \(pid"  # a run of the version holds it
     with (

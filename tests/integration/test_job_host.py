@@ -1,0 +1,164 @@
+"""Shared deployments (KAPPA_DEPLOY_LAUNCHER=shared) on the real stack: `raw_clicks` and `enrich_clicks` run as
+queries of one Spark application, the job host, each with its own lifecycle. Stopping one leaves the other
+running; a SIGKILL of the host is a crash of both, seen as such; restarts resume each from its checkpoint (every
+click in raw_clicks' table once, every click's enriched record on the topic); the host ends by itself after its
+last job stops.
+"""
+
+import importlib
+import os
+import random
+import signal
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from deltalake import DeltaTable
+
+from dagster_project.resources import KappaResource
+from kappa import deployments
+from kappa.avro.registry import Registry, value_subject
+from kappa.avro.schemas import topic_value_schema
+from kappa.avro.serde import AvroEncoder
+from kappa.deployments import Health
+from kappa.errors import KappaError
+from kappa.generate import click_messages, clicks
+from kappa.kafka_client import produce_all
+from kappa.runtime import JobSpec
+from kappa.settings import KappaSettings
+from kappa.topics import Topic
+from tests.integration.replay_pipeline import Deployment, deploy_copy
+from tests.waiting import wait_until
+
+
+def _produce(stack: KappaSettings, topic: Topic, count: int, seed: int, first: int = 0) -> set[str]:
+    made = list(clicks(first + count, seed=seed))[first:]
+    with Registry(stack.registry) as registry:
+        encoder = AvroEncoder(registry, value_subject(topic.name), topic_value_schema(stack.schemas_path, topic))
+        produce_all(stack, topic.name, click_messages(iter(made), encoder.encode, topic.partitions))
+    return {c.event_id for c in made}
+
+
+def _keys(stack: KappaSettings, topic: str, partitions: int) -> set[str]:
+    """Every key on the topic now (read to its end offsets)."""
+    consumer = Consumer({"bootstrap.servers": stack.bootstrap, "group.id": "test-job-host", "log_level": 0})
+    try:
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)}
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        keys: set[str] = set()
+        done: set[int] = {p for p, end in ends.items() if end == 0}
+        while len(done) < partitions:
+            message = consumer.poll(5)
+            assert message is not None, f"{topic} ended before its end offsets {ends}"
+            if message.error() is None:
+                keys.add((message.key() or b"").decode())
+                if message.offset() + 1 >= ends[message.partition()]:
+                    done.add(message.partition())
+        return keys
+    finally:
+        consumer.close()
+
+
+@pytest.fixture
+def pipeline(stack: KappaSettings, tmp_path: Path, unique_name: Callable[[str], str]) -> Iterator[Deployment]:
+    env = {"KAPPA_DEPLOY_STOP_TIMEOUT_S": "90", "KAPPA_DEPLOY_LAUNCHER": "shared"}
+    d = deploy_copy(stack, tmp_path / "pipeline", unique_name("host") + "_", env=env)
+    with d.imported():
+        yield d
+
+
+@pytest.fixture
+def settings(pipeline: Deployment) -> Iterator[KappaSettings]:
+    """The copy's settings; whatever still runs at the end is stopped, and the host's process group killed."""
+    settings = KappaResource(overrides={k: v for k, v in pipeline.env.items() if k.startswith("KAPPA_")}).settings()
+    yield settings
+    for state in deployments.status(settings):
+        deployments.stop_if_running(settings, state.deployment.job, state.deployment.version, timeout_s=30)
+    host = deployments.load_host(settings)
+    if host is not None and deployments.group_members(host.pid):
+        os.killpg(host.pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_jobs_share_one_application_and_keep_their_own_lifecycles(
+    stack: KappaSettings, settings: KappaSettings, pipeline: Deployment
+) -> None:
+    catalog = importlib.import_module("jobs.catalog")  # the copy's, as the deployed jobs read it
+    source: Topic = catalog.CLICKS
+    raw: JobSpec = importlib.import_module("jobs.raw_clicks.declaration").JOB
+    enrich: JobSpec = importlib.import_module("jobs.enrich_clicks.declaration").JOB
+    env = {k: v for k, v in pipeline.env.items() if k.startswith("KAPPA_")}
+    table = f"{settings.delta_root}/{raw.output.name}/v{raw.version}"
+    seed = random.SystemRandom().randrange(10_000, 1_000_000)
+    mine = _produce(stack, source, 600, seed)
+
+    first = {job.name: deployments.start(settings, job.name, job.version, env=env) for job in (raw, enrich)}
+    host = deployments.load_host(settings)
+    assert host is not None
+    assert deployments.is_host(host.pid)
+    assert {d.pid for d in first.values()} == {host.pid}  # one process: the host
+    assert all(d.launcher == "shared" for d in first.values())
+    with pytest.raises(KappaError, match="already running"):
+        deployments.start(settings, raw.name, raw.version, env=env)
+
+    def caught_up(job: JobSpec) -> Callable[[], bool]:
+        def check() -> bool:
+            try:
+                lag = deployments.lag(settings, job.name, job.version, timeout_s=5)
+            except KappaError:
+                return False
+            return lag.total == 0 and lag.last_batch is not None
+
+        return check
+
+    log = first[raw.name].log_path
+    for job in (raw, enrich):
+        wait_until(caught_up(job), 300, f"{job.name} reads every click", log=first[job.name].log_path, interval_s=1)
+        assert deployments.lag(settings, job.name, job.version).rows >= len(mine)  # its own progress lines
+
+    # Stopping one job leaves the other running in the same host.
+    stopped = deployments.stop(settings, enrich.name, enrich.version)
+    assert deployments.exit_status(stopped.log_path.read_text()) == 0
+    assert "stopped after" in deployments.last_run(stopped.log_path.read_text())
+    states = {s.deployment.job: s.health for s in deployments.status(settings)}
+    assert states == {raw.name: Health.RUNNING, enrich.name: Health.STOPPED}
+    with pytest.raises(KappaError, match="other settings"):  # one application, one set of settings
+        deployments.start(settings, enrich.name, enrich.version, env={**env, "KAPPA_SPARK_SHUFFLE_PARTITIONS": "3"})
+    more = _produce(stack, source, 300, seed, first=600)
+    wait_until(caught_up(raw), 120, "raw_clicks goes on alone", log=log, interval_s=1)
+    assert deployments.lag(settings, enrich.name, enrich.version).total == len(more)
+
+    # A SIGKILL of the host: every job it ran has crashed, with no exit status.
+    os.killpg(host.pid, signal.SIGKILL)
+    wait_until(lambda: not deployments.group_members(host.pid), 30, "the host's processes are gone", log=log)
+    crashed = {s.deployment.job: s for s in deployments.status(settings)}
+    assert crashed[raw.name].health is Health.CRASHED
+    assert (crashed[raw.name].exit_reason or "").startswith("no exit status recorded")
+    assert crashed[enrich.name].health is Health.STOPPED  # stopped before: still stopped
+    later = _produce(stack, source, 200, seed, first=900)
+
+    # Restarts start a new host; each job resumes from its own checkpoint.
+    again = {job.name: deployments.restart(settings, job.name, job.version) for job in (raw, enrich)}
+    new_host = deployments.load_host(settings)
+    assert new_host is not None
+    assert new_host.pid != host.pid
+    assert {d.pid for d in again.values()} == {new_host.pid}
+    assert (again[raw.name].last_exit_reason or "").startswith("no exit status recorded")
+    for job in (raw, enrich):
+        wait_until(caught_up(job), 300, f"{job.name} resumes", log=again[job.name].log_path, interval_s=1)
+    rows = DeltaTable(table).to_pyarrow_table(columns=["event_id", "kafka_partition", "kafka_offset"]).to_pylist()
+    assert max(Counter((r["kafka_partition"], r["kafka_offset"]) for r in rows).values()) == 1
+    ours = Counter(r["event_id"] for r in rows if r["event_id"].startswith(f"evt-{seed}-"))
+    assert set(ours) == mine | more | later
+    assert set(ours.values()) == {1}
+    enriched: Topic = catalog.ENRICHED_CLICKS
+    output = importlib.import_module("kappa.deployment").deployed_job(settings, enrich.name).output
+    assert mine | more | later <= _keys(stack, output.name, enriched.partitions)
+
+    # The host ends by itself after its last job.
+    for job in (raw, enrich):
+        deployments.stop(settings, job.name, job.version)
+    wait_until(lambda: not deployments.is_host(new_host.pid), deployments.HOST_IDLE_S + 60, "the host ends", log=log)
+    assert deployments.load_host(settings) is None
