@@ -29,7 +29,6 @@ import json
 import os
 import random
 import re
-import signal
 import subprocess
 import sys
 import threading
@@ -57,7 +56,7 @@ from kappa.kafka_client import Outgoing, Publisher
 from kappa.partitioning import partition_for
 from kappa.runtime.declaration import version_checkpoints
 from kappa.runtime.discovery import discover, pipeline_order
-from kappa.settings import KappaSettings, project_root
+from kappa.settings import KappaSettings, Launcher, project_root
 from tests.benchmarks.common import bench_stack, cli_env, report
 
 SEED = 17
@@ -93,37 +92,10 @@ def deployed(settings: KappaSettings, jobs: list[str]) -> Iterator[None]:
     finally:
         for job in reversed(started):
             kappa(settings, "jobs", "stop", job)
-
-
-ONE_APPLICATION_LOG = "one-application.log"
-
-
-@contextmanager
-def one_application(settings: KappaSettings, jobs: list[str], fair: bool) -> Iterator[None]:
-    """The jobs as queries of one Spark application (tests/benchmarks/one_application.py), SIGTERM at the end."""
-    settings.deployments_path.mkdir(parents=True, exist_ok=True)
-    log_path = settings.deployments_path / ONE_APPLICATION_LOG
-    print(f"one application: {', '.join(jobs)} ...", flush=True)
-    with log_path.open("w") as log_file:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.benchmarks.one_application", ",".join(jobs), *(["--fair"] if fair else [])],
-            env=cli_env(settings),
-            cwd=project_root(), stdout=log_file, stderr=subprocess.STDOUT, text=True,
-        )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 600
-        while sum(" started (run " in line for line in log_path.read_text().splitlines()) < len(jobs):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the one application did not start its queries:\n" + log_path.read_text()[-3000:])
+        host = deployments.load_host(settings)  # a shared deployments' host ends by itself after its last job
+        deadline = time.monotonic() + deployments.HOST_IDLE_S + 60
+        while host is not None and deployments.is_host(host.pid) and time.monotonic() < deadline:
             time.sleep(1)
-        yield
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=180)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @dataclass(frozen=True)
@@ -376,10 +348,8 @@ def batch_profile(settings: KappaSettings, jobs: tuple[tuple[str, int], ...], si
     rows = []
     for job, version in jobs:
         log_file = settings.deployments_path / f"{job}.v{version}.log"
-        if not log_file.exists():
-            log_file = settings.deployments_path / ONE_APPLICATION_LOG
         batches: list[dict[str, int]] = []
-        seen: set[str] = set()  # in one application every job's listener logs every query's batches
+        seen: set[str] = set()  # a batch retried after a restart is counted once
         for line in log_file.read_text(errors="replace").splitlines() if log_file.exists() else []:
             match = BATCH_LINE.match(line)
             if not match or match["query"] != f"{job}_v{version}" or match["batch"] in seen:
@@ -498,7 +468,7 @@ def drained(settings: KappaSettings, pipeline: Pipeline, timeout_s: float) -> in
     while True:
         lags = backlog(settings, pipeline)
         behind = sum(lag.total for lag in lags.values())
-        ran = all(lag.last_batch for lag in lags.values()) or (settings.deployments_path / ONE_APPLICATION_LOG).exists()
+        ran = all(lag.last_batch for lag in lags.values())
         if behind == 0 and ran:
             return 0
         if time.monotonic() > deadline:
@@ -544,9 +514,11 @@ def main() -> None:
     parser.add_argument("--drain", type=float, default=300.0, help="at most this long to wait for a backlog to go")
     parser.add_argument("--jobs", default="", help="comma-separated jobs to deploy (default: the whole pipeline)")
     parser.add_argument(
-        "--one-application", action="store_true", help="the jobs as queries of one Spark application (experiment)"
+        "--launcher",
+        choices=[Launcher.SUBPROCESS.value, Launcher.SHARED.value],
+        default=Launcher.SHARED.value,
+        help="KAPPA_DEPLOY_LAUNCHER of the deployments: a driver JVM per job, or one Spark application",
     )
-    parser.add_argument("--fair", action="store_true", help="with --one-application: a FAIR pool per job")
     parser.add_argument("--also-ran", default="nothing else", help="what else ran on the machine, for the report")
     args = parser.parse_args()
 
@@ -558,8 +530,8 @@ def main() -> None:
         kappa(settings, "topics", "apply")
         produce_profiles(settings, args.users)
         pipeline = Pipeline.of(settings, jobs)
-        running = one_application(settings, jobs, args.fair) if args.one_application else deployed(settings, jobs)
-        with running:
+        settings = settings.model_copy(update={"deploy_launcher": Launcher(args.launcher)})
+        with deployed(settings, jobs):
             settle(settings, pipeline, args.users)
             found = None
             for rate in args.rates.split(","):
@@ -578,7 +550,7 @@ def main() -> None:
                 profile += result["profile"]
     notes = [
         {
-            "note": f"{os.cpu_count()} cores; jobs {'in one application' if args.one_application else 'deployed'}: "
+            "note": f"{os.cpu_count()} cores; jobs deployed (KAPPA_DEPLOY_LAUNCHER={args.launcher}): "
             f"{', '.join(jobs)}; also ran: {args.also_ran}"
         },
         {"note": "latency in ms from each click's produce timestamp; `seen`: clicks whose result was found"},
