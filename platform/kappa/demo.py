@@ -20,12 +20,12 @@ from kappa.kafka_client import admin_client
 from kappa.produce_stream import generate
 from kappa.readers import table_path
 from kappa.runtime.declaration import DeltaTable, JobSpec
-from kappa.runtime.discovery import discover, pipeline_order
+from kappa.runtime.discovery import discover, pipeline_order, writers_of
 from kappa.runtime.runner import run_job
 from kappa.settings import KappaSettings
 from kappa.spark import get_spark
 from kappa.stack import LocalStack
-from kappa.topics import Topic, apply
+from kappa.topics import apply
 
 
 def run_demo(base: KappaSettings, events: int, keep: bool, malformed_share: float = 0.01) -> None:
@@ -80,7 +80,7 @@ def _replay(settings: KappaSettings, jobs: list[JobSpec]) -> None:
     Spark application and started as soon as the jobs writing its inputs are done: independent jobs share the
     cores instead of waiting for each other, and every job still reads its inputs whole. A failure (or Ctrl-C)
     stops the others after their current batch."""
-    writers = {job.output.name: job.name for job in jobs if isinstance(job.output, Topic)}
+    writers = writers_of(jobs)
     # Bound as `kappa jobs run` binds it: its versioned output, its inputs at their live versions. One after
     # the other, in pipeline order: each first deployment moves an alias, and moves at once fence each other.
     bound = {}

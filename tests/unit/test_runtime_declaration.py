@@ -1,11 +1,15 @@
+import threading
 from pathlib import Path
 
 import pytest
 
 from jobs.catalog import CLICKS
-from kappa.runtime import DeltaTable, JobSpec, Starting
+from kappa.errors import KappaError
+from kappa.runtime import DeltaTable, JobSpec, Starting, TopicPlan
+from kappa.runtime.declaration import JobContext
 from kappa.runtime.discovery import discover
 from kappa.runtime.progress import describe_batch, end_offsets
+from kappa.runtime.query import QueryControl, start_query
 
 
 def test_discovery_finds_every_job_folder() -> None:
@@ -86,3 +90,11 @@ def test_pipeline_order_runs_each_job_after_the_writers_of_its_inputs() -> None:
     assert order.index("enrich_clicks") < order.index("page_stats")
     assert order.index("sessionize") < order.index("sessions_table")
     assert sorted(order) == sorted(discover())
+
+
+def test_a_topic_plan_for_a_delta_output_is_refused() -> None:
+    spec = JobSpec("to_delta", 1, "", (CLICKS,), DeltaTable("t"), plan=lambda ctx: None)  # type: ignore[arg-type,return-value]
+    ctx = JobContext(spark=None, settings=None, spec=spec, version=1)  # type: ignore[arg-type]
+    plan = TopicPlan(rows=None, key=None)  # type: ignore[arg-type]
+    with pytest.raises(KappaError, match="job to_delta: a TopicPlan writes Kafka records, not t"):
+        start_query(ctx, plan, QueryControl(threading.Event()), watch=None)  # type: ignore[arg-type]

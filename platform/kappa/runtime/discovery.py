@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Iterable
 
 from kappa.errors import KappaError
 from kappa.runtime.declaration import JobSpec
@@ -39,9 +40,14 @@ def get_job(name: str, package: str = "jobs") -> JobSpec:
     return jobs[name]
 
 
+def writers_of(jobs: Iterable[JobSpec]) -> dict[str, str]:
+    """Topic -> the job that writes it, among these jobs."""
+    return {job.output.name: job.name for job in jobs if isinstance(job.output, Topic)}
+
+
 def pipeline_order(jobs: dict[str, JobSpec]) -> list[JobSpec]:
     """The jobs in an order where each runs after every job that writes one of its inputs (then by name)."""
-    writers = {job.output.name: job.name for job in jobs.values() if isinstance(job.output, Topic)}
+    writers = writers_of(jobs.values())
     ordered: list[JobSpec] = []
     placed: set[str] = set()
     while len(ordered) < len(jobs):
