@@ -41,6 +41,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("kappa.host")
 
 POLL_S = 0.5
+# One job at a time moves its aliases: alias moves are Kafka transactions, and two at once fence each other.
+_BINDING = threading.Lock()
 
 
 @dataclass
@@ -123,7 +125,8 @@ def _run(settings: KappaSettings, spark: SparkSession, deployment: Deployment, s
         spec = deployed_job(settings, deployment.job, deployment.version)
         holder = f"{deployment.name} in the job host"
         with deployments.checkpoint_lock(settings, deployment.job, deployment.version, holder):
-            ensure_live(settings, spec, deployment.version)
+            with _BINDING:
+                ensure_live(settings, spec, deployment.version)
             report = run_job(spec, settings, version=deployment.version, stop=stop)
         rows = sum(report.input_rows.values())
         log.info("%s: stopped after %.1f s, %d input rows", deployment.name, report.seconds, rows)

@@ -70,7 +70,7 @@ def pipeline(stack: KappaSettings, tmp_path: Path, unique_name: Callable[[str], 
 
 
 @pytest.fixture
-def settings(pipeline: Deployment) -> Iterator[KappaSettings]:
+def shared(pipeline: Deployment) -> Iterator[KappaSettings]:
     """The copy's settings; whatever still runs at the end is stopped, and the host's process group killed."""
     settings = KappaResource(overrides={k: v for k, v in pipeline.env.items() if k.startswith("KAPPA_")}).settings()
     yield settings
@@ -83,8 +83,9 @@ def settings(pipeline: Deployment) -> Iterator[KappaSettings]:
 
 @pytest.mark.slow
 def test_jobs_share_one_application_and_keep_their_own_lifecycles(
-    stack: KappaSettings, settings: KappaSettings, pipeline: Deployment
+    stack: KappaSettings, shared: KappaSettings, pipeline: Deployment
 ) -> None:
+    settings = shared
     catalog = importlib.import_module("jobs.catalog")  # the copy's, as the deployed jobs read it
     source: Topic = catalog.CLICKS
     raw: JobSpec = importlib.import_module("jobs.raw_clicks.declaration").JOB
