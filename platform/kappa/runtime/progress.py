@@ -7,15 +7,19 @@ lag dashboard show how far each job version is behind.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from pyspark.sql.streaming import StreamingQueryListener
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger("kappa.progress")
 
@@ -83,9 +87,60 @@ def describe_batch(progress: dict[str, Any]) -> str:
     )
 
 
-class ProgressRecorder(StreamingQueryListener):
+class ProgressHub(StreamingQueryListener):
+    """The one progress listener of a Spark application: it hands each event to the recorders of the jobs
+    running in it (`listen`). The JVM calls every Python listener with every query's every event, each call a
+    conversion through Py4J: with a listener per job, the jobs of one application (the job host, the demo's
+    replay) would pay it once per job per batch. Registered on first use, it stays for the application."""
+
+    _hubs: ClassVar[dict[int, ProgressHub]] = {}
+    _hubs_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self) -> None:
+        self._recorders: list[ProgressRecorder] = []
+        self._lock = threading.Lock()
+
+    @classmethod
+    @contextlib.contextmanager
+    def listen(cls, spark: SparkSession, recorder: ProgressRecorder) -> Iterator[None]:
+        """`recorder` gets the application's query events while in the block."""
+        with cls._hubs_lock:
+            hub = cls._hubs.get(id(spark.sparkContext))
+            if hub is None:
+                hub = cls._hubs[id(spark.sparkContext)] = cls()
+                spark.streams.addListener(hub)
+        with hub._lock:
+            hub._recorders.append(recorder)
+        try:
+            yield
+        finally:
+            with hub._lock:
+                hub._recorders.remove(recorder)
+
+    def _current(self) -> list[ProgressRecorder]:
+        with self._lock:
+            return list(self._recorders)
+
+    def onQueryStarted(self, event: Any) -> None:  # noqa: N802 (Spark's listener API)
+        for recorder in self._current():
+            recorder.started(event.name, str(event.runId))
+
+    def onQueryProgress(self, event: Any) -> None:  # noqa: N802 (Spark's listener API)
+        progress = json.loads(event.progress.json)
+        for recorder in self._current():
+            recorder.handle(progress)
+
+    def onQueryIdle(self, event: Any) -> None:  # noqa: N802 (Spark's listener API)
+        return None
+
+    def onQueryTerminated(self, event: Any) -> None:  # noqa: N802 (Spark's listener API)
+        for recorder in self._current():
+            recorder.ended(str(event.runId))
+
+
+class ProgressRecorder:
     """Logs each batch of the job's queries and commits the output query's offsets to its group. Another job's
-    queries in the same Spark application (a demo replays several at once) are not its business."""
+    queries in the same Spark application (the job host, a demo's replay) are not its business."""
 
     def __init__(
         self,
@@ -107,12 +162,9 @@ class ProgressRecorder(StreamingQueryListener):
         self._ended = threading.Condition()
         self._ended_runs: set[str] = set()  # query runs whose end the listener bus delivered
 
-    def onQueryStarted(self, event: Any) -> None:  # noqa: N802 (Spark's listener API)
-        if event.name in self._groups:
-            log.info("query %s started (run %s)", event.name, event.runId)
-
-    def onQueryProgress(self, event: Any) -> None:  # noqa: N802 (Spark's listener API)
-        self.handle(json.loads(event.progress.json))
+    def started(self, name: str, run_id: str) -> None:
+        if name in self._groups:
+            log.info("query %s started (run %s)", name, run_id)
 
     def handle(self, progress: dict[str, Any]) -> None:
         """Log and record one batch, once: the listener bus delivers asynchronously, and the runner hands
@@ -179,17 +231,14 @@ class ProgressRecorder(StreamingQueryListener):
                 log.warning("could not record progress of %s: %s", group, exc)
             committer.close()
 
-    def onQueryIdle(self, event: Any) -> None:  # noqa: N802 (Spark's listener API)
-        return None
-
-    def onQueryTerminated(self, event: Any) -> None:  # noqa: N802 (Spark's listener API)
+    def ended(self, run_id: str) -> None:
         # No line: the runner says how a query ended (a failure, a retry, a stop), once.
         with self._ended:
-            self._ended_runs.add(str(event.runId))
+            self._ended_runs.add(run_id)
             self._ended.notify_all()
 
     def wait_ended(self, run_id: str, timeout_s: float = 10.0) -> None:
-        """Until the listener bus has delivered a stopped run's end (or the timeout): a listener removed, or a
-        process ending, while the bus still calls it into Python makes Py4J print a stack trace."""
+        """Until the listener bus has delivered a stopped run's end (or the timeout): a process ending while the
+        bus still calls into Python makes Py4J print a stack trace."""
         with self._ended:
             self._ended.wait_for(lambda: run_id in self._ended_runs, timeout=timeout_s)

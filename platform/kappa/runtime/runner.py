@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from kappa.errors import KappaError
 from kappa.runtime import start_point
 from kappa.runtime.declaration import JobContext, JobSpec, Starting, version_checkpoints
-from kappa.runtime.progress import ProgressRecorder, checkpoint_offsets
+from kappa.runtime.progress import ProgressHub, ProgressRecorder, checkpoint_offsets
 from kappa.runtime.query import QueryControl, QueryEnd, WriterWatch, start_query
 from kappa.settings import KappaSettings
 
@@ -261,33 +261,33 @@ def _run_until_stopped(
         recorder.close()
         return RunReport(job=spec.name, version=context.version, seconds=0.0, batches={}, input_rows={},
                          stopped_by_signal=True, output_query=context.query_name())  # fmt: skip
-    spark.streams.addListener(recorder)
     attempt = 0
     try:
-        while True:
-            batches_before = sum(recorder.batches.values())
-            control = QueryControl(stop)
-            failure = _run_query(context, recorder, control)
-            if failure is None:
-                break
-            if control.ended is QueryEnd.NEW_SCHEMA:
-                log.info("%s: the registry has %s; planning the query again to decode it", context.id, control.detail)
-                continue
-            cause = unavailable_service(failure)
-            if cause is None:
-                raise KappaError(f"job {context.id}: {failure.splitlines()[0]}")
-            if stop.is_set():
-                break
-            # A lost broker or registry is no reason to exit: start again from the checkpoints (nothing lost,
-            # nothing doubled) once it answers. Attempts count from the last batch that went through.
-            attempt = 1 if sum(recorder.batches.values()) > batches_before else attempt + 1
-            delay = min(RETRY_CAP_S, RETRY_FIRST_S * 2 ** (attempt - 1)) * random.uniform(0.8, 1.2)
-            log.warning("%s: %s; starting again in %.0f s (attempt %d)", context.id, cause, delay, attempt)
-            stop.wait(delay)
-            if stop.is_set():
-                break
+        with ProgressHub.listen(spark, recorder):  # one listener per application, shared by its jobs
+            while True:
+                batches_before = sum(recorder.batches.values())
+                control = QueryControl(stop)
+                failure = _run_query(context, recorder, control)
+                if failure is None:
+                    break
+                if control.ended is QueryEnd.NEW_SCHEMA:
+                    learned = control.detail
+                    log.info("%s: the registry has %s; planning the query again to decode it", context.id, learned)
+                    continue
+                cause = unavailable_service(failure)
+                if cause is None:
+                    raise KappaError(f"job {context.id}: {failure.splitlines()[0]}")
+                if stop.is_set():
+                    break
+                # A lost broker or registry is no reason to exit: start again from the checkpoints (nothing lost,
+                # nothing doubled) once it answers. Attempts count from the last batch that went through.
+                attempt = 1 if sum(recorder.batches.values()) > batches_before else attempt + 1
+                delay = min(RETRY_CAP_S, RETRY_FIRST_S * 2 ** (attempt - 1)) * random.uniform(0.8, 1.2)
+                log.warning("%s: %s; starting again in %.0f s (attempt %d)", context.id, cause, delay, attempt)
+                stop.wait(delay)
+                if stop.is_set():
+                    break
     finally:
-        spark.streams.removeListener(recorder)
         recorder.close()
     return RunReport(
         job=spec.name,
