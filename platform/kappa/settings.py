@@ -136,9 +136,10 @@ class KappaSettings(BaseSettings):
     # --- deployments (kappa jobs start/stop/status, Dagster's deploy and health sensor) -----------------
     deployments_dir: Path | None = Field(None, description="deployments' state files and logs (state_dir/…)")
     deploy_launcher: Launcher = Field(
-        Launcher.SUBPROCESS,
-        description="subprocess: a process per job; shared: the jobs in one Spark application on this machine; "
-        "spark-submit: to spark_master (client mode)",
+        Launcher.SHARED,
+        description="shared: the jobs as queries of one Spark application on this machine (the local profile: "
+        "measured faster and a third of the memory); subprocess: a driver per job; spark-submit: to spark_master "
+        "(client mode)",
     )
     spark_submit: str | None = Field(None, description="spark-submit executable (default: pyspark's bin/)")
     deploy_stop_timeout_s: float = Field(60.0, gt=0, description="SIGTERM, then SIGKILL after this long")

@@ -95,4 +95,5 @@ def cli_env(settings: KappaSettings) -> dict[str, str]:
         KAPPA_DELTA_ROOT=str(settings.delta_root),
         KAPPA_DEPLOYMENTS_DIR=str(settings.deployments_path),
         KAPPA_DEPLOY_LAUNCHER=settings.deploy_launcher.value,
+        KAPPA_SPARK_MASTER=settings.spark_master,
     )

@@ -53,7 +53,9 @@ def _wait(what: str, check: Callable[[], bool], timeout_s: float, log: Path) -> 
 @pytest.fixture
 def pipeline(stack: KappaSettings, tmp_path: Path, unique_name: Callable[[str], str]) -> Iterator[Deployment]:
     """This test's copy of the pipeline, as the code location of this process and of what it starts."""
-    d = deploy_copy(stack, tmp_path / "pipeline", unique_name("dp") + "_", env={"KAPPA_DEPLOY_STOP_TIMEOUT_S": "90"})
+    # A driver process per job: this test kills one (test_job_host.py kills the shared host).
+    env = {"KAPPA_DEPLOY_STOP_TIMEOUT_S": "90", "KAPPA_DEPLOY_LAUNCHER": "subprocess"}
+    d = deploy_copy(stack, tmp_path / "pipeline", unique_name("dp") + "_", env=env)
     with d.imported():
         yield d
 

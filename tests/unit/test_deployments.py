@@ -27,7 +27,8 @@ def settings(tmp_path: Path) -> KappaSettings:
 
 
 def test_subprocess_launcher_runs_the_cli_here(settings: KappaSettings) -> None:
-    assert settings.deploy_launcher is Launcher.SUBPROCESS
+    assert settings.deploy_launcher is Launcher.SHARED  # the local profile's default: one Spark application
+    settings = settings.model_copy(update={"deploy_launcher": Launcher.SUBPROCESS})
     assert deployments.job_command(settings, "raw_clicks", 2) == [
         sys.executable,
         *("-m", "kappa.cli", "jobs", "run", "raw_clicks", "--version", "2"),
