@@ -55,6 +55,8 @@ MOVER_ID = "kappa.aliases.mover"  # the transactional id of every alias move (se
 MOVE_ATTEMPTS = 5  # a move fenced by another mover starts again this many times in all
 MOVE_TIMEOUT_MS = 60_000  # the broker aborts a crashed mover's open transaction after this
 READ_TO_END_S = MOVE_TIMEOUT_MS / 1000 + 10  # a reader may wait for such an abort before it sees the end
+RETRIABLE_S = 10.0  # how long a new topic's leader election is waited out
+_NO_LEADER_YET = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
 # What librdkafka reports when a newer mover took the transactional id: this mover's transaction is aborted.
 _FENCED_CODES = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
 
@@ -128,16 +130,24 @@ class ControlReader:
 
     def read_new(self) -> list[dict[str, Any]]:
         name = self._topic.name
-        try:
-            if self._end is None:
-                meta = self._consumer.list_topics(name, timeout=10).topics.get(name)
-                if meta is None or meta.error is not None:
-                    return []  # a cluster where nothing was deployed yet (`kappa topics apply` creates it)
-            low, high = self._consumer.get_watermark_offsets(self._partition, timeout=10, cached=False)
-        except KafkaException as exc:
-            if exc.args and exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                return []
-            raise KappaError(f"cannot read {name} at {self._settings.bootstrap}: {exc} (is Kafka up?)") from None
+        patience = time.monotonic() + RETRIABLE_S
+        while True:
+            try:
+                if self._end is None:
+                    meta = self._consumer.list_topics(name, timeout=10).topics.get(name)
+                    if meta is None or meta.error is not None:
+                        return []  # a cluster where nothing was deployed yet (`kappa topics apply` creates it)
+                low, high = self._consumer.get_watermark_offsets(self._partition, timeout=10, cached=False)
+                break
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                if error is not None and error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    return []
+                # A topic created a moment ago has no leader yet (NOT_LEADER_FOR_PARTITION): that passes.
+                if error is not None and error.code() in _NO_LEADER_YET and time.monotonic() < patience:
+                    time.sleep(0.2)
+                    continue
+                raise KappaError(f"cannot read {name} at {self._settings.bootstrap}: {exc} (is Kafka up?)") from None
         if self._end is None:
             if high <= low:
                 return []
