@@ -250,7 +250,7 @@ def cmd_jobs_start(settings: KappaSettings, args: argparse.Namespace) -> int:
 def cmd_jobs_host(settings: KappaSettings, args: argparse.Namespace) -> int:
     from kappa import job_host
 
-    return job_host.serve(settings)
+    return job_host.serve(settings, args.code)
 
 
 def cmd_jobs_stop(settings: KappaSettings, args: argparse.Namespace) -> int:
@@ -425,9 +425,11 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--reason", default=None, help="recorded as the deployment's last exit reason")
         if name != "stop":
             p.add_argument("--wait", type=float, default=5.0, help="seconds to watch it for an early exit")
-    jobs_sub.add_parser(
+    host = jobs_sub.add_parser(
         "host", help="run the shared deployments in one Spark application (started by `kappa jobs start`)"
-    ).set_defaults(func=cmd_jobs_host)
+    )
+    host.set_defaults(func=cmd_jobs_host)
+    host.add_argument("code", help="the fingerprint of the code it runs (its state file's name)")
     status = jobs_sub.add_parser("status", help="every deployment: state, pid, uptime, lag, last batch")
     status.set_defaults(func=cmd_jobs_status)
     status.add_argument("-v", "--verbose", action="store_true", help="also why each was last restarted")

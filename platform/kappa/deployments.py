@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -434,36 +435,61 @@ def spawn(command: Sequence[str], log_file: Path, env: Mapping[str, str]) -> int
 
 
 # ------------------------------------------------------------------------ the job host ---------------
-# One process (kappa.job_host) runs the `shared` deployments as queries of one Spark application. Its own state
-# file (host.json: pid, start, the KAPPA_* settings it runs with) and log (host.log) sit beside the deployments'.
+# One process (kappa.job_host) runs the `shared` deployments as queries of one Spark application. A host keeps the
+# code it started with, so there is one host per code: a job started after its code changed (a replay's new version
+# beside the live one) gets a host of its own, and the old host ends after its last job. Each host's state file
+# (host-<code>.json: pid, start, the KAPPA_* settings it runs with) and log (host-<code>.log) sit beside the
+# deployments'.
 
-HOST_IDLE_S = 10.0  # the host ends this long after its last job (a `kappa jobs start` starts it again)
+HOST_IDLE_S = 10.0  # a host ends this long after its last job (a `kappa jobs start` starts one again)
 
 
-def host_command() -> list[str]:
-    return [sys.executable, "-m", "kappa.cli", *HOST_MARKER.split()]
+def host_command(code: str) -> list[str]:
+    return [sys.executable, "-m", "kappa.cli", *HOST_MARKER.split(), code]
+
+
+def code_fingerprint() -> str:
+    """The code a deployment would run now: the jobs' and the platform's Python files as they are on disk."""
+    import jobs
+    import kappa
+
+    digest = hashlib.sha256()
+    for root in (*jobs.__path__, *kappa.__path__):
+        for path in sorted(Path(root).rglob("*.py")):
+            digest.update(f"{path.relative_to(root)}\0".encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
 
 
 @dataclass(frozen=True)
 class Host:
     pid: int  # the host's wrapper
+    code: str  # the code_fingerprint it runs
     started_at: str
     log_file: str
     env: dict[str, str]  # the KAPPA_* settings every job it runs runs with
 
 
-def load_host(settings: KappaSettings) -> Host | None:
-    try:
-        return Host(**json.loads((settings.deployments_path / "host.json").read_text()))
-    except FileNotFoundError:
-        return None
-    except (OSError, json.JSONDecodeError, TypeError) as exc:
-        raise KappaError(f"the job host's state file is unreadable ({exc}): delete it if no host runs") from None
+def _host_state(settings: KappaSettings, code: str) -> Path:
+    return settings.deployments_path / f"host-{code}.json"
+
+
+def hosts(settings: KappaSettings) -> list[Host]:
+    """Every job host recorded here (running, or killed before it could remove its state file)."""
+    found = []
+    for path in sorted(settings.deployments_path.glob("host-*.json")) if settings.deployments_path.is_dir() else []:
+        try:
+            found.append(Host(**json.loads(path.read_text())))
+        except (OSError, json.JSONDecodeError, TypeError) as exc:
+            raise KappaError(
+                f"the job host's state file {path} is unreadable ({exc}): delete it if no host runs"
+            ) from None
+    return found
 
 
 @contextlib.contextmanager
 def _host_locked(settings: KappaSettings) -> Iterator[None]:
-    """Held while a shared deployment is added, and by the host while it decides to end for idleness."""
+    """Held while a shared deployment is added, and by a host while it decides to end for idleness."""
     settings.deployments_path.mkdir(parents=True, exist_ok=True)
     with (settings.deployments_path / "host.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -474,10 +500,14 @@ def _host_locked(settings: KappaSettings) -> Iterator[None]:
 
 
 def ensure_host(settings: KappaSettings, environment: Mapping[str, str], kappa_env: dict[str, str]) -> int:
-    """The running job host's pid; one is started when none runs. One application has one set of settings: a job
-    deployed with other KAPPA_* settings than the host's is refused. The caller holds the host lock."""
-    host = load_host(settings)
-    if host is not None and is_host(host.pid):
+    """The pid of the running job host of the code on disk now; one is started when none runs. One application
+    has one set of settings: a job deployed with other KAPPA_* settings than that host's is refused. The caller
+    holds the host lock."""
+    code = code_fingerprint()
+    for gone in (h for h in hosts(settings) if not is_host(h.pid)):  # killed before it could remove its own
+        _host_state(settings, gone.code).unlink(missing_ok=True)
+    host = next((h for h in hosts(settings) if h.code == code), None)
+    if host is not None:
         if host.env != kappa_env:
             differ = sorted(k for k in {*host.env, *kappa_env} if host.env.get(k) != kappa_env.get(k))
             raise KappaError(
@@ -485,13 +515,13 @@ def ensure_host(settings: KappaSettings, environment: Mapping[str, str], kappa_e
                 "with the same KAPPA_* settings, or stop its jobs first (it then ends by itself)"
             )
         return host.pid
-    log_file = settings.deployments_path / "host.log"
+    log_file = settings.deployments_path / f"host-{code}.log"
     started_at = now_iso()
     with log_file.open("a") as log:
         log.write(f"{STARTED_LINE} the job host at {started_at}\n")
-    pid = spawn(host_command(), log_file, environment)
-    state = settings.deployments_path / "host.json"
-    state.with_suffix(".json.tmp").write_text(json.dumps(asdict(Host(pid, started_at, str(log_file), kappa_env))))
+    pid = spawn(host_command(code), log_file, environment)
+    state = _host_state(settings, code)
+    state.with_suffix(".json.tmp").write_text(json.dumps(asdict(Host(pid, code, started_at, str(log_file), kappa_env))))
     state.with_suffix(".json.tmp").replace(state)
     deadline = time.monotonic() + 10  # until the wrapper shows its own command line (not the parent's copy)
     while not is_host(pid):
@@ -509,14 +539,14 @@ def hosted(settings: KappaSettings, host_pid: int) -> list[Deployment]:
 
 
 @contextlib.contextmanager
-def idle_host_ends(settings: KappaSettings, host_pid: int) -> Iterator[bool]:
+def idle_host_ends(settings: KappaSettings, host_pid: int, code: str) -> Iterator[bool]:
     """Whether the host may end now (no deployment of it should run), decided under the host lock, which is
     held until the host has removed its state file: a `kappa jobs start` then starts a new host."""
     with _host_locked(settings):
         idle = not any(d.desired == "running" for d in hosted(settings, host_pid))
         yield idle
         if idle:
-            (settings.deployments_path / "host.json").unlink(missing_ok=True)
+            _host_state(settings, code).unlink(missing_ok=True)
 
 
 # ------------------------------------------------------------------------ operations -----------------
@@ -592,7 +622,7 @@ def _start(
     if launcher is Launcher.SHARED and not _real_time(job):
         with _host_locked(settings):  # the host cannot end for idleness between its start and the job's record
             pid = ensure_host(settings, environment, kappa_env)
-            command = [*host_command(), job, "--version", str(version)]  # what runs it: a thread of the host
+            command = [*host_command(code_fingerprint()), job, "--version", str(version)]  # a thread of the host
             started = _log_start(log_file, job, version, restarts, command)
             deployment = Deployment(job, version, pid, command, launcher.value, started, str(log_file), kappa_env,
                                     restarts, last_exit_reason)  # fmt: skip

@@ -57,8 +57,9 @@ class _Run:
     thread: threading.Thread
 
 
-def serve(settings: KappaSettings) -> int:
-    """Run the host until SIGTERM/SIGINT or until it has had no job to run for HOST_IDLE_S."""
+def serve(settings: KappaSettings, code: str) -> int:
+    """Run the host of `code` (its code_fingerprint) until SIGTERM/SIGINT or until it has had no job to run for
+    HOST_IDLE_S."""
     from kappa.runtime.runner import configure_logging
     from kappa.spark import get_spark
 
@@ -94,7 +95,7 @@ def serve(settings: KappaSettings) -> int:
             if runs or wanted:
                 idle_since = time.monotonic()
             elif time.monotonic() - idle_since > deployments.HOST_IDLE_S:
-                with deployments.idle_host_ends(settings, me) as idle:
+                with deployments.idle_host_ends(settings, me, code) as idle:
                     if idle:
                         log.info("no job to run for %.0f s: the job host ends", deployments.HOST_IDLE_S)
                         break

@@ -93,9 +93,8 @@ def deployed(settings: KappaSettings, jobs: list[str]) -> Iterator[None]:
     finally:
         for job in reversed(started):
             kappa(settings, "jobs", "stop", job)
-        host = deployments.load_host(settings)  # a shared deployments' host ends by itself after its last job
-        deadline = time.monotonic() + deployments.HOST_IDLE_S + 60
-        while host is not None and deployments.is_host(host.pid) and time.monotonic() < deadline:
+        deadline = time.monotonic() + deployments.HOST_IDLE_S + 60  # a job host ends by itself after its last job
+        while any(deployments.is_host(h.pid) for h in deployments.hosts(settings)) and time.monotonic() < deadline:
             time.sleep(1)
 
 

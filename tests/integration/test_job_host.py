@@ -76,9 +76,9 @@ def shared(pipeline: Deployment) -> Iterator[KappaSettings]:
     yield settings
     for state in deployments.status(settings):
         deployments.stop_if_running(settings, state.deployment.job, state.deployment.version, timeout_s=30)
-    host = deployments.load_host(settings)
-    if host is not None and deployments.group_members(host.pid):
-        os.killpg(host.pid, signal.SIGKILL)
+    for host in deployments.hosts(settings):
+        if deployments.group_members(host.pid):
+            os.killpg(host.pid, signal.SIGKILL)
 
 
 @pytest.mark.slow
@@ -96,8 +96,7 @@ def test_jobs_share_one_application_and_keep_their_own_lifecycles(
     mine = _produce(stack, source, 600, seed)
 
     first = {job.name: deployments.start(settings, job.name, job.version, env=env) for job in (raw, enrich)}
-    host = deployments.load_host(settings)
-    assert host is not None
+    [host] = deployments.hosts(settings)
     assert deployments.is_host(host.pid)
     assert {d.pid for d in first.values()} == {host.pid}  # one process: the host
     assert all(d.launcher == "shared" for d in first.values())
@@ -127,6 +126,14 @@ def test_jobs_share_one_application_and_keep_their_own_lifecycles(
     assert states == {raw.name: Health.RUNNING, enrich.name: Health.STOPPED}
     with pytest.raises(KappaError, match="other settings"):  # one application, one set of settings
         deployments.start(settings, enrich.name, enrich.version, env={**env, "KAPPA_SPARK_SHUFFLE_PARTITIONS": "3"})
+    # A host keeps the code it started with: a job started after its code changed gets a host of its own (a
+    # replay's new version beside the live one), and that host ends after its last job.
+    transforms = pipeline.code / "jobs" / "enrich_clicks" / "transforms.py"
+    transforms.write_text(transforms.read_text() + "\n# edited after the host started\n")
+    elsewhere = deployments.start(settings, enrich.name, enrich.version, env=env)
+    assert elsewhere.pid != host.pid
+    assert len(deployments.hosts(settings)) == 2
+    deployments.stop(settings, enrich.name, enrich.version)
     more = _produce(stack, source, 300, seed, first=600)
     wait_until(caught_up(raw), 120, "raw_clicks goes on alone", log=log, interval_s=1)
     assert deployments.lag(settings, enrich.name, enrich.version).total == len(more)
@@ -142,8 +149,7 @@ def test_jobs_share_one_application_and_keep_their_own_lifecycles(
 
     # Restarts start a new host; each job resumes from its own checkpoint.
     again = {job.name: deployments.restart(settings, job.name, job.version) for job in (raw, enrich)}
-    new_host = deployments.load_host(settings)
-    assert new_host is not None
+    [new_host] = deployments.hosts(settings)  # the dead hosts' state files are gone
     assert new_host.pid != host.pid
     assert {d.pid for d in again.values()} == {new_host.pid}
     assert (again[raw.name].last_exit_reason or "").startswith("no exit status recorded")
@@ -162,4 +168,4 @@ def test_jobs_share_one_application_and_keep_their_own_lifecycles(
     for job in (raw, enrich):
         deployments.stop(settings, job.name, job.version)
     wait_until(lambda: not deployments.is_host(new_host.pid), deployments.HOST_IDLE_S + 60, "the host ends", log=log)
-    assert deployments.load_host(settings) is None
+    assert deployments.hosts(settings) == []
