@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -258,6 +258,10 @@ def apply(admin: AdminClient, topics: Iterable[Topic], force_partitions: bool = 
             try:
                 future.result(timeout=30)
             except KafkaException as exc:
+                if exc.args and exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                    # Another apply created it a moment ago (two at once on a new cluster): the next apply checks it.
+                    changes.append(TopicChange(name, ChangeKind.UNCHANGED, ("created meanwhile by another apply",)))
+                    continue
                 raise _admin_error(f"creating topic {name}", exc) from None
             changes.append(TopicChange(name, ChangeKind.CREATED))
         _wait_until_visible(admin, {t.name: t.partitions for t in to_create})
