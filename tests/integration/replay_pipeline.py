@@ -22,7 +22,11 @@ from types import ModuleType
 
 import pytest
 
-from kappa.generate import StreamConfig
+from kappa.avro.registry import Registry, value_subject
+from kappa.avro.schemas import topic_value_schema
+from kappa.avro.serde import AvroEncoder
+from kappa.generate import StreamConfig, click_messages, clicks
+from kappa.kafka_client import produce_all
 from kappa.produce_stream import generate
 from kappa.quality import EXPECTATIONS_DIR
 from kappa.settings import KappaSettings
@@ -168,3 +172,12 @@ def produce(stack: KappaSettings, d: Deployment, part: slice, config: StreamConf
     clicks = Topic(f"{d.prefix}clicks", 4, Cleanup.COMPACT, value_schema="click_event.avsc")
     profiles = Topic(f"{d.prefix}user_profiles", 4, Cleanup.COMPACT, value_schema="user_profile.avsc")
     generate(stack, config, clicks, profiles, progress=None, emissions=part)
+
+
+def produce_clicks(stack: KappaSettings, topic: Topic, count: int, seed: int, first: int = 0) -> set[str]:
+    """Clicks `first` to `first + count` of the seeded stream, well formed, into `topic`; their event ids."""
+    made = list(clicks(first + count, seed=seed))[first:]
+    with Registry(stack.registry) as registry:
+        encoder = AvroEncoder(registry, value_subject(topic.name), topic_value_schema(stack.schemas_path, topic))
+        produce_all(stack, topic.name, click_messages(iter(made), encoder.encode, topic.partitions))
+    return {c.event_id for c in made}

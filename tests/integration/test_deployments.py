@@ -23,27 +23,13 @@ from dagster_project.definitions import build_definitions
 from dagster_project.operations import REASON_TAG, SENSOR_NAME
 from dagster_project.resources import KappaResource
 from kappa import deployments
-from kappa.avro.registry import Registry, value_subject
-from kappa.avro.schemas import topic_value_schema
-from kappa.avro.serde import AvroEncoder
 from kappa.deployments import Health
 from kappa.errors import KappaError
-from kappa.generate import click_messages, clicks
-from kappa.kafka_client import produce_all
 from kappa.runtime import JobSpec
 from kappa.settings import KappaSettings
 from kappa.topics import Topic
-from tests.integration.replay_pipeline import Deployment, deploy_copy
+from tests.integration.replay_pipeline import Deployment, deploy_copy, produce_clicks
 from tests.waiting import wait_until
-
-
-def _produce(stack: KappaSettings, topic: Topic, count: int, seed: int, first: int = 0) -> set[str]:
-    """`count` well-formed clicks with this test's seed; their event ids."""
-    made = list(clicks(first + count, seed=seed))[first:]
-    with Registry(stack.registry) as registry:
-        encoder = AvroEncoder(registry, value_subject(topic.name), topic_value_schema(stack.schemas_path, topic))
-        produce_all(stack, topic.name, click_messages(iter(made), encoder.encode, topic.partitions))
-    return {c.event_id for c in made}
 
 
 def _wait(what: str, check: Callable[[], bool], timeout_s: float, log: Path) -> None:
@@ -85,7 +71,7 @@ def test_deployment_crash_is_restarted_by_the_sensor_from_its_checkpoint(
     settings = kappa.settings()
     table = f"{settings.delta_root}/{job.output.name}/v{job.version}"
     seed = random.SystemRandom().randrange(10_000, 1_000_000)
-    mine = _produce(stack, source, 800, seed)
+    mine = produce_clicks(stack, source, 800, seed)
 
     deployment = deployments.start(settings, job.name, job.version, env=kappa.overrides)
     log = deployment.log_path
@@ -108,7 +94,7 @@ def test_deployment_crash_is_restarted_by_the_sensor_from_its_checkpoint(
 
     # A crash: the job's driver dies with SIGKILL, mid-stream, while more clicks arrive.
     [driver] = deployments.driver_pids(deployment)
-    more = _produce(stack, source, 400, seed, first=800)
+    more = produce_clicks(stack, source, 400, seed, first=800)
     os.kill(driver, signal.SIGKILL)
     gone = lambda: not deployments.is_ours(deployment.pid, job.name, job.version)  # noqa: E731
     _wait("the wrapper notices the crash", gone, 30, log)
@@ -121,7 +107,8 @@ def test_deployment_crash_is_restarted_by_the_sensor_from_its_checkpoint(
     assert job.name in listed.stdout
     assert "crashed" in listed.stdout
     _wait("the crashed run's JVM exits with its driver", lambda: not deployments.group_members(deployment.pid), 60, log)
-    later = _produce(stack, source, 300, seed, first=1200)  # written while nothing runs: the restart must read them
+    # Written while nothing runs: the restart must read them.
+    later = produce_clicks(stack, source, 300, seed, first=1200)
 
     # Dagster's health sensor: one restart run for the crash, tagged with why; lag observed on the asset.
     defs = build_definitions(kappa=kappa)

@@ -19,26 +19,13 @@ from deltalake import DeltaTable
 
 from dagster_project.resources import KappaResource
 from kappa import deployments
-from kappa.avro.registry import Registry, value_subject
-from kappa.avro.schemas import topic_value_schema
-from kappa.avro.serde import AvroEncoder
 from kappa.deployments import Health
 from kappa.errors import KappaError
-from kappa.generate import click_messages, clicks
-from kappa.kafka_client import produce_all
 from kappa.runtime import JobSpec
 from kappa.settings import KappaSettings
 from kappa.topics import Topic
-from tests.integration.replay_pipeline import Deployment, deploy_copy
+from tests.integration.replay_pipeline import Deployment, deploy_copy, produce_clicks
 from tests.waiting import wait_until
-
-
-def _produce(stack: KappaSettings, topic: Topic, count: int, seed: int, first: int = 0) -> set[str]:
-    made = list(clicks(first + count, seed=seed))[first:]
-    with Registry(stack.registry) as registry:
-        encoder = AvroEncoder(registry, value_subject(topic.name), topic_value_schema(stack.schemas_path, topic))
-        produce_all(stack, topic.name, click_messages(iter(made), encoder.encode, topic.partitions))
-    return {c.event_id for c in made}
 
 
 def _keys(stack: KappaSettings, topic: str, partitions: int) -> set[str]:
@@ -93,7 +80,7 @@ def test_jobs_share_one_application_and_keep_their_own_lifecycles(
     env = {k: v for k, v in pipeline.env.items() if k.startswith("KAPPA_")}
     table = f"{settings.delta_root}/{raw.output.name}/v{raw.version}"
     seed = random.SystemRandom().randrange(10_000, 1_000_000)
-    mine = _produce(stack, source, 600, seed)
+    mine = produce_clicks(stack, source, 600, seed)
 
     first = {job.name: deployments.start(settings, job.name, job.version, env=env) for job in (raw, enrich)}
     [host] = deployments.hosts(settings)
@@ -134,7 +121,7 @@ def test_jobs_share_one_application_and_keep_their_own_lifecycles(
     assert elsewhere.pid != host.pid
     assert len(deployments.hosts(settings)) == 2
     deployments.stop(settings, enrich.name, enrich.version)
-    more = _produce(stack, source, 300, seed, first=600)
+    more = produce_clicks(stack, source, 300, seed, first=600)
     wait_until(caught_up(raw), 120, "raw_clicks goes on alone", log=log, interval_s=1)
     assert deployments.lag(settings, enrich.name, enrich.version).total == len(more)
 
@@ -145,7 +132,7 @@ def test_jobs_share_one_application_and_keep_their_own_lifecycles(
     assert crashed[raw.name].health is Health.CRASHED
     assert (crashed[raw.name].exit_reason or "").startswith("no exit status recorded")
     assert crashed[enrich.name].health is Health.STOPPED  # stopped before: still stopped
-    later = _produce(stack, source, 200, seed, first=900)
+    later = produce_clicks(stack, source, 200, seed, first=900)
 
     # Restarts start a new host; each job resumes from its own checkpoint.
     again = {job.name: deployments.restart(settings, job.name, job.version) for job in (raw, enrich)}
