@@ -152,7 +152,13 @@ class Registry:
     # --- writes ---------------------------------------------------------------------------------------
 
     def set_compatibility(self, subject: str, level: Compatibility) -> None:
-        self._request("PUT", f"/config/{subject}", {"compatibility": level.value})
+        try:
+            self._request("PUT", f"/config/{subject}", {"compatibility": level.value})
+        except RegistryError as exc:
+            if exc.status != 409:
+                raise
+            # Another client created the subject's rule at the same moment (Apicurio answers 409): it exists now.
+            self._request("PUT", f"/config/{subject}", {"compatibility": level.value})
 
     def register(self, subject: str, schema: dict[str, Any]) -> int:
         """Register (idempotent: the same schema returns its existing id). The registry enforces the level."""
