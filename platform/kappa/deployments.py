@@ -48,6 +48,7 @@ HOST_MARKER = "jobs host"  # what the job host's command line shows (kappa.job_h
 STARTED_LINE = "=== kappa-deployment: started"  # each start's first log line: the log of one run follows it
 EXIT_LINE = "=== kappa-deployment: exit status"
 _EXIT = re.compile(r"^=== kappa-deployment: exit status (\d+)")
+_EXIT_TAIL_BYTES = 64 * 1024  # the exit line is the last line of a run's log
 # The runner's progress line (logging format "%(asctime)s %(name)s %(message)s", TZ=UTC in the deployment).
 _BATCH = re.compile(
     r"^(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(?P<ms>\d{3}) kappa\.progress (?P<query>\S+) batch (?P<batch>\d+): "
@@ -385,7 +386,7 @@ def is_running(deployment: Deployment) -> bool:
     """The deployment's job runs now: its own process, or (shared) a job host that has not ended it (no exit
     line in the job's log since its start)."""
     if deployment.launcher == Launcher.SHARED.value:
-        return is_host(deployment.pid) and exit_status(_read_log(deployment)) is None
+        return is_host(deployment.pid) and exit_status(_read_log(deployment, tail_bytes=_EXIT_TAIL_BYTES)) is None
     return is_ours(deployment.pid, deployment.job, deployment.version)
 
 
@@ -761,9 +762,14 @@ def restart(
         )
 
 
-def _read_log(deployment: Deployment) -> str:
+def _read_log(deployment: Deployment, tail_bytes: int | None = None) -> str:
+    """The deployment's log, or its last `tail_bytes` (whatever follows the latest start's line in the tail
+    belongs to the latest run, so its exit line is found there without reading a long-running job's whole log)."""
     try:
-        return Path(deployment.log_file).read_text(errors="replace")
+        with open(deployment.log_file, "rb") as log:
+            if tail_bytes is not None:
+                log.seek(max(0, log.seek(0, os.SEEK_END) - tail_bytes))
+            return log.read().decode(errors="replace")
     except OSError:
         return ""
 

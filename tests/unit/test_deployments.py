@@ -121,6 +121,23 @@ def test_exit_reason_reads_only_the_latest_run() -> None:
     assert deployments.exit_reason(LOG).startswith("no exit status recorded")
 
 
+def test_a_long_logs_exit_is_found_in_its_tail(settings: KappaSettings) -> None:
+    """A long-running job's log grows by a line per batch: its run's exit line is read from the last 64 KiB."""
+    log_file = settings.deployments_path / "fake.v1.log"
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    deployment = _deployment(settings, os.getpid(), log_file=str(log_file))
+    ended_before = "=== kappa-deployment: exit status 2 at 2026-11-22T08:00:00Z\n"
+    started = "=== kappa-deployment: started fake v1 at 2026-11-22T08:01:00Z\n"
+    batches = "".join(f"batch {i}: 100 rows\n" for i in range(20_000))  # far beyond the tail
+    log_file.write_text(ended_before + started + batches)
+    assert len(deployments._read_log(deployment, tail_bytes=64 * 1024)) == 64 * 1024  # not the whole log
+    assert deployments.exit_status(deployments._read_log(deployment, tail_bytes=64 * 1024)) is None  # running
+    log_file.write_text(ended_before + started + batches + "=== kappa-deployment: exit status 0 at 2026-11-22T09:00Z\n")
+    assert deployments.exit_status(deployments._read_log(deployment, tail_bytes=64 * 1024)) == 0
+    log_file.write_text(started + "batch 0: 1 rows\n" + ended_before + started)  # a short log: read whole
+    assert deployments.exit_status(deployments._read_log(deployment, tail_bytes=64 * 1024)) is None
+
+
 def _deployment(settings: KappaSettings, pid: int, **changes: object) -> Deployment:
     fields: dict[str, object] = {
         "job": "fake",
