@@ -21,6 +21,11 @@ Each rate starts on a drained pipeline (no job lags); a backlog that does not dr
 later rates unmeasured, and says so. `sustained` (in
 `--rates`) searches for the highest rate that keeps up: it doubles from `--search-from` while the rate keeps up, then
 bisects (each probe `--probe-seconds` long), and measures the found rate for `--seconds` like the others.
+
+CPU: per rate, and for `--idle` seconds before the first rate (the pipeline deployed, no clicks), the cores the
+jobs' processes used (each deployment's process group, the job host and its Python workers included) and the
+cores the whole machine was busy (the stack and the producer too). The batch profile per job counts its no-data
+batches (batches that read no row) beside its batch sizes and durations.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import psutil
 from confluent_kafka import Consumer
 
 from jobs.catalog import CLICKS, USER_PROFILES
@@ -252,6 +258,47 @@ class LagSampler(threading.Thread):
         self.join()
 
 
+class CpuMeter:
+    """CPU used over a window, in cores: the deployed jobs' processes (each deployment's process group: wrapper,
+    Python driver, Spark JVM, Python workers) and the whole machine (the stack, the bench and anything else)."""
+
+    def __init__(self, settings: KappaSettings, jobs: tuple[tuple[str, int], ...]) -> None:
+        self.settings, self.jobs = settings, jobs
+        self.started = time.monotonic()
+        self.jobs_start = self._jobs_cpu()
+        self.machine_start = self._machine_busy()
+
+    def _jobs_cpu(self) -> dict[int, float]:
+        leaders = {d.pid for job, version in self.jobs if (d := deployments.load(self.settings, job, version))}
+        cpu = {}
+        for pid in (p for leader in leaders for p in deployments.group_members(leader)):
+            try:
+                times = psutil.Process(pid).cpu_times()
+            except psutil.Error:  # ended meanwhile
+                continue
+            cpu[pid] = times.user + times.system
+        return cpu
+
+    @staticmethod
+    def _machine_busy() -> float:
+        times = psutil.cpu_times()
+        return sum(times) - times.idle - times.iowait
+
+    def cores(self) -> dict[str, float]:
+        seconds = time.monotonic() - self.started
+        jobs = sum(t - self.jobs_start.get(pid, 0.0) for pid, t in self._jobs_cpu().items())
+        machine = self._machine_busy() - self.machine_start
+        return {"jobs_cores": round(jobs / seconds, 2), "machine_cores": round(machine / seconds, 2)}
+
+
+def idle_cost(settings: KappaSettings, pipeline: Pipeline, seconds: float) -> dict[str, Any]:
+    """What the deployed pipeline costs while no click arrives: its queries only ask Kafka for new offsets."""
+    print(f"idle: {seconds:.0f} s with nothing produced ...", flush=True)
+    meter = CpuMeter(settings, pipeline.jobs)
+    time.sleep(seconds)
+    return {"rate": 0, "seconds": seconds, **meter.cores()}
+
+
 # ------------------------------------------------------------------------ where each click landed ----------
 
 
@@ -369,7 +416,8 @@ def batch_profile(settings: KappaSettings, jobs: tuple[tuple[str, int], ...], si
             continue
         frame = pd.DataFrame(batches).fillna(0)
         medians = frame.median().round().astype(int).to_dict()
-        rows.append({"job": job, "batches": len(frame), **{f"{k}_p50": v for k, v in medians.items()},
+        rows.append({"job": job, "batches": len(frame), "no_data": int((frame["rows"] == 0).sum()),
+                     **{f"{k}_p50": v for k, v in medians.items()},
                      "ms_max": int(frame["ms"].max())})  # fmt: skip
     return rows
 
@@ -429,7 +477,9 @@ def measure(
         lag.start()
         clock_started = time.time()
         started = time.monotonic()
+        meter = CpuMeter(settings, pipeline.jobs)
         produced = produce_at_rate(settings, rate, seconds, users, label)
+        cpu = {"rate": rate, "seconds": seconds, **meter.cores()}
         achieved = len(produced.ids) / (time.monotonic() - started)
         lag.stop()
         ok, lag_note = kept_up(lag.samples, rate)
@@ -462,7 +512,7 @@ def measure(
         rows.append({"rate": rate, "achieved": round(achieved), "path": path, **percentiles(latency, len(clicks)),
                      "kept_up": "yes" if ok else "NO", "lag": lag_note})  # fmt: skip
     profile = [{"rate": rate, **row} for row in batch_profile(settings, pipeline.jobs, clock_started)]
-    return {"rows": rows, "kept_up": ok, "profile": profile}
+    return {"rows": rows, "kept_up": ok, "profile": profile, "cpu": cpu}
 
 
 def backlog(settings: KappaSettings, pipeline: Pipeline) -> dict[str, Any]:
@@ -529,20 +579,29 @@ def main() -> None:
         default=Launcher.SHARED.value,
         help="KAPPA_DEPLOY_LAUNCHER of the deployments: a driver JVM per job, or one Spark application",
     )
+    parser.add_argument("--idle", type=float, default=0.0, help="first measure this many seconds with no clicks")
+    parser.add_argument("--polling-delay-ms", type=int, default=None, help="KAPPA_SPARK_POLLING_DELAY_MS of the jobs")
     parser.add_argument("--also-ran", default="nothing else", help="what else ran on the machine, for the report")
     args = parser.parse_args()
 
     jobs = [j for j in args.jobs.split(",") if j] or pipeline_jobs()
     rows: list[dict[str, Any]] = []
     profile: list[dict[str, Any]] = []
+    cpu: list[dict[str, Any]] = []
     with bench_stack() as settings:
         kappa(settings, "schemas", "apply")
         kappa(settings, "topics", "apply")
         produce_profiles(settings, args.users)
         pipeline = Pipeline.of(settings, jobs)
-        settings = settings.model_copy(update={"deploy_launcher": Launcher(args.launcher)})
+        chosen: dict[str, Any] = {"deploy_launcher": Launcher(args.launcher)}
+        if args.polling_delay_ms is not None:
+            chosen["spark_polling_delay_ms"] = args.polling_delay_ms
+        settings = settings.model_copy(update=chosen)
         with deployed(settings, jobs):
             settle(settings, pipeline, args.users)
+            if args.idle:
+                drained(settings, pipeline, args.drain)
+                cpu.append(idle_cost(settings, pipeline, args.idle))
             found = None
             for rate in args.rates.split(","):
                 if behind := drained(settings, pipeline, args.drain):
@@ -558,14 +617,16 @@ def main() -> None:
                 result = measure(settings, pipeline, int(rate), args.seconds, args.warmup, args.users, args.drain)
                 rows += result["rows"]
                 profile += result["profile"]
+                cpu.append(result["cpu"])
     notes = [
         {
-            "note": f"{os.cpu_count()} cores; jobs deployed (KAPPA_DEPLOY_LAUNCHER={args.launcher}): "
+            "note": f"{os.cpu_count()} cores; jobs deployed (KAPPA_DEPLOY_LAUNCHER={args.launcher}, "
+            f"KAPPA_SPARK_POLLING_DELAY_MS={settings.spark_polling_delay_ms}): "
             f"{', '.join(jobs)}; also ran: {args.also_ran}"
         },
         {"note": "latency in ms from each click's produce timestamp; `seen`: clicks whose result was found"},
     ]
-    report("latency", rows, batch_profile=profile, notes=notes)
+    report("latency", rows, batch_profile=profile, cpu=cpu, notes=notes)
 
 
 if __name__ == "__main__":

@@ -96,4 +96,5 @@ def cli_env(settings: KappaSettings) -> dict[str, str]:
         KAPPA_DEPLOYMENTS_DIR=str(settings.deployments_path),
         KAPPA_DEPLOY_LAUNCHER=settings.deploy_launcher.value,
         KAPPA_SPARK_MASTER=settings.spark_master,
+        KAPPA_SPARK_POLLING_DELAY_MS=str(settings.spark_polling_delay_ms),
     )
