@@ -122,6 +122,12 @@ class KappaSettings(BaseSettings):
         description="tasks that rebuild a Delta table's state from its log before each read and MERGE (Delta's "
         "default: 50); the views' tables hold a few files each, so one task does it",
     )
+    spark_codegen_cache_entries: int = Field(
+        4000,
+        ge=100,
+        description="compiled classes Spark keeps for reuse (spark.sql.codegen.cache.maxEntries; Spark's default: "
+        "100, fewer than one view batch compiles, so each batch compiled them all again)",
+    )
     spark_polling_delay_ms: int = Field(
         100,
         ge=1,

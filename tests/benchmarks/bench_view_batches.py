@@ -7,7 +7,11 @@ the figure is the view's own work (facts MERGE, recomputation, view MERGE), with
    clicks that follow in time, as a live job sees them.
 2. Variants, alternated within each round: as deployed; Delta's state rebuilt in 4 tasks instead of the
    setting's (`delta_snapshot_partitions`); the click facts unpartitioned (before the hourly layout).
-3. Per variant, the mean of the batches after the first two (warm), best of `--rounds`.
+3. Per variant, the mean of the batches after the first two (warm), best of `--rounds`, and the Janino
+   compilations per batch (misses of Spark's compiled-class cache, `--codegen-cache-entries`).
+
+Batch ids only increase across variants and rounds, as in production: the batch id is a literal in generated
+code, so a repeated id would find its classes cached and flatter the figure.
 
 The README's "views' batches, profiled" table comes from this benchmark.
 """
@@ -16,10 +20,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import shutil
 import tempfile
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -70,21 +75,33 @@ VARIANTS: dict[str, tuple[Callable[[FactsView], FactsView], dict[str, str]]] = {
 }
 
 
-def run_variant(spark: SparkSession, folder: Path, name: str, batches: list[DataFrame]) -> float:
-    """Mean seconds of the warm batches (all but batch 0 and the first two after it)."""
+def compilations(spark: SparkSession) -> int:
+    """Janino compilations of generated code so far in this JVM (each a miss of Spark's compiled-class cache)."""
+    return int(spark._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME().getCount())  # type: ignore[union-attr]
+
+
+def run_variant(
+    spark: SparkSession, folder: Path, name: str, batches: list[DataFrame], batch_ids: Iterator[int]
+) -> tuple[float, float]:
+    """Mean seconds and compilations of the warm batches (all but the history and the first two after it)."""
     build, conf = VARIANTS[name]
     saved = {key: spark.conf.get(key) for key in conf}
     for key, value in conf.items():
         spark.conf.set(key, value)
     try:
         stats = build(view(str(folder / uuid.uuid4().hex / "page_stats"), "page_stats.bench", GAP_MS))
-        stats.write(batches[0], 0)
-        seconds = [timed(lambda b=b, i=i: stats.write(b, i)) for i, b in enumerate(batches[1:], start=1)]
+        stats.write(batches[0], next(batch_ids))
+        seconds, compiled = [], []
+        for batch in batches[1:]:
+            before = compilations(spark)
+            batch_id = next(batch_ids)
+            seconds.append(timed(lambda b=batch, i=batch_id: stats.write(b, i)))
+            compiled.append(compilations(spark) - before)
     finally:
         for key, value in saved.items():
             spark.conf.set(key, value)
-    warm = seconds[2:] or seconds
-    return sum(warm) / len(warm)
+    warm = slice(2, None) if len(seconds) > 2 else slice(None)
+    return sum(seconds[warm]) / len(seconds[warm]), sum(compiled[warm]) / len(compiled[warm])
 
 
 def main() -> None:
@@ -93,26 +110,35 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=500, help="clicks per measured batch")
     parser.add_argument("--batches", type=int, default=6, help="measured batches per variant (the first two warm)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds of all variants; the best counts")
+    parser.add_argument(
+        "--codegen-cache-entries", type=int, default=None, help="Spark's compiled-class cache (default: the setting)"
+    )
     args = parser.parse_args()
-    spark = get_spark(load_settings(), "bench-view-batches")
+    settings = load_settings()
+    if args.codegen_cache_entries:
+        settings = settings.model_copy(update={"spark_codegen_cache_entries": args.codegen_cache_entries})
+    spark = get_spark(settings, "bench-view-batches")
     folder = Path(tempfile.mkdtemp(prefix="bench-view-batches-"))
     rows = []
+    batch_ids = itertools.count()
     try:
         for history in (int(h) for h in args.history.split(",")):
             batches = [clicks(spark, 0, history)]
             batches += [clicks(spark, history + k * args.batch, args.batch) for k in range(args.batches)]
-            best: dict[str, float] = {}
+            best: dict[str, tuple[float, float]] = {}
             for _ in range(args.rounds):
                 for name in VARIANTS:
-                    seconds = run_variant(spark, folder, name, batches)
-                    best[name] = min(best.get(name, seconds), seconds)
-                    print(f"history {history:,}: {name} {seconds:.2f} s per batch", flush=True)
+                    seconds, compiled = run_variant(spark, folder, name, batches, batch_ids)
+                    best[name] = min(best.get(name, (seconds, compiled)), (seconds, compiled))
+                    print(f"history {history:,}: {name} {seconds:.2f} s, {compiled:.0f} compilations per batch",
+                          flush=True)  # fmt: skip
             for batch in batches:
                 batch.unpersist()
             rows += [
-                {"history": history, "batch": args.batch, "variant": name, "seconds_per_batch": round(s, 2)}
-                for name, s in best.items()
-            ]
+                {"history": history, "batch": args.batch, "variant": name, "seconds_per_batch": round(s, 2),
+                 "compilations_per_batch": round(c), "codegen_cache_entries": settings.spark_codegen_cache_entries}
+                for name, (s, c) in best.items()
+            ]  # fmt: skip
     finally:
         spark.stop()
         shutil.rmtree(folder, ignore_errors=True)
