@@ -1,11 +1,12 @@
-"""The one way tests wait for a condition: poll it, and fail with what was awaited (and a log tail) when it
-does not come. No test sleeps in place of a condition, and no wait gives up silently."""
+"""The one way tests wait for a condition: the platform's `wait_until`, failing with what was awaited and a log
+tail. No test sleeps in place of a condition, and no wait gives up silently."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+
+from kappa.waiting import wait_until as _wait_until
 
 
 def wait_until(
@@ -16,14 +17,10 @@ def wait_until(
     interval_s: float = 0.5,
 ) -> None:
     """Return as soon as `condition()` is truthy; fail naming `what` (and the log's last lines) after
-    `timeout_s`. The condition is tried once more at the deadline, so a slow poll never fails a met condition."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() >= deadline:
-            if condition():
-                return
-            raise AssertionError(f"not within {timeout_s:.0f} s: {what}{_tail(log)}")
-        time.sleep(interval_s)
+    `timeout_s` (kappa.waiting.wait_until, the platform's own, with a test's message)."""
+    _wait_until(
+        condition, timeout_s, lambda: f"not within {timeout_s:.0f} s: {what}{_tail(log)}", interval_s=interval_s
+    )
 
 
 def _tail(log: Path | Sequence[str] | None) -> str:

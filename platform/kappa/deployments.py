@@ -9,7 +9,7 @@ these functions, so each sees what the others did.
 The process is a small shell wrapper around the job (`sh -c '"$@"; echo <exit status>'`): when the job dies,
 however it dies, the wrapper appends its exit status to the log, which is how `status` tells why it crashed.
 The wrapper's command line carries the job and version, and a pid is only ever signalled while
-/proc/<pid>/cmdline still shows them: a pid reused by another process after a reboot is left alone.
+its command line still shows them: a pid reused by another process after a reboot is left alone.
 
 Stopping sends SIGTERM to the job's driver (the runner stops after its current batch and commits it; see
 runtime/runner.py), waits for the wrapper to record the exit, and kills the process group after the timeout.
@@ -42,6 +42,8 @@ from typing import Any
 
 from kappa.errors import KappaError
 from kappa.settings import KappaSettings, Launcher
+from kappa.stack import process
+from kappa.waiting import WaitTimeoutError, wait_until
 
 WRAPPER_NAME = "kappa-deployment"  # $0 of the shell wrapper: shows in ps, and marks the process as ours
 HOST_MARKER = "jobs host"  # what the job host's command line shows (kappa.job_host)
@@ -345,23 +347,6 @@ def checkpoint_lock(settings: KappaSettings, job: str, version: int, holder: str
 # ------------------------------------------------------------------------ processes ------------------
 
 
-def _cmdline(pid: int) -> list[str] | None:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return None
-    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
-
-
-def _stat(pid: int) -> tuple[str, int] | None:
-    """(state letter, process group) from /proc/<pid>/stat."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return fields[0], int(fields[2])
-
-
 def is_ours(pid: int, job: str, version: int) -> bool:
     """True while pid is alive and is this deployment's wrapper (a reused pid shows another command line)."""
     return _wrapper_alive(pid, marker(job, version))
@@ -373,13 +358,8 @@ def is_host(pid: int) -> bool:
 
 
 def _wrapper_alive(pid: int, shows: str) -> bool:
-    with contextlib.suppress(ChildProcessError, OSError):
-        os.waitpid(pid, os.WNOHANG)  # reap it if this process started it and it has exited
-    cmdline = _cmdline(pid)
-    stat = _stat(pid)
-    if cmdline is None or stat is None or stat[0] == "Z":
-        return False
-    return WRAPPER_NAME in cmdline and shows in " ".join(cmdline)
+    cmdline = process.command_line(pid)
+    return cmdline is not None and WRAPPER_NAME in cmdline and shows in " ".join(cmdline)
 
 
 def is_running(deployment: Deployment) -> bool:
@@ -390,23 +370,12 @@ def is_running(deployment: Deployment) -> bool:
     return is_ours(deployment.pid, deployment.job, deployment.version)
 
 
-def group_members(pgid: int) -> list[int]:
-    """The live processes of a process group."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            stat = _stat(int(entry.name))
-            if stat is not None and stat[1] == pgid and stat[0] != "Z":
-                members.append(int(entry.name))
-    return sorted(members)
-
-
 def driver_pids(deployment: Deployment) -> list[int]:
     """The job's Python driver(s) in the deployment's group: the process that handles SIGTERM gracefully (not
     the wrapper, not spark-submit's JVM, not the py4j gateway JVM, which the driver stops itself)."""
     found = []
-    for pid in group_members(deployment.pid):
-        cmdline = _cmdline(pid) or []
+    for pid in process.group_members(deployment.pid):
+        cmdline = process.command_line(pid) or []
         if (
             pid != deployment.pid
             and cmdline
@@ -524,11 +493,15 @@ def ensure_host(settings: KappaSettings, environment: Mapping[str, str], kappa_e
     state = _host_state(settings, code)
     state.with_suffix(".json.tmp").write_text(json.dumps(asdict(Host(pid, code, started_at, str(log_file), kappa_env))))
     state.with_suffix(".json.tmp").replace(state)
-    deadline = time.monotonic() + 10  # until the wrapper shows its own command line (not the parent's copy)
-    while not is_host(pid):
-        if _stat(pid) is None or time.monotonic() > deadline:
-            raise KappaError(f"the job host exited at once: {exit_reason(log_file.read_text(errors='replace'))}")
-        time.sleep(0.02)
+    # Until the wrapper shows its own command line (not the parent's copy), or has exited.
+    wait_until(
+        lambda: is_host(pid) or not process.exists(pid),
+        10,
+        f"the job host (pid {pid}) did not show its own command line within 10 s (log: {log_file})",
+        interval_s=0.02,
+    )
+    if not is_host(pid):
+        raise KappaError(f"the job host exited at once: {exit_reason(log_file.read_text(errors='replace'))}")
     return pid
 
 
@@ -636,11 +609,14 @@ def _start(
     deployment = Deployment(job, version, pid, command, launcher.value, started, str(log_file), kappa_env,
                             restarts, last_exit_reason)  # fmt: skip
     save(settings, deployment)
-    deadline = time.monotonic() + 10  # until the wrapper shows its own command line (not the parent's copy)
-    while time.monotonic() < deadline and not is_ours(pid, job, version):
-        if _stat(pid) is None:
-            break  # exited at once: status() reports it as crashed, with the log's reason
-        time.sleep(0.02)
+    # Until the wrapper shows its own command line (not the parent's copy), or has exited at once (status() then
+    # reports it as crashed, with the log's reason).
+    wait_until(
+        lambda: is_ours(pid, job, version) or not process.exists(pid),
+        10,
+        f"{job} v{version} (pid {pid}) did not show its own command line within 10 s (log: {log_file})",
+        interval_s=0.02,
+    )
     return deployment
 
 
@@ -699,14 +675,12 @@ def _end_hosted(settings: KappaSettings, deployment: Deployment, timeout_s: floa
     if not is_running(deployment):
         return
     save(settings, replace(deployment, desired="stopped", stopped_at=now_iso()))
-    deadline = time.monotonic() + timeout_s
-    while is_running(deployment):
-        if time.monotonic() > deadline:
-            raise KappaError(
-                f"{deployment.name} did not stop within {timeout_s:g} s: the job host (pid {deployment.pid}) stops "
-                "it after its current batch (`kappa jobs status` shows when)"
-            )
-        time.sleep(0.2)
+    wait_until(
+        lambda: not is_running(deployment),
+        timeout_s,
+        f"{deployment.name} did not stop within {timeout_s:g} s: the job host (pid {deployment.pid}) stops it after "
+        "its current batch (`kappa jobs status` shows when)",
+    )
 
 
 def _terminate(deployment: Deployment, timeout_s: float) -> None:
@@ -716,20 +690,27 @@ def _terminate(deployment: Deployment, timeout_s: float) -> None:
     for pid in targets:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not is_ours(deployment.pid, deployment.job, deployment.version):
-            break
-        time.sleep(0.2)
+    with contextlib.suppress(WaitTimeoutError):  # past the timeout, the SIGKILL below ends it
+        wait_until(
+            lambda: not is_ours(deployment.pid, deployment.job, deployment.version),
+            timeout_s,
+            f"{deployment.name} did not stop within {timeout_s:g} s",
+        )
     # Anything left in the group: the wrapper past the timeout, or a JVM the driver failed to stop.
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        if group_members(deployment.pid):
+        if process.group_members(deployment.pid):
             os.killpg(deployment.pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while group_members(deployment.pid) and time.monotonic() < deadline:
-        with contextlib.suppress(ChildProcessError, OSError):
-            os.waitpid(deployment.pid, os.WNOHANG)
-        time.sleep(0.1)
+
+    def group_gone() -> bool:
+        process.reap(deployment.pid)
+        return not process.group_members(deployment.pid)
+
+    wait_until(
+        group_gone,
+        10,
+        f"{deployment.name}'s processes (group {deployment.pid}) still run 10 s after SIGKILL",
+        interval_s=0.1,
+    )
 
 
 def restart(

@@ -36,6 +36,7 @@ from kappa.runtime import start_point
 from kappa.runtime.declaration import DeltaTable, JobContext, JobSpec, Starting, version_checkpoints
 from kappa.settings import KappaSettings
 from kappa.topics import Cleanup, Topic
+from kappa.waiting import wait_until
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -136,12 +137,12 @@ def replay_horizon(settings: KappaSettings, topic: Topic, now: int | None = None
 
 def _first_timestamp(consumer: Consumer, topic: str, partition: int, offset: int) -> int:
     consumer.assign([TopicPartition(topic, partition, offset)])
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
+
+    def first_timestamp() -> tuple[int] | None:
         message = consumer.poll(1.0)
-        if message is not None and not message.error():
-            return int(message.timestamp()[1])
-    raise KappaError(f"could not read {topic}[{partition}]@{offset} within 15 s")
+        return (int(message.timestamp()[1]),) if message is not None and not message.error() else None
+
+    return wait_until(first_timestamp, 15, f"could not read {topic}[{partition}]@{offset} within 15 s", interval_s=0)[0]
 
 
 def _count(consumer: Consumer, topic: str, partition: int, low: int, high: int) -> int:

@@ -6,7 +6,6 @@ cleanup policy, retention, compaction lag (the replay window of a compacted enti
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -24,6 +23,7 @@ from confluent_kafka.admin import (
 from kappa.avro.compat import Compatibility
 from kappa.deadletter import dlq_topic, late_topic
 from kappa.errors import KappaError
+from kappa.waiting import wait_until
 
 FOREVER = -1  # retention.ms = -1: a retained log keeps everything
 DAY_MS = 24 * 60 * 60 * 1000
@@ -270,24 +270,26 @@ def apply(admin: AdminClient, topics: Iterable[Topic], force_partitions: bool = 
 
 def _wait_until_visible(admin: AdminClient, partitions: dict[str, int], timeout_s: float = 30.0) -> None:
     """Return once the metadata shows each topic with its partitions: the next caller may ask any broker."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+
+    def visible() -> bool:
         metadata = admin.list_topics(timeout=10)
-        if all(n in metadata.topics and len(metadata.topics[n].partitions) >= p for n, p in partitions.items()):
-            return
-        time.sleep(0.2)
-    raise KappaError(f"changed topics {sorted(partitions)} but the metadata did not show it within {timeout_s:.0f} s")
+        return all(n in metadata.topics and len(metadata.topics[n].partitions) >= p for n, p in partitions.items())
+
+    wait_until(
+        visible,
+        timeout_s,
+        f"changed topics {sorted(partitions)} but the metadata did not show it within {timeout_s:.0f} s",
+    )
 
 
 def _wait_until_configured(admin: AdminClient, topic: Topic, brokers: int, timeout_s: float = 30.0) -> None:
     """Return once the brokers describe the topic with its declared configs: the controller accepts a change
     before every broker's metadata image holds it, and the next caller may ask any broker."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not describe(admin, [topic])[0].config_drift(brokers):
-            return
-        time.sleep(0.2)
-    raise KappaError(f"altered topic {topic.name} but the brokers did not show it within {timeout_s:.0f} s")
+    wait_until(
+        lambda: not describe(admin, [topic])[0].config_drift(brokers),
+        timeout_s,
+        f"altered topic {topic.name} but the brokers did not show it within {timeout_s:.0f} s",
+    )
 
 
 def _reject_duplicates(topics: Sequence[Topic]) -> None:

@@ -64,6 +64,8 @@ from kappa.partitioning import partition_for
 from kappa.runtime.declaration import version_checkpoints
 from kappa.runtime.discovery import discover, pipeline_order
 from kappa.settings import KappaSettings, Launcher, project_root
+from kappa.stack import process
+from kappa.waiting import wait_until
 from tests.benchmarks.common import bench_stack, cli_env, report
 
 SEED = 17
@@ -99,9 +101,13 @@ def deployed(settings: KappaSettings, jobs: list[str]) -> Iterator[None]:
     finally:
         for job in reversed(started):
             kappa(settings, "jobs", "stop", job)
-        deadline = time.monotonic() + deployments.HOST_IDLE_S + 60  # a job host ends by itself after its last job
-        while any(deployments.is_host(h.pid) for h in deployments.hosts(settings)) and time.monotonic() < deadline:
-            time.sleep(1)
+        idle_s = deployments.HOST_IDLE_S + 60
+        wait_until(  # a job host ends by itself after its last job
+            lambda: not any(deployments.is_host(h.pid) for h in deployments.hosts(settings)),
+            idle_s,
+            f"a job host still runs {idle_s:g} s after its jobs were stopped (kappa jobs status)",
+            interval_s=1,
+        )
 
 
 @dataclass(frozen=True)
@@ -271,7 +277,7 @@ class CpuMeter:
     def _jobs_cpu(self) -> dict[int, float]:
         leaders = {d.pid for job, version in self.jobs if (d := deployments.load(self.settings, job, version))}
         cpu = {}
-        for pid in (p for leader in leaders for p in deployments.group_members(leader)):
+        for pid in (p for leader in leaders for p in process.group_members(leader)):
             try:
                 times = psutil.Process(pid).cpu_times()
             except psutil.Error:  # ended meanwhile

@@ -19,6 +19,7 @@ Events per second are whole-machine figures; per core divides by `os.cpu_count()
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -32,6 +33,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 from confluent_kafka import Consumer, TopicPartition
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -50,6 +52,7 @@ from kappa.spark import get_spark
 from kappa.stack.java import stack_java
 from kappa.topic_io import publish, read_topic, topic_encoder
 from kappa.topics import Cleanup, Topic, apply, dead_letters_of, late_events_of
+from kappa.waiting import wait_until
 from tests.benchmarks.common import bench_stack, report, timed
 
 SEED = 11
@@ -90,11 +93,12 @@ def recreate(settings: KappaSettings, topics: list[Topic]) -> None:
     if doomed:
         for future in admin.delete_topics(doomed, operation_timeout=30).values():
             future.result(timeout=60)
-        deadline = time.monotonic() + 60
-        while set(doomed) & set(admin.list_topics(timeout=15).topics):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"topics still listed 60 s after their deletion: {doomed}")
-            time.sleep(0.5)
+        wait_until(
+            lambda: not set(doomed) & set(admin.list_topics(timeout=15).topics),
+            60,
+            f"topics still listed 60 s after their deletion: {doomed}",
+            interval_s=0.5,
+        )
     for attempt in range(20):  # a just-deleted name can be refused for a moment while the deletion finishes
         try:
             apply(admin, topics)
@@ -182,11 +186,9 @@ class MemorySampler:
         self._thread.start()
 
     def _sample(self) -> None:
-        status = Path(f"/proc/{self.pid}/status")
+        driver = psutil.Process(self.pid)
         while True:
-            for line in status.read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    self.peak_bytes = max(self.peak_bytes, int(line.split()[1]) * 1024)
+            self.peak_bytes = max(self.peak_bytes, driver.memory_info().rss)
             if self._stop.wait(0.5):
                 return
 
@@ -248,28 +250,21 @@ class WorkerSampler:
 
 def _pyspark_daemon(ancestor: int) -> int | None:
     """The pid of the `pyspark.daemon` that descends from `ancestor` (other sessions' daemons are not ours)."""
-    parents: dict[int, int] = {}
-    daemons: list[int] = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        parents[int(entry.name)] = int(stat.rpartition(")")[2].split()[1])
-        if b"pyspark.daemon" in cmdline:
-            daemons.append(int(entry.name))
-    for pid in daemons:
-        if parents.get(pid) in daemons:
-            continue  # a forked worker: attach to the daemon itself, --subprocesses follows the workers
-        up = parents.get(pid)
-        while up:
-            if up == ancestor:
-                return pid
-            up = parents.get(up)
+    try:
+        daemons = [p for p in psutil.Process(ancestor).children(recursive=True) if _is_pyspark_daemon(p)]
+    except psutil.Error:
+        return None
+    for daemon in daemons:
+        with contextlib.suppress(psutil.Error):
+            if not _is_pyspark_daemon(daemon.parent()):  # a forked worker's parent is the daemon itself
+                return daemon.pid  # --subprocesses follows the workers
     return None
+
+
+def _is_pyspark_daemon(process: psutil.Process | None) -> bool:
+    with contextlib.suppress(psutil.Error):
+        return process is not None and "pyspark.daemon" in " ".join(process.cmdline())
+    return False
 
 
 def top_frames(job: str, stacks: dict[str, int], top: int) -> list[dict[str, Any]]:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
 
 
 @dataclass(frozen=True)
@@ -35,13 +38,9 @@ def stack_processes(stack_dir: Path) -> list[int]:
     """Pids of every process that belongs to the stack in `stack_dir` (its JVMs carry that folder)."""
     marker = f"@{stack_dir}"
     pids = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if "-Dkappa.component=" in cmdline and marker in cmdline:
-            pids.append(int(proc.name))
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            cmdline = " ".join(process.cmdline())
+            if "-Dkappa.component=" in cmdline and marker in cmdline:
+                pids.append(process.pid)
     return pids

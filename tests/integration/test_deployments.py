@@ -27,6 +27,7 @@ from kappa.deployments import Health
 from kappa.errors import KappaError
 from kappa.runtime import JobSpec
 from kappa.settings import KappaSettings
+from kappa.stack import process
 from kappa.topics import Topic
 from tests.integration.replay_pipeline import Deployment, deploy_copy, produce_clicks
 from tests.waiting import wait_until
@@ -58,7 +59,7 @@ def kappa(pipeline: Deployment) -> Iterator[KappaResource]:
         groups.add(state.deployment.pid)
         deployments.stop_if_running(settings, state.deployment.job, state.deployment.version, timeout_s=30)
     for pgid in groups:  # belt and braces: no process of this test outlives it
-        if deployments.group_members(pgid):
+        if process.group_members(pgid):
             os.killpg(pgid, signal.SIGKILL)
 
 
@@ -106,7 +107,7 @@ def test_deployment_crash_is_restarted_by_the_sensor_from_its_checkpoint(
     assert listed.returncode == 1, listed.stdout + listed.stderr
     assert job.name in listed.stdout
     assert "crashed" in listed.stdout
-    _wait("the crashed run's JVM exits with its driver", lambda: not deployments.group_members(deployment.pid), 60, log)
+    _wait("the crashed run's JVM exits with its driver", lambda: not process.group_members(deployment.pid), 60, log)
     # Written while nothing runs: the restart must read them.
     later = produce_clicks(stack, source, 300, seed, first=1200)
 
@@ -172,7 +173,7 @@ def test_deployment_crash_is_restarted_by_the_sensor_from_its_checkpoint(
     assert stopped.desired == "stopped"
     assert deployments.exit_status(stopped.log_path.read_text()) == 0
     assert "raw_clicks v1: stopped by signal" in deployments.last_run(stopped.log_path.read_text())
-    assert not deployments.group_members(restarted.deployment.pid)
+    assert not process.group_members(restarted.deployment.pid)
     [state] = deployments.status(settings)
     assert state.health is Health.STOPPED
     final = sensor(

@@ -23,6 +23,7 @@ from kappa.deployments import Health
 from kappa.errors import KappaError
 from kappa.runtime import JobSpec
 from kappa.settings import KappaSettings
+from kappa.stack import process
 from kappa.topics import Topic
 from tests.integration.replay_pipeline import Deployment, deploy_copy, produce_clicks
 from tests.waiting import wait_until
@@ -64,7 +65,7 @@ def shared(pipeline: Deployment) -> Iterator[KappaSettings]:
     for state in deployments.status(settings):
         deployments.stop_if_running(settings, state.deployment.job, state.deployment.version, timeout_s=30)
     for host in deployments.hosts(settings):
-        if deployments.group_members(host.pid):
+        if process.group_members(host.pid):
             os.killpg(host.pid, signal.SIGKILL)
 
 
@@ -127,7 +128,7 @@ def test_jobs_share_one_application_and_keep_their_own_lifecycles(
 
     # A SIGKILL of the host: every job it ran has crashed, with no exit status.
     os.killpg(host.pid, signal.SIGKILL)
-    wait_until(lambda: not deployments.group_members(host.pid), 30, "the host's processes are gone", log=log)
+    wait_until(lambda: not process.group_members(host.pid), 30, "the host's processes are gone", log=log)
     crashed = {s.deployment.job: s for s in deployments.status(settings)}
     assert crashed[raw.name].health is Health.CRASHED
     assert (crashed[raw.name].exit_reason or "").startswith("no exit status recorded")

@@ -18,6 +18,7 @@ from kappa.errors import KappaError, SettingsError
 from kappa.replay import Replay, ReplayRefusedError, exclusive_catch_up
 from kappa.runtime.discovery import discover
 from kappa.settings import KappaSettings, Launcher, load_settings
+from kappa.stack import process
 from tests.waiting import wait_until
 
 
@@ -205,7 +206,7 @@ def test_the_wrapper_records_how_the_job_ended(settings: KappaSettings) -> None:
         assert state.exit_reason.startswith("killed by SIGKILL (exit status 137)")
     finally:
         deployments._terminate(deployment, timeout_s=1)
-    assert deployments.group_members(deployment.pid) == []
+    assert process.group_members(deployment.pid) == []
 
 
 def test_stop_terminates_the_driver_gracefully(settings: KappaSettings) -> None:
@@ -219,7 +220,7 @@ def test_stop_terminates_the_driver_gracefully(settings: KappaSettings) -> None:
         assert "stopping after the current batch" in log
         assert deployments.exit_status(log) == 0
         assert deployments.state_of(stopped).health is Health.STOPPED
-        assert deployments.group_members(deployment.pid) == []
+        assert process.group_members(deployment.pid) == []
     finally:
         deployments._terminate(deployment, timeout_s=1)
 

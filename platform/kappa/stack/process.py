@@ -1,4 +1,4 @@
-"""Start, watch and stop the stack's JVM processes by pid, and check loopback ports."""
+"""Processes by pid: start, watch and stop them (the stack's JVMs, the deployments' wrappers), and loopback ports."""
 
 from __future__ import annotations
 
@@ -12,7 +12,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+import psutil
+
 from kappa.errors import StackError
+from kappa.waiting import WaitTimeoutError, wait_until
 
 
 def _can_bind(port: int, host: str, reuse: bool) -> bool:
@@ -33,22 +36,17 @@ def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
     return not _can_bind(port, host, reuse=True)
 
 
-def wait_until_bindable(port: int, host: str = "127.0.0.1", timeout_s: float = 90.0) -> bool:
+def wait_until_bindable(port: int, blocked: str, host: str = "127.0.0.1", timeout_s: float = 90.0) -> None:
     """Wait out connections of a stopped server lingering in TIME_WAIT on its port (the JVM servers bind
-    without SO_REUSEADDR, so they would fail). Return False if the port is still not free."""
-    deadline = time.monotonic() + timeout_s
-    while not _can_bind(port, host, reuse=False):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.5)
-    return True
+    without SO_REUSEADDR, so they would fail); `blocked` is the error when the port stays blocked."""
+    wait_until(lambda: _can_bind(port, host, reuse=False), timeout_s, blocked, interval_s=0.5)
 
 
 def spawn(argv: Sequence[str], marker: str, log_file: Path, cwd: Path, env: Mapping[str, str] | None = None) -> int:
     """Start a detached process (its own session, so `down` can signal its whole group); return its pid.
 
     Returns once the process shows its own command line (carrying `marker`): for a moment after the fork,
-    /proc still shows the parent's, and `is_running` would take the new process for a stranger.
+    the process still shows the parent's, and `is_running` would take the new process for a stranger.
     """
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with log_file.open("ab") as log:
@@ -61,25 +59,44 @@ def spawn(argv: Sequence[str], marker: str, log_file: Path, cwd: Path, env: Mapp
             start_new_session=True,
             env={**os.environ, **(env or {})},
         )
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and proc.poll() is None:
-        if marker in (_cmdline(proc.pid) or ""):
-            break
-        time.sleep(0.01)
+    wait_until(
+        lambda: proc.poll() is not None or marker in " ".join(command_line(proc.pid) or []),
+        10,
+        f"{argv[0]} (pid {proc.pid}) did not show its own command line within 10 s",
+        interval_s=0.01,
+    )
     return proc.pid
 
 
-def _cmdline(pid: int) -> str | None:
+def command_line(pid: int) -> list[str] | None:
+    """The arguments of the live process `pid`; None when there is none (gone, or a zombie not yet reaped)."""
+    reap(pid)
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
+        process = psutil.Process(pid)
+        return None if process.status() == psutil.STATUS_ZOMBIE else process.cmdline()
+    except psutil.Error:
         return None
 
 
-def _reap(pid: int) -> None:
-    # Our own children become zombies when they exit; reap them so /proc no longer lists them.
+def reap(pid: int) -> None:
+    """Collect pid's exit status if it is this process's child that has exited, so it is gone, not a zombie."""
     with contextlib.suppress(ChildProcessError, OSError):
         os.waitpid(pid, os.WNOHANG)
+
+
+def exists(pid: int) -> bool:
+    """pid names a process, alive or a zombie."""
+    return bool(psutil.pid_exists(pid))
+
+
+def group_members(pgid: int) -> list[int]:
+    """The live processes of a process group."""
+    members = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.getpgid(process.pid) == pgid and process.status() != psutil.STATUS_ZOMBIE:
+                members.append(process.pid)
+    return sorted(members)
 
 
 def is_running(pid: int, marker: str) -> bool:
@@ -87,12 +104,8 @@ def is_running(pid: int, marker: str) -> bool:
 
     The marker guards against pid reuse: after a reboot an old pid may belong to anything.
     """
-    _reap(pid)
-    cmdline = _cmdline(pid)
-    if cmdline is None:
-        return False
-    state = Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][:1] if Path(f"/proc/{pid}/stat").exists() else ""
-    return state != "Z" and marker in cmdline
+    cmdline = command_line(pid)
+    return cmdline is not None and marker in " ".join(cmdline)
 
 
 def stop(pid: int, marker: str, timeout_s: float = 30.0) -> bool:
@@ -101,16 +114,12 @@ def stop(pid: int, marker: str, timeout_s: float = 30.0) -> bool:
         return False
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not is_running(pid, marker):
-            return True
-        time.sleep(0.2)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while is_running(pid, marker) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    try:
+        wait_until(lambda: not is_running(pid, marker), timeout_s, f"pid {pid} did not stop within {timeout_s:g} s")
+    except WaitTimeoutError:  # past the timeout: SIGKILL, which ends it for sure
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+        wait_until(lambda: not is_running(pid, marker), 10, f"pid {pid} ({marker}) still runs 10 s after SIGKILL")
     return True
 
 
@@ -132,15 +141,21 @@ def wait_healthy(
 ) -> float:
     """Poll `healthy` until it is true; fail fast if the process dies. Return the seconds it took."""
     started = time.monotonic()
-    while True:
+
+    def up() -> bool:
         if not is_running(pid, marker):
             raise StackError(f"{component} exited during start-up; see its log {log_file}:\n{log_tail(log_file)}")
         with contextlib.suppress(Exception):
-            if healthy():
-                return time.monotonic() - started
-        if time.monotonic() - started > timeout_s:
-            raise StackError(
-                f"{component} was not healthy after {timeout_s:.0f} s (KAPPA_STARTUP_TIMEOUT_S); "
-                f"see its log {log_file}:\n{log_tail(log_file)}"
-            )
-        time.sleep(0.5)
+            return healthy()
+        return False
+
+    wait_until(
+        up,
+        timeout_s,
+        lambda: (
+            f"{component} was not healthy after {timeout_s:.0f} s (KAPPA_STARTUP_TIMEOUT_S); "
+            f"see its log {log_file}:\n{log_tail(log_file)}"
+        ),
+        interval_s=0.5,
+    )
+    return time.monotonic() - started

@@ -1,0 +1,44 @@
+"""kappa.stack.process on real processes of this machine: what the stack and the deployments know a process by."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import uuid
+from pathlib import Path
+
+from kappa.stack import process
+
+
+def _sleeper(tmp_path: Path) -> tuple[int, str]:
+    marker = f"kappa-test-{uuid.uuid4().hex}"
+    pid = process.spawn(
+        [sys.executable, "-c", "import time; time.sleep(60)", marker], marker, tmp_path / "log", tmp_path
+    )
+    return pid, marker
+
+
+def test_a_spawned_process_is_known_by_its_marker_and_its_group(tmp_path: Path) -> None:
+    pid, marker = _sleeper(tmp_path)
+    try:
+        assert process.is_running(pid, marker)
+        assert not process.is_running(pid, "another-marker")  # a reused pid shows another command line
+        assert (process.command_line(pid) or [])[-1] == marker
+        assert os.getpgid(pid) == pid  # its own session, so `stop` can signal the whole group
+        assert process.group_members(pid) == [pid]
+    finally:
+        assert process.stop(pid, marker, timeout_s=10)
+    assert not process.is_running(pid, marker)
+    assert process.command_line(pid) is None
+    assert not process.exists(pid)  # reaped, not left a zombie
+    assert process.group_members(pid) == []
+
+
+def test_a_child_that_exited_is_not_running_and_is_reaped(tmp_path: Path) -> None:
+    pid, marker = _sleeper(tmp_path)
+    os.kill(pid, signal.SIGKILL)
+    os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)  # it has exited: a zombie until its parent reaps it
+    assert process.exists(pid)
+    assert not process.is_running(pid, marker)
+    assert not process.exists(pid)  # is_running reaped it
