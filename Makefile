@@ -62,10 +62,11 @@ test-e2e: setup ## the CLI and whole flows, each stack on its own ports
 soak: setup ## the Kappa-promise test at 200,000 events (CI runs it at 8,000): live with kills = replay = batch
 	KAPPA_TEST_PROMISE_EVENTS=$(or $(EVENTS),200000) $(PYTEST) tests/integration/test_kappa_promise.py
 
-lint: setup ## ruff, ruff format --check, mypy, and the schemas against their git history (no registry needed)
+lint: setup ## ruff, ruff format --check, mypy, the import layers (no cycle), and the schemas against their git history
 	$(UV) run --frozen ruff check .
 	$(UV) run --frozen ruff format --check .
 	$(UV) run --frozen mypy
+	$(UV) run --frozen lint-imports --no-cache
 	$(KAPPA) schemas check --offline
 
 format: setup ## apply ruff's fixes and formatting

@@ -3,7 +3,7 @@
 - One asset per job output: `["kafka", <topic>]` or `["delta", <table>]`, its `code_version` the job's logic
   version, its deps the job's inputs. Materializing it deploys that version: a catch-up run
   (`kappa jobs run <job> --available-now --pipes`), launched outside Dagster's process through Pipes, then the
-  version runs on continuously from where catch-up stopped (`kappa.deployments.start`, detached, supervised by
+  version runs on continuously from where catch-up stopped (`kappa.lifecycle.deployments.start`, detached, supervised by
   the `deployment_health` sensor; see operations.py). A version already running is not caught up again (two
   runs on one checkpoint would corrupt it): the materialization reports the running deployment instead.
 - One external asset (an AssetSpec, never materialized by Dagster) per source topic: read by a job or declared
@@ -31,14 +31,14 @@ from dagster import (
 )
 
 from dagster_project.resources import KappaResource
-from kappa import deployments
-from kappa.aliases import CONTROL_TOPICS
-from kappa.avro.registry import Registry, value_subject
-from kappa.deadletter import dlq_topic, late_topic
-from kappa.errors import KappaError
+from kappa.contracts.dead_letter_format import dlq_topic, late_topic
+from kappa.contracts.registry import Registry, value_subject
+from kappa.contracts.topic_declarations import FOREVER, Cleanup, Topic
+from kappa.core.errors import KappaError
+from kappa.kafka.aliases import CONTROL_TOPICS
+from kappa.lifecycle import deployments
 from kappa.runtime.declaration import DeltaTable, JobSpec
 from kappa.runtime.pipes import BATCH_MESSAGE
-from kappa.topics import FOREVER, Cleanup, Topic
 
 CONTROL_NAMES = {t.name for t in CONTROL_TOPICS}
 JOBS_GROUP = "jobs"  # outputs of the streaming jobs

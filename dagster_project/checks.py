@@ -1,11 +1,10 @@
 """Data-contract checks: one blocking Dagster asset check per Delta table a job writes.
 
-Each check runs the table's expectation suite (`schemas/expectations/<table>.json`, kappa.quality) through
-Great Expectations on the table version the asset's code version names (`<delta_root>/<table>/v<version>`),
-read with delta-rs (no JVM in Dagster's process). The UI shows the outcome, a table of every expectation's
-result, and the unexpected counts and samples. Blocking: a failed check fails the materialization's run, so
-nothing downstream runs on a table that broke its contract.
-"""
+Each check runs the table's expectation suite (`schemas/expectations/<table>.json`, kappa.contracts.expectations)
+through Great Expectations on the table version the asset's code version names (`<delta_root>/<table>/v<version>`),
+read with delta-rs (no JVM in Dagster's process). The UI shows the outcome, a table of every expectation's result,
+and the unexpected counts and samples. Blocking: a failed check fails the materialization's run, so nothing
+downstream runs on a table that broke its contract."""
 
 from collections.abc import Mapping
 from typing import Any
@@ -20,8 +19,8 @@ from dagster import (
 
 from dagster_project.assets import output_key
 from dagster_project.resources import KappaResource
-from kappa.errors import KappaError
-from kappa.quality import QualityReport, suite_for, suites_dir, validate_table
+from kappa.contracts.expectations import QualityReport, suite_for, suites_dir, validate_table
+from kappa.core.errors import KappaError
 from kappa.runtime.declaration import DeltaTable, JobSpec
 
 CHECK_NAME = "data_contract"

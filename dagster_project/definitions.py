@@ -13,8 +13,8 @@ from dagster_project.checks import quality_checks
 from dagster_project.operations import operations_definitions
 from dagster_project.replay import replay_asset_checks, replay_definitions
 from dagster_project.resources import KappaResource
+from kappa.contracts.topic_declarations import Topic
 from kappa.runtime.declaration import JobSpec
-from kappa.topics import Topic
 
 
 def build_definitions(

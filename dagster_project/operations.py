@@ -1,7 +1,7 @@
 """Operating the deployments from Dagster: stop and restart jobs per job, and a health sensor.
 
 - `stop_<job>` / `restart_<job>` (op jobs, one pair per discovered job; config `version`, default the declared
-  one): `kappa.deployments.stop` / `restart`. Each run logs an AssetObservation on the job's output asset.
+  one): `kappa.lifecycle.deployments.stop` / `restart`. Each run logs an AssetObservation on the job's output asset.
 - `deployment_health` (sensor, every 30 s, running by default) looks at every deployment recorded on this
   machine. A crashed one (should run, process gone) gets a `restart_<job>` run: one run per crash (its run key
   is the crashed process), tagged with why (`kappa/exit`), the full exit reason in its config and logs, so each
@@ -35,10 +35,10 @@ from dagster import (
 
 from dagster_project.assets import output_key
 from dagster_project.resources import KappaResource
-from kappa import deployments
-from kappa.errors import KappaError
+from kappa.core.errors import KappaError
+from kappa.core.settings import KappaSettings
+from kappa.lifecycle import deployments
 from kappa.runtime.declaration import JobSpec
-from kappa.settings import KappaSettings
 
 SENSOR_NAME = "deployment_health"
 SENSOR_INTERVAL_S = 30

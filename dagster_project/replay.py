@@ -1,4 +1,4 @@
-"""The replay protocol (DESIGN.md) as Dagster jobs, generated from the job declarations like the assets.
+"""The replay protocol (docs/architecture.md) as Dagster jobs, generated from the job declarations like the assets.
 
 Per job (every job writes one topic or one Delta table):
 
@@ -60,9 +60,9 @@ from dagster import (
 
 from dagster_project.assets import output_key
 from dagster_project.resources import KappaResource
-from kappa.aliases import Alias, Step
-from kappa.cli_replay import INTERRUPTED, NOT_VERIFIED, PROGRESS_MESSAGE, REFUSED, VERIFICATION_MESSAGE, VERIFIED
-from kappa.deployment import dataset_of
+from kappa.cli.replay import INTERRUPTED, NOT_VERIFIED, PROGRESS_MESSAGE, REFUSED, VERIFICATION_MESSAGE, VERIFIED
+from kappa.kafka.aliases import Alias, Step
+from kappa.runtime.binding import dataset_of
 from kappa.runtime.declaration import JobSpec
 
 QUALITY_CHECK = "replay_quality"
@@ -349,7 +349,7 @@ def go_live(context: OpExecutionContext) -> None:
 
 def _alias_materialization(kappa: KappaResource, key: AssetKey, dataset: str, step: str) -> AssetMaterialization:
     """The output asset after its alias moved: the version readers now follow, from which, by whom, when."""
-    from kappa.aliases import AliasRegistry
+    from kappa.kafka.aliases import AliasRegistry
 
     alias = AliasRegistry(kappa.settings()).live(dataset)
     if alias is None:
@@ -523,7 +523,7 @@ def replay_checks(job: JobSpec) -> list[AssetChecksDefinition]:
 
 def recorded_verification(kappa: KappaResource, job: JobSpec) -> dict[str, tuple[bool, str, dict[str, Any]]]:
     """The checks' results from the audit trail (no Spark in Dagster's process)."""
-    from kappa.aliases import AliasRegistry
+    from kappa.kafka.aliases import AliasRegistry
 
     registry = AliasRegistry(kappa.settings())
     return evaluations_from_audit(job, registry.steps(job.name), registry.live(dataset_of(job)))

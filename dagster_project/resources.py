@@ -6,7 +6,7 @@ import os
 from dagster import ConfigurableResource
 from pydantic import Field
 
-from kappa.settings import KappaSettings, load_settings
+from kappa.core.settings import KappaSettings, load_settings
 
 
 class KappaResource(ConfigurableResource):  # type: ignore[type-arg]

@@ -4,8 +4,8 @@ Partitioning: events of one user go to one partition (explicitly partitioned by 
 is the log's order in every run. Four partitions suit a 2-core machine; raise them on a cluster.
 """
 
-from kappa.aliases import CONTROL_TOPICS
-from kappa.topics import DAY_MS, FOREVER, Cleanup, Topic, dead_letters_of, late_events_of
+from kappa.contracts.topic_declarations import DAY_MS, FOREVER, Cleanup, Topic, dead_letters_of, late_events_of
+from kappa.kafka.aliases import CONTROL_TOPICS
 
 # How far back a replay of a compacted entity topic can go with every version intact (DESIGN: compaction
 # erases history, so a compacted topic keeps each version younger than min.compaction.lag.ms).

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from kappa.settings import KappaSettings, load_settings
+from kappa.core.settings import KappaSettings, load_settings
 
 # Ports of the test session's stack: away from the defaults so a developer's own `kappa up` can keep running.
 # Every port the tests use is below 32768, outside Linux's ephemeral range: a client retrying a stopped
@@ -206,7 +206,7 @@ def stack(settings: KappaSettings, request: pytest.FixtureRequest) -> Iterator[K
 
 @pytest.fixture(scope="session")
 def spark(settings: KappaSettings):  # type: ignore[no-untyped-def]
-    from kappa.spark import get_spark
+    from kappa.spark.session import get_spark
 
     # This session lives as long as its worker, running hundreds of small jobs: the full JIT pays off here
     # (measured: the unit view tests 123 s with C1 only, 106 s with it).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from kappa.settings import KappaSettings
+from kappa.core.settings import KappaSettings
 
 
 def stack_env(stack: KappaSettings, **extra: str) -> dict[str, str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from kappa.waiting import wait_until as _wait_until
+from kappa.core.waiting import wait_until as _wait_until
 
 
 def wait_until(
@@ -17,7 +17,7 @@ def wait_until(
     interval_s: float = 0.5,
 ) -> None:
     """Return as soon as `condition()` is truthy; fail naming `what` (and the log's last lines) after
-    `timeout_s` (kappa.waiting.wait_until, the platform's own, with a test's message)."""
+    `timeout_s` (kappa.core.waiting.wait_until, the platform's own, with a test's message)."""
     _wait_until(
         condition, timeout_s, lambda: f"not within {timeout_s:.0f} s: {what}{_tail(log)}", interval_s=interval_s
     )

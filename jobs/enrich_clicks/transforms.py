@@ -12,10 +12,10 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from kappa.deadletter import DeadLetterKind
+from kappa.contracts.dead_letter_format import DeadLetterKind
 from kappa.operators import AsOfJoinColumns, as_of_join, as_of_rows
 from kappa.operators.as_of_join import EVENT, LATE
-from kappa.side_outputs import SIDE_COLUMNS, SIDE_SCHEMA
+from kappa.spark.side_outputs import SIDE_COLUMNS, SIDE_SCHEMA
 
 ENRICHED, LATE_PROFILE = "enriched", "late_profile"
 NO_PROFILE_SEGMENT = "UNKNOWN"  # a click before any profile version (the documented rule)

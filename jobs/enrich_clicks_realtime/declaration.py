@@ -22,9 +22,9 @@ from pyspark.sql import functions as F
 
 from jobs.catalog import CLICKS, ENRICHED_CLICKS_REALTIME, USER_PROFILES
 from jobs.enrich_clicks_realtime.transforms import with_latest_profile
-from kappa.partitioning import partition_column
+from kappa.contracts.topic_declarations import Topic
+from kappa.kafka.partitioning import partition_column
 from kappa.runtime import JobContext, JobSpec, RealTimePlan
-from kappa.topics import Topic
 
 
 def plan(ctx: JobContext) -> RealTimePlan:

@@ -2,7 +2,7 @@
 
 Exact whatever the batch sizes: the job keeps every click (latest version per event id) in a private facts table
 with its time on page, and each batch recomputes the (page, hour) rows its clicks touch, including the hour of a
-predecessor whose time on page a late click changed (kappa.delta_views).
+predecessor whose time on page a late click changed (kappa.spark.delta_views).
 
 Settings: `gap_minutes` (a next click later than this is not time on the page, 30).
 """
@@ -13,10 +13,10 @@ from functools import partial
 
 from jobs.catalog import ENRICHED_CLICKS
 from jobs.page_stats.transforms import FACTS_SCHEMA, KEYS, click_changes, page_stats, touched_groups
-from kappa.delta_sink import DeltaMerge
-from kappa.delta_views import FactsView, facts_table
 from kappa.runtime import DeltaTable, JobContext, JobPlan, JobSpec
-from kappa.topic_io import DELETED
+from kappa.spark.delta_merge import DeltaMerge
+from kappa.spark.delta_views import FactsView, facts_table
+from kappa.spark.topic_io import DELETED
 
 MINUTE_MS = 60_000
 TABLE = DeltaTable("page_stats", doc="Views, distinct users and median time on page per page and event-time hour.")

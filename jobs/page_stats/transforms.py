@@ -9,7 +9,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from kappa.delta_views import last_per_key
+from kappa.spark.delta_views import last_per_key
 
 # The private facts: one row per click (event id), with what the statistics need. `was_*` is the (page, hour) the
 # click counted in before its last change (null for a new click), so that group is recomputed too.

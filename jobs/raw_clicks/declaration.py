@@ -11,8 +11,8 @@ from pyspark.sql import DataFrame
 
 from jobs.catalog import CLICKS
 from jobs.raw_clicks.transforms import click_rows
-from kappa.delta_sink import append_once
 from kappa.runtime import DeltaTable, JobContext, JobPlan, JobSpec
+from kappa.spark.delta_merge import append_once
 
 TABLE = DeltaTable("raw_clicks", doc="Every decodable click, one row each, with its Kafka position.")
 

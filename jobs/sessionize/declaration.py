@@ -12,9 +12,9 @@ from pyspark.sql import functions as F
 from jobs.catalog import ENRICHED_CLICKS, SESSIONS
 from jobs.sessionize.logic import MINUTE_MS
 from jobs.sessionize.transforms import RETRACT, UPSERT, session_changes
-from kappa.partitioning import partition_column
+from kappa.contracts.topic_declarations import Topic
+from kappa.kafka.partitioning import partition_column
 from kappa.runtime import JobContext, JobSpec, TopicPlan
-from kappa.topics import Topic
 
 
 def plan(ctx: JobContext) -> TopicPlan:

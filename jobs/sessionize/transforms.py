@@ -11,10 +11,10 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from kappa.deadletter import DeadLetterKind
+from kappa.contracts.dead_letter_format import DeadLetterKind
 from kappa.operators import sessions
 from kappa.operators.sessions import LATE, RETRACT, UPSERT
-from kappa.side_outputs import SIDE_COLUMNS
+from kappa.spark.side_outputs import SIDE_COLUMNS
 
 __all__ = ["LATE", "RETRACT", "UPSERT", "session_changes"]
 

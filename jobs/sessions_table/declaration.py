@@ -10,10 +10,10 @@ from pyspark.sql import DataFrame
 
 from jobs.catalog import SESSIONS
 from jobs.sessions_table.transforms import session_changes
-from kappa.delta_sink import DeltaMerge
-from kappa.delta_views import changes_with_key
 from kappa.runtime import DeltaTable, JobContext, JobPlan, JobSpec
-from kappa.topic_io import DELETED
+from kappa.spark.delta_merge import DeltaMerge
+from kappa.spark.delta_views import changes_with_key
+from kappa.spark.topic_io import DELETED
 
 TABLE = DeltaTable("sessions", doc="Every live session, one row each (tombstoned sessions deleted).")
 

@@ -1,7 +1,7 @@
 """user_activity: compacted `sessions` -> Delta `user_activity`, one row per user; undecodable -> dead letters.
 
 Exact under session updates and merges: the job keeps every session in a private facts table (a tombstone marks
-it retired) and each batch recomputes the rows of the users whose sessions changed (kappa.delta_views). A user
+it retired) and each batch recomputes the rows of the users whose sessions changed (kappa.spark.delta_views). A user
 whose last live session is tombstoned leaves the table.
 """
 
@@ -11,10 +11,10 @@ from pyspark.sql import DataFrame
 
 from jobs.catalog import SESSIONS
 from jobs.user_activity.transforms import FACTS_SCHEMA, RETIRED, session_facts, touched_users, user_activity
-from kappa.delta_sink import DeltaMerge
-from kappa.delta_views import FactsView, changes_with_key, facts_table
 from kappa.runtime import DeltaTable, JobContext, JobPlan, JobSpec
-from kappa.topic_io import DELETED
+from kappa.spark.delta_merge import DeltaMerge
+from kappa.spark.delta_views import FactsView, changes_with_key, facts_table
+from kappa.spark.topic_io import DELETED
 
 TABLE = DeltaTable("user_activity", doc="Sessions, clicks, first and last seen, latest segment, per user.")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from kappa.delta_views import last_per_key
-from kappa.topic_io import DELETED
+from kappa.spark.delta_views import last_per_key
+from kappa.spark.topic_io import DELETED
 
 # The private facts: one row per session id ever seen, `live` false once tombstoned (then removed after the
 # view has recomputed its user). The user of a tombstoned session comes from here: a tombstone has only its key.

@@ -1,6 +1,6 @@
 """The row-level data contract's cost: replay throughput of raw_clicks with and without it, same data.
 
-1. Load: `--events` seeded clicks (kappa.produce_stream, as `kappa generate` does) into `clicks` on a bench
+1. Load: `--events` seeded clicks (kappa.ops.produce_clickstream, as `kappa generate` does) into `clicks` on a bench
    stack of its own ports and folder (`--port-offset` shifts them).
 2. Replay raw_clicks (`run_job(available_now=True)`: Kafka -> decode -> Delta and dead letters, one query)
    with fresh checkpoints and tables, alternating: *with* the clicks suite (schemas/expectations/clicks.json,
@@ -24,16 +24,16 @@ from deltalake import DeltaTable as DeltaTable_
 
 from jobs.catalog import CLICKS, USER_PROFILES, dead_letters_of
 from jobs.raw_clicks.declaration import JOB as RAW_CLICKS
-from kappa.avro.contracts import apply_schemas
-from kappa.generate import StreamConfig
-from kappa.kafka_client import admin_client
-from kappa.produce_stream import generate
-from kappa.quality import suite_for
+from kappa.contracts.expectations import suite_for
+from kappa.contracts.schema_rollout import apply_schemas
+from kappa.core.settings import KappaSettings, load_settings
+from kappa.kafka.clients import admin_client
+from kappa.kafka.topic_admin import apply
+from kappa.ops.clickstream import StreamConfig
+from kappa.ops.produce_clickstream import generate
 from kappa.runtime.declaration import DeltaTable
 from kappa.runtime.runner import run_job
-from kappa.settings import KappaSettings, load_settings
 from kappa.stack import LocalStack
-from kappa.topics import apply
 from tests.benchmarks.common import report, timed
 
 TARGET_OVERHEAD = 0.10

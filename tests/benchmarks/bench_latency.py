@@ -53,19 +53,19 @@ import psutil
 from confluent_kafka import Consumer
 
 from jobs.catalog import CLICKS, USER_PROFILES
-from kappa import deployments
-from kappa.avro.registry import Registry, value_subject
-from kappa.avro.schemas import topic_value_schema
-from kappa.avro.serde import AvroDecoder, AvroEncoder
-from kappa.deployment import deployed_job, physical_output
-from kappa.generate import COUNTRIES, SEGMENTS, Click, ProfileVersion
-from kappa.kafka_client import Outgoing, Publisher
-from kappa.partitioning import partition_for
+from kappa.contracts.avro_serde import AvroDecoder, AvroEncoder
+from kappa.contracts.registry import Registry, value_subject
+from kappa.contracts.schema_files import topic_value_schema
+from kappa.core.settings import KappaSettings, Launcher, project_root
+from kappa.core.waiting import wait_until
+from kappa.kafka.clients import Outgoing, Publisher
+from kappa.kafka.partitioning import partition_for
+from kappa.lifecycle import deployments
+from kappa.ops.clickstream import COUNTRIES, SEGMENTS, Click, ProfileVersion
+from kappa.runtime.binding import deployed_job, physical_output
 from kappa.runtime.declaration import version_checkpoints
 from kappa.runtime.discovery import discover, pipeline_order
-from kappa.settings import KappaSettings, Launcher, project_root
 from kappa.stack import process
-from kappa.waiting import wait_until
 from tests.benchmarks.common import bench_stack, cli_env, report
 
 SEED = 17

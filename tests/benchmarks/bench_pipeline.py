@@ -40,19 +40,20 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from jobs.catalog import CLICKS, TOPICS, USER_PROFILES
-from kappa.avro.contracts import apply_schemas
-from kappa.generate import StreamConfig
-from kappa.kafka_client import admin_client
-from kappa.produce_stream import generate
+from kappa.contracts.schema_rollout import apply_schemas
+from kappa.contracts.topic_declarations import Cleanup, Topic, dead_letters_of, late_events_of
+from kappa.core.settings import KappaSettings
+from kappa.core.waiting import wait_until
+from kappa.kafka.clients import admin_client
+from kappa.kafka.topic_admin import apply
+from kappa.ops.clickstream import StreamConfig
+from kappa.ops.produce_clickstream import generate
 from kappa.runtime.declaration import DeltaTable, JobSpec, version_checkpoints
 from kappa.runtime.discovery import discover
 from kappa.runtime.runner import run_job
-from kappa.settings import KappaSettings
-from kappa.spark import get_spark
+from kappa.spark.session import get_spark
+from kappa.spark.topic_io import publish, read_topic, topic_encoder
 from kappa.stack.java import stack_java
-from kappa.topic_io import publish, read_topic, topic_encoder
-from kappa.topics import Cleanup, Topic, apply, dead_letters_of, late_events_of
-from kappa.waiting import wait_until
 from tests.benchmarks.common import bench_stack, report, timed
 
 SEED = 11

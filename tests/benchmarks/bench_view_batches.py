@@ -31,9 +31,9 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 
 from jobs.page_stats.declaration import view
-from kappa.delta_views import FactsView
-from kappa.settings import load_settings
-from kappa.spark import get_spark
+from kappa.core.settings import load_settings
+from kappa.spark.delta_views import FactsView
+from kappa.spark.session import get_spark
 from tests.benchmarks.common import report, timed
 
 USERS = 500

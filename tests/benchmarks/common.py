@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from kappa.settings import KappaSettings, load_settings
+from kappa.core.settings import KappaSettings, load_settings
 from kappa.stack import LocalStack
 from tests.environment import stack_env
 

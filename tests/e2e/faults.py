@@ -4,13 +4,13 @@ from pathlib import Path
 
 from deltalake import DeltaTable
 
-from kappa.avro.registry import Registry, value_subject
-from kappa.avro.schemas import topic_value_schema
-from kappa.avro.serde import AvroEncoder
-from kappa.generate import click_messages, clicks
-from kappa.kafka_client import Outgoing, produce_all
-from kappa.settings import KappaSettings
-from kappa.topics import Topic
+from kappa.contracts.avro_serde import AvroEncoder
+from kappa.contracts.registry import Registry, value_subject
+from kappa.contracts.schema_files import topic_value_schema
+from kappa.contracts.topic_declarations import Topic
+from kappa.core.settings import KappaSettings
+from kappa.kafka.clients import Outgoing, produce_all
+from kappa.ops.clickstream import click_messages, clicks
 
 OUTAGE_S = 120  # what the platform promises to outlive
 
@@ -65,7 +65,7 @@ def topic_named(settings: KappaSettings, pattern: str) -> str:
     """The one topic whose whole name matches `pattern` (a regular expression)."""
     import re
 
-    from kappa.kafka_client import admin_client
+    from kappa.kafka.clients import admin_client
 
     admin = admin_client(settings)
     [name] = [t for t in admin.list_topics(timeout=15).topics if re.fullmatch(pattern, t)]

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from kappa.avro.wire import frame
-from kappa.deadletter import DeadLetterKind
-from kappa.dlq import inspect
-from kappa.kafka_client import Outgoing, produce_all
-from kappa.settings import load_settings
+from kappa.contracts.dead_letter_format import DeadLetterKind
+from kappa.contracts.topic_declarations import Cleanup, Topic
+from kappa.contracts.wire_format import frame
+from kappa.core.settings import load_settings
+from kappa.kafka.clients import Outgoing, produce_all
+from kappa.ops.dlq import inspect
 from kappa.stack import LocalStack
-from kappa.topics import Cleanup, Topic
 from tests.conftest import SHORT_RUN_JVM
 from tests.e2e.faults import OUTAGE_S, encode_clicks, event_ids, live_keys, produce_clicks, topic_named
 from tests.integration.replay_pipeline import deploy_copy

@@ -39,14 +39,14 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from jobs.enrich_clicks.logic import MINUTE_MS, Profile, answer
-from kappa import deployments
-from kappa.aliases import AliasRegistry
-from kappa.generate import Click, ProfileVersion, StreamConfig, clickstream
-from kappa.kafka_client import Outgoing, produce_all
-from kappa.quality import suite_for
-from kappa.readers import AliasConsumer
-from kappa.settings import KappaSettings
-from kappa.topics import Cleanup, Topic
+from kappa.contracts.expectations import suite_for
+from kappa.contracts.topic_declarations import Cleanup, Topic
+from kappa.core.settings import KappaSettings
+from kappa.kafka.aliases import AliasRegistry
+from kappa.kafka.clients import Outgoing, produce_all
+from kappa.lifecycle import deployments
+from kappa.ops.clickstream import Click, ProfileVersion, StreamConfig, clickstream
+from kappa.runtime.readers import AliasConsumer
 from tests.conftest import PORT_OFFSET
 from tests.integration.replay_pipeline import CONFIG, REPO, Deployment, deploy_copy, produce
 from tests.waiting import wait_until

@@ -5,7 +5,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from kappa.settings import project_root
+from kappa.core.settings import project_root
 from tests.e2e.stackctl import kappa
 
 

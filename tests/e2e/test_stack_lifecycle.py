@@ -12,10 +12,11 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
-from kappa.settings import load_settings
+from kappa.contracts.topic_declarations import Cleanup, Topic
+from kappa.core.settings import load_settings
+from kappa.kafka.topic_admin import describe
 from kappa.stack import LocalStack
 from kappa.stack.process import port_in_use
-from kappa.topics import Cleanup, Topic, describe
 from tests.conftest import SHORT_RUN_JVM
 from tests.e2e.faults import OUTAGE_S, event_ids, produce_clicks
 from tests.e2e.stackctl import kappa, stack_processes

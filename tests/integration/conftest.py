@@ -7,12 +7,13 @@ from pathlib import Path
 import pytest
 
 from jobs.catalog import DATASETS
-from kappa.aliases import CONTROL_TOPICS
-from kappa.avro.contracts import apply_schemas
-from kappa.kafka_client import admin_client
-from kappa.settings import KappaSettings
-from kappa.spark import get_spark
-from kappa.topics import Cleanup, Topic, apply
+from kappa.contracts.schema_rollout import apply_schemas
+from kappa.contracts.topic_declarations import Cleanup, Topic
+from kappa.core.settings import KappaSettings
+from kappa.kafka.aliases import CONTROL_TOPICS
+from kappa.kafka.clients import admin_client
+from kappa.kafka.topic_admin import apply
+from kappa.spark.session import get_spark
 
 
 @pytest.fixture(autouse=True)

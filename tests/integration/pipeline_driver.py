@@ -14,9 +14,9 @@ import dataclasses
 import json
 import sys
 
+from kappa.core.settings import load_settings
 from kappa.runtime.discovery import get_job
 from kappa.runtime.runner import configure_logging, run_job
-from kappa.settings import load_settings
 
 
 def main(argv: list[str]) -> None:

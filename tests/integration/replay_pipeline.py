@@ -22,15 +22,15 @@ from types import ModuleType
 
 import pytest
 
-from kappa.avro.registry import Registry, value_subject
-from kappa.avro.schemas import topic_value_schema
-from kappa.avro.serde import AvroEncoder
-from kappa.generate import StreamConfig, click_messages, clicks
-from kappa.kafka_client import produce_all
-from kappa.produce_stream import generate
-from kappa.quality import EXPECTATIONS_DIR
-from kappa.settings import KappaSettings
-from kappa.topics import Cleanup, Topic
+from kappa.contracts.avro_serde import AvroEncoder
+from kappa.contracts.expectations import EXPECTATIONS_DIR
+from kappa.contracts.registry import Registry, value_subject
+from kappa.contracts.schema_files import topic_value_schema
+from kappa.contracts.topic_declarations import Cleanup, Topic
+from kappa.core.settings import KappaSettings
+from kappa.kafka.clients import produce_all
+from kappa.ops.clickstream import StreamConfig, click_messages, clicks
+from kappa.ops.produce_clickstream import generate
 from tests.environment import stack_env
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,9 +10,9 @@ from collections.abc import Callable
 
 import pytest
 
-from kappa.aliases import ALIASES, TOPIC_KIND, Alias, AliasRegistry, AliasWatch
-from kappa.errors import KappaError
-from kappa.settings import KappaSettings
+from kappa.core.errors import KappaError
+from kappa.core.settings import KappaSettings
+from kappa.kafka.aliases import ALIASES, TOPIC_KIND, Alias, AliasRegistry, AliasWatch
 
 pytestmark = pytest.mark.usefixtures("control_topics")
 

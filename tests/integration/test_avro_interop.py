@@ -16,12 +16,12 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from kappa.avro.schemas import topic_value_schema
-from kappa.avro.wire import unframe
-from kappa.kafka_client import Outgoing, produce_all
-from kappa.settings import KappaSettings
-from kappa.topic_io import encode_for_topic, kafka_options, read_topic
-from kappa.topics import Topic
+from kappa.contracts.schema_files import topic_value_schema
+from kappa.contracts.topic_declarations import Topic
+from kappa.contracts.wire_format import unframe
+from kappa.core.settings import KappaSettings
+from kappa.kafka.clients import Outgoing, produce_all
+from kappa.spark.topic_io import encode_for_topic, kafka_options, read_topic
 
 CLICKS = [
     {

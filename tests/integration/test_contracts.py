@@ -9,18 +9,25 @@ import pytest
 from pyspark.sql import SparkSession
 
 from jobs.raw_clicks.declaration import JOB as RAW_CLICKS
-from kappa import dlq
-from kappa.avro.contracts import apply_schemas
-from kappa.avro.registry import Registry
-from kappa.avro.schemas import topic_value_schema
-from kappa.avro.serde import AvroEncoder
-from kappa.deadletter import H_CONTRACT_BROKEN, H_CONTRACT_SUITE, H_JOB, H_SOURCE_TOPIC, DeadLetterKind
-from kappa.generate import Click, clicks
-from kappa.kafka_client import Outgoing, admin_client, produce_all
+from kappa.contracts.avro_serde import AvroEncoder
+from kappa.contracts.dead_letter_format import (
+    H_CONTRACT_BROKEN,
+    H_CONTRACT_SUITE,
+    H_JOB,
+    H_SOURCE_TOPIC,
+    DeadLetterKind,
+)
+from kappa.contracts.registry import Registry
+from kappa.contracts.schema_files import topic_value_schema
+from kappa.contracts.schema_rollout import apply_schemas
+from kappa.contracts.topic_declarations import Cleanup, Topic
+from kappa.core.settings import KappaSettings
+from kappa.kafka.clients import Outgoing, admin_client, produce_all
+from kappa.kafka.topic_admin import apply
+from kappa.ops import dlq
+from kappa.ops.clickstream import Click, clicks
 from kappa.runtime.declaration import DeltaTable
 from kappa.runtime.runner import run_job
-from kappa.settings import KappaSettings
-from kappa.topics import Cleanup, Topic, apply
 
 GOOD = 400
 

@@ -18,13 +18,13 @@ from dagster import AssetKey
 from dagster_project.assets import topic_key
 from dagster_project.definitions import build_definitions
 from dagster_project.resources import KappaResource
-from kappa import deployments
-from kappa.deployment import physical_output
-from kappa.generate import StreamConfig
-from kappa.produce_stream import generate
+from kappa.contracts.topic_declarations import Topic
+from kappa.core.settings import KappaSettings
+from kappa.lifecycle import deployments
+from kappa.ops.clickstream import StreamConfig
+from kappa.ops.produce_clickstream import generate
+from kappa.runtime.binding import physical_output
 from kappa.runtime.discovery import discover
-from kappa.settings import KappaSettings
-from kappa.topics import Topic
 from tests.integration.replay_pipeline import Deployment, deploy_copy
 from tests.waiting import wait_until
 

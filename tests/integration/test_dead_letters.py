@@ -8,19 +8,19 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from kappa import dlq
-from kappa.avro.registry import Registry, value_subject
-from kappa.avro.schemas import topic_value_schema
-from kappa.avro.serde import AvroDecoder, AvroEncoder
-from kappa.avro.wire import WireFormatError, frame
-from kappa.deadletter import H_JOB, H_JOB_VERSION, H_SOURCE_OFFSET, H_SOURCE_TOPIC, DeadLetterKind
-from kappa.generate import Click
-from kappa.kafka_client import Outgoing, produce_all
+from kappa.contracts.avro_serde import AvroDecoder, AvroEncoder
+from kappa.contracts.dead_letter_format import H_JOB, H_JOB_VERSION, H_SOURCE_OFFSET, H_SOURCE_TOPIC, DeadLetterKind
+from kappa.contracts.registry import Registry, value_subject
+from kappa.contracts.schema_files import topic_value_schema
+from kappa.contracts.topic_declarations import Topic
+from kappa.contracts.wire_format import WireFormatError, frame
+from kappa.core.settings import KappaSettings
+from kappa.kafka.clients import Outgoing, produce_all
+from kappa.ops import dlq
+from kappa.ops.clickstream import Click
 from kappa.runtime import DeltaTable, JobContext, JobPlan, JobSpec
 from kappa.runtime.runner import run_job
-from kappa.settings import KappaSettings
-from kappa.topic_io import kafka_source, read_topic
-from kappa.topics import Topic
+from kappa.spark.topic_io import kafka_source, read_topic
 
 
 @pytest.mark.slow

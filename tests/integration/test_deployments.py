@@ -22,13 +22,13 @@ from dagster_project.assets import output_key
 from dagster_project.definitions import build_definitions
 from dagster_project.operations import REASON_TAG, SENSOR_NAME
 from dagster_project.resources import KappaResource
-from kappa import deployments
-from kappa.deployments import Health
-from kappa.errors import KappaError
+from kappa.contracts.topic_declarations import Topic
+from kappa.core.errors import KappaError
+from kappa.core.settings import KappaSettings
+from kappa.lifecycle import deployments
+from kappa.lifecycle.deployments import Health
 from kappa.runtime import JobSpec
-from kappa.settings import KappaSettings
 from kappa.stack import process
-from kappa.topics import Topic
 from tests.integration.replay_pipeline import Deployment, deploy_copy, produce_clicks
 from tests.waiting import wait_until
 

@@ -11,13 +11,14 @@ from pyspark.sql import SparkSession
 
 from jobs.enrich_clicks.declaration import JOB
 from jobs.enrich_clicks.logic import MINUTE_MS, Profile, answer
-from kappa.compacted import latest_per_key
-from kappa.generate import Click, ProfileVersion, StreamConfig, clickstream
-from kappa.kafka_client import admin_client
-from kappa.produce_stream import generate
+from kappa.contracts.topic_declarations import Topic, late_events_of
+from kappa.core.settings import KappaSettings
+from kappa.kafka.clients import admin_client
+from kappa.kafka.topic_admin import apply
+from kappa.ops.clickstream import Click, ProfileVersion, StreamConfig, clickstream
+from kappa.ops.produce_clickstream import generate
 from kappa.runtime.runner import run_job
-from kappa.settings import KappaSettings
-from kappa.topics import Topic, apply, late_events_of
+from kappa.spark.compacted import latest_per_key
 from tests import oracles
 from tests.integration.conftest import partitions_of
 

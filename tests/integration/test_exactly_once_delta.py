@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from kappa.avro.registry import Registry, value_subject
-from kappa.avro.schemas import topic_value_schema
-from kappa.avro.serde import AvroEncoder
-from kappa.delta_sink import committed_batch
-from kappa.generate import click_messages, clicks
-from kappa.kafka_client import produce_all
-from kappa.settings import KappaSettings
-from kappa.topics import Topic
+from kappa.contracts.avro_serde import AvroEncoder
+from kappa.contracts.registry import Registry, value_subject
+from kappa.contracts.schema_files import topic_value_schema
+from kappa.contracts.topic_declarations import Topic
+from kappa.core.settings import KappaSettings
+from kappa.kafka.clients import produce_all
+from kappa.ops.clickstream import click_messages, clicks
+from kappa.spark.delta_merge import committed_batch
 from tests.environment import stack_env
 from tests.integration.view_job_under_fire import APP_ID
 

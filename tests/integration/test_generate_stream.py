@@ -4,10 +4,10 @@ from collections.abc import Callable
 
 from confluent_kafka import Consumer, TopicPartition
 
-from kappa.generate import StreamConfig
-from kappa.produce_stream import generate
-from kappa.settings import KappaSettings
-from kappa.topics import Topic
+from kappa.contracts.topic_declarations import Topic
+from kappa.core.settings import KappaSettings
+from kappa.ops.clickstream import StreamConfig
+from kappa.ops.produce_clickstream import generate
 
 
 def _count(stack: KappaSettings, topic: Topic) -> int:

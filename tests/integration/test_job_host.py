@@ -18,13 +18,13 @@ from confluent_kafka import Consumer, TopicPartition
 from deltalake import DeltaTable
 
 from dagster_project.resources import KappaResource
-from kappa import deployments
-from kappa.deployments import Health
-from kappa.errors import KappaError
+from kappa.contracts.topic_declarations import Topic
+from kappa.core.errors import KappaError
+from kappa.core.settings import KappaSettings
+from kappa.lifecycle import deployments
+from kappa.lifecycle.deployments import Health
 from kappa.runtime import JobSpec
-from kappa.settings import KappaSettings
 from kappa.stack import process
-from kappa.topics import Topic
 from tests.integration.replay_pipeline import Deployment, deploy_copy, produce_clicks
 from tests.waiting import wait_until
 
@@ -149,7 +149,7 @@ def test_jobs_share_one_application_and_keep_their_own_lifecycles(
     assert set(ours) == mine | more | later
     assert set(ours.values()) == {1}
     enriched: Topic = catalog.ENRICHED_CLICKS
-    output = importlib.import_module("kappa.deployment").deployed_job(settings, enrich.name).output
+    output = importlib.import_module("kappa.runtime.binding").deployed_job(settings, enrich.name).output
     assert mine | more | later <= _keys(stack, output.name, enriched.partitions)
 
     # The host ends by itself after its last job.

@@ -18,14 +18,14 @@ from deltalake import DeltaTable
 
 from jobs.catalog import CLICKS
 from jobs.raw_clicks.declaration import JOB
-from kappa.avro.registry import Registry, value_subject
-from kappa.avro.schemas import topic_value_schema
-from kappa.avro.serde import AvroEncoder
-from kappa.generate import click_messages, clicks
-from kappa.kafka_client import Outgoing, admin_client, produce_all
-from kappa.settings import KappaSettings
-from kappa.spark_local import QUIET_LOGGERS, log_file
-from kappa.topics import Topic
+from kappa.contracts.avro_serde import AvroEncoder
+from kappa.contracts.registry import Registry, value_subject
+from kappa.contracts.schema_files import topic_value_schema
+from kappa.contracts.topic_declarations import Topic
+from kappa.core.settings import KappaSettings
+from kappa.kafka.clients import Outgoing, admin_client, produce_all
+from kappa.ops.clickstream import click_messages, clicks
+from kappa.spark.driver_files import QUIET_LOGGERS, log_file
 from tests.integration.replay_pipeline import Deployment, deploy_copy
 from tests.waiting import wait_until
 

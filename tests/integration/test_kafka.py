@@ -4,9 +4,10 @@ from collections.abc import Callable
 
 from confluent_kafka import Consumer
 
-from kappa.kafka_client import Outgoing, admin_client, produce_all
-from kappa.settings import KappaSettings
-from kappa.topics import Cleanup, Topic, apply
+from kappa.contracts.topic_declarations import Cleanup, Topic
+from kappa.core.settings import KappaSettings
+from kappa.kafka.clients import Outgoing, admin_client, produce_all
+from kappa.kafka.topic_admin import apply
 
 
 def test_produce_then_consume_every_record_in_partition_order(

@@ -49,17 +49,18 @@ from jobs.sessions_table.declaration import sink as sessions_sink
 from jobs.sessions_table.transforms import session_changes as sessions_table_changes
 from jobs.user_activity.declaration import JOB as USER_ACTIVITY
 from jobs.user_activity.declaration import view as user_activity_view
-from kappa.avro.registry import Registry
-from kappa.compacted import latest_per_key
-from kappa.delta_views import with_tombstones
-from kappa.generate import StreamConfig
-from kappa.kafka_client import admin_client
-from kappa.produce_stream import generate
+from kappa.contracts.registry import Registry
+from kappa.contracts.topic_declarations import Topic, late_events_of
+from kappa.core.settings import KappaSettings
+from kappa.kafka.clients import admin_client
+from kappa.kafka.topic_admin import apply
+from kappa.ops.clickstream import StreamConfig
+from kappa.ops.produce_clickstream import generate
 from kappa.runtime import DeltaTable, JobSpec
 from kappa.runtime.runner import run_job
-from kappa.settings import KappaSettings
-from kappa.topic_io import DecodedTopic, decode_topic, kafka_source, read_topic, value_schema, writer_schemas
-from kappa.topics import Topic, apply, late_events_of
+from kappa.spark.compacted import latest_per_key
+from kappa.spark.delta_views import with_tombstones
+from kappa.spark.topic_io import DecodedTopic, decode_topic, kafka_source, read_topic, value_schema, writer_schemas
 from tests.environment import stack_env
 from tests.waiting import wait_until
 

@@ -32,8 +32,8 @@ from jobs.sessionize.logic import Event as SessionEvent
 from jobs.sessionize.logic import UserState as SessionState
 from jobs.sessionize.logic import sessionize
 from jobs.sessionize.transforms import LATE, RETRACT, UPSERT, session_changes
-from kappa.deadletter import DeadLetterKind
-from kappa.errors import SettingsError
+from kappa.contracts.dead_letter_format import DeadLetterKind
+from kappa.core.errors import SettingsError
 from kappa.operators.jvm import STATE_STORE_PROVIDER
 from tests.integration.conftest import partitions_of
 

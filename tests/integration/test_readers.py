@@ -7,14 +7,15 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from kappa.aliases import TOPIC_KIND, AliasRegistry
-from kappa.avro.registry import Registry
-from kappa.avro.schemas import topic_value_schema
-from kappa.avro.serde import AvroEncoder
-from kappa.kafka_client import Outgoing, produce_all, require_kafka
-from kappa.readers import AliasConsumer, Change
-from kappa.settings import KappaSettings
-from kappa.topics import Cleanup, Topic, apply
+from kappa.contracts.avro_serde import AvroEncoder
+from kappa.contracts.registry import Registry
+from kappa.contracts.schema_files import topic_value_schema
+from kappa.contracts.topic_declarations import Cleanup, Topic
+from kappa.core.settings import KappaSettings
+from kappa.kafka.aliases import TOPIC_KIND, AliasRegistry
+from kappa.kafka.clients import Outgoing, produce_all, require_kafka
+from kappa.kafka.topic_admin import apply
+from kappa.runtime.readers import AliasConsumer, Change
 
 pytestmark = pytest.mark.usefixtures("control_topics")
 

@@ -22,16 +22,17 @@ from confluent_kafka import Consumer
 from pyspark.sql import SparkSession
 
 from jobs.enrich_clicks_realtime.declaration import JOB
-from kappa.avro.registry import Registry, value_subject
-from kappa.avro.schemas import topic_value_schema
-from kappa.avro.serde import AvroDecoder, AvroEncoder
-from kappa.compacted import latest_per_key
-from kappa.deadletter import H_KIND, DeadLetterKind, dlq_topic
-from kappa.generate import Click, ProfileVersion
-from kappa.kafka_client import Outgoing, admin_client, produce_all
+from kappa.contracts.avro_serde import AvroDecoder, AvroEncoder
+from kappa.contracts.dead_letter_format import H_KIND, DeadLetterKind, dlq_topic
+from kappa.contracts.registry import Registry, value_subject
+from kappa.contracts.schema_files import topic_value_schema
+from kappa.contracts.topic_declarations import Topic, late_events_of
+from kappa.core.settings import KappaSettings
+from kappa.kafka.clients import Outgoing, admin_client, produce_all
+from kappa.kafka.topic_admin import apply
+from kappa.ops.clickstream import Click, ProfileVersion
 from kappa.runtime.runner import run_job
-from kappa.settings import KappaSettings
-from kappa.topics import Topic, apply, late_events_of
+from kappa.spark.compacted import latest_per_key
 from tests.waiting import wait_until
 
 BATCH = "8 seconds"  # short real-time batches: the lane reads the profiles again within the test

@@ -5,7 +5,7 @@ from collections.abc import Callable
 
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
-from kappa.settings import KappaSettings
+from kappa.core.settings import KappaSettings
 
 SCHEMA = {
     "type": "record",

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from kappa.avro.compat import Compatibility
-from kappa.avro.contracts import apply_schemas, check_schemas
-from kappa.avro.registry import Registry, RegistryError, value_subject
-from kappa.settings import KappaSettings
-from kappa.topics import Cleanup, Topic
+from kappa.contracts.compatibility import Compatibility
+from kappa.contracts.registry import Registry, RegistryError, value_subject
+from kappa.contracts.schema_rollout import apply_schemas, check_schemas
+from kappa.contracts.topic_declarations import Cleanup, Topic
+from kappa.core.settings import KappaSettings
 
 
 def test_apply_sets_the_level_and_the_registry_refuses_an_incompatible_change(

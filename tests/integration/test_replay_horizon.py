@@ -11,8 +11,8 @@ import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from kappa.aliases import AliasRegistry
-from kappa.settings import KappaSettings
+from kappa.core.settings import KappaSettings
+from kappa.kafka.aliases import AliasRegistry
 from tests.integration.replay_pipeline import deploy_copy, produce
 
 

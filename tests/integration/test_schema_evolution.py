@@ -7,13 +7,14 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from kappa.avro.registry import Registry, value_subject
-from kappa.avro.schemas import topic_value_schema
-from kappa.avro.serde import AvroDecoder, AvroEncoder
-from kappa.kafka_client import Outgoing, admin_client, produce_all
-from kappa.settings import KappaSettings
-from kappa.topic_io import decode_topic, kafka_source, writer_schemas
-from kappa.topics import Cleanup, Topic, apply
+from kappa.contracts.avro_serde import AvroDecoder, AvroEncoder
+from kappa.contracts.registry import Registry, value_subject
+from kappa.contracts.schema_files import topic_value_schema
+from kappa.contracts.topic_declarations import Cleanup, Topic
+from kappa.core.settings import KappaSettings
+from kappa.kafka.clients import Outgoing, admin_client, produce_all
+from kappa.kafka.topic_admin import apply
+from kappa.spark.topic_io import decode_topic, kafka_source, writer_schemas
 
 
 def test_old_and_new_writers_in_one_batch(

@@ -12,17 +12,18 @@ from pyspark.sql import Row, SparkSession
 
 from jobs.sessionize.declaration import JOB
 from jobs.sessionize.logic import MINUTE_MS, Event, UserState, sessionize
-from kappa.avro.registry import Registry, value_subject
-from kappa.avro.schemas import topic_value_schema
-from kappa.avro.serde import AvroEncoder
-from kappa.deadletter import late_topic
-from kappa.generate import Click, StreamConfig, clickstream
-from kappa.kafka_client import Outgoing, admin_client, produce_all
-from kappa.partitioning import partition_for
+from kappa.contracts.avro_serde import AvroEncoder
+from kappa.contracts.dead_letter_format import late_topic
+from kappa.contracts.registry import Registry, value_subject
+from kappa.contracts.schema_files import topic_value_schema
+from kappa.contracts.topic_declarations import Topic, late_events_of
+from kappa.core.settings import KappaSettings
+from kappa.kafka.clients import Outgoing, admin_client, produce_all
+from kappa.kafka.partitioning import partition_for
+from kappa.kafka.topic_admin import apply
+from kappa.ops.clickstream import Click, StreamConfig, clickstream
 from kappa.runtime.runner import run_job
-from kappa.settings import KappaSettings
-from kappa.topic_io import decode_topic, kafka_source, writer_schemas
-from kappa.topics import Topic, apply, late_events_of
+from kappa.spark.topic_io import decode_topic, kafka_source, writer_schemas
 from tests import oracles
 from tests.integration.conftest import partitions_of
 

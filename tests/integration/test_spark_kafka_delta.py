@@ -8,16 +8,16 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from jobs.raw_clicks.transforms import click_rows
-from kappa.avro.registry import Registry, value_subject
-from kappa.avro.schemas import topic_value_schema
-from kappa.avro.serde import AvroEncoder
-from kappa.duckdb_delta import connect
-from kappa.generate import click_messages, clicks
-from kappa.kafka_client import produce_all
-from kappa.partitioning import partition_for
-from kappa.settings import KappaSettings
-from kappa.topic_io import read_topic
-from kappa.topics import Topic
+from kappa.contracts.avro_serde import AvroEncoder
+from kappa.contracts.registry import Registry, value_subject
+from kappa.contracts.schema_files import topic_value_schema
+from kappa.contracts.topic_declarations import Topic
+from kappa.core.settings import KappaSettings
+from kappa.kafka.clients import produce_all
+from kappa.kafka.partitioning import partition_for
+from kappa.ops.clickstream import click_messages, clicks
+from kappa.ops.duckdb_delta import connect
+from kappa.spark.topic_io import read_topic
 
 
 @pytest.mark.slow

@@ -4,9 +4,10 @@ from collections.abc import Callable
 
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
-from kappa.kafka_client import admin_client
-from kappa.settings import KappaSettings
-from kappa.topics import ChangeKind, Cleanup, Topic, apply, describe
+from kappa.contracts.topic_declarations import Cleanup, Topic
+from kappa.core.settings import KappaSettings
+from kappa.kafka.clients import admin_client
+from kappa.kafka.topic_admin import ChangeKind, apply, describe
 from tests.waiting import wait_until
 
 

@@ -19,17 +19,17 @@ from pyspark.sql import functions as F
 from jobs.page_stats.declaration import JOB as PAGE_STATS
 from jobs.sessions_table.declaration import JOB as SESSIONS_TABLE
 from jobs.user_activity.declaration import JOB as USER_ACTIVITY
-from kappa import duckdb_delta
-from kappa.avro.registry import Registry, value_subject
-from kappa.avro.schemas import topic_value_schema
-from kappa.avro.serde import AvroEncoder
-from kappa.generate import Click, StreamConfig, clickstream
-from kappa.kafka_client import Outgoing, produce_all
-from kappa.partitioning import partition_for
+from kappa.contracts.avro_serde import AvroEncoder
+from kappa.contracts.registry import Registry, value_subject
+from kappa.contracts.schema_files import topic_value_schema
+from kappa.contracts.topic_declarations import Topic
+from kappa.core.settings import KappaSettings
+from kappa.kafka.clients import Outgoing, produce_all
+from kappa.kafka.partitioning import partition_for
+from kappa.ops import duckdb_delta
+from kappa.ops.clickstream import Click, StreamConfig, clickstream
 from kappa.runtime import DeltaTable, JobSpec
 from kappa.runtime.runner import run_job
-from kappa.settings import KappaSettings
-from kappa.topics import Topic
 
 MIN = 60_000
 HOUR = 60 * MIN

@@ -13,11 +13,11 @@ import time
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from kappa.delta_sink import DeltaMerge, MergeMode, foreach_batch
-from kappa.settings import load_settings
-from kappa.spark import get_spark
-from kappa.topic_io import read_topic
-from kappa.topics import Cleanup, Topic
+from kappa.contracts.topic_declarations import Cleanup, Topic
+from kappa.core.settings import load_settings
+from kappa.spark.delta_merge import DeltaMerge, MergeMode, foreach_batch
+from kappa.spark.session import get_spark
+from kappa.spark.topic_io import read_topic
 
 APP_ID = "page_views_under_fire.v1"
 

@@ -3,7 +3,7 @@
 import copy
 from typing import Any
 
-from kappa.avro.compat import Compatibility, check
+from kappa.contracts.compatibility import Compatibility, check
 
 BASE: dict[str, Any] = {
     "type": "record",

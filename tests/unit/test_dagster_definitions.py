@@ -9,12 +9,12 @@ from dagster_project.assets import output_key, topic_key
 from dagster_project.definitions import build_definitions, defs
 from dagster_project.resources import KappaResource
 from jobs.catalog import CLICKS, ENRICHED_CLICKS, PROFILE_REPLAY_WINDOW_MS, TOPICS, USER_PROFILES
-from kappa.cli import main
+from kappa.cli.main import main
+from kappa.contracts.topic_declarations import Cleanup, Topic
 from kappa.runtime.declaration import DeltaTable, JobSpec
 from kappa.runtime.discovery import discover
 from kappa.runtime.pipes import batch_message, report_metadata
 from kappa.runtime.runner import RunReport
-from kappa.topics import Cleanup, Topic
 
 JOBS = discover()
 

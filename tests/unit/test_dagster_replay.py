@@ -29,8 +29,8 @@ from dagster_project.replay import (
     replay_definitions,
     verification,
 )
-from kappa.aliases import Alias, Step
-from kappa.deployment import dataset_of
+from kappa.kafka.aliases import Alias, Step
+from kappa.runtime.binding import dataset_of
 from kappa.runtime.discovery import discover
 
 JOBS = discover()

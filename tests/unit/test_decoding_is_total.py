@@ -18,11 +18,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.catalog import CLICKS
-from kappa.avro.schemas import topic_value_schema
-from kappa.avro.wire import frame
-from kappa.deadletter import DeadLetterKind
-from kappa.settings import load_settings
-from kappa.topic_io import decode_topic
+from kappa.contracts.dead_letter_format import DeadLetterKind
+from kappa.contracts.schema_files import topic_value_schema
+from kappa.contracts.wire_format import frame
+from kappa.core.settings import load_settings
+from kappa.spark.topic_io import decode_topic
 
 SCHEMA = topic_value_schema(load_settings().schemas_path, CLICKS)
 WRITER_ID = 7

@@ -1,5 +1,5 @@
-"""kappa.deployments without Kafka or Spark: command lines, the state file, lag arithmetic, the log's exit reason
-and last batch, and the wrapper's supervision of a stand-in process (a Python sleeper named like a job)."""
+"""kappa.lifecycle.deployments without Kafka or Spark: command lines, the state file, lag arithmetic, the log's
+exit reason and last batch, and the wrapper's supervision of a stand-in process (a Python sleeper named like a job)."""
 
 import dataclasses
 import os
@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from kappa import deployments
-from kappa.deployments import Deployment, Health
-from kappa.errors import KappaError, SettingsError
-from kappa.replay import Replay, ReplayRefusedError, exclusive_catch_up
+from kappa.core.errors import KappaError, SettingsError
+from kappa.core.settings import KappaSettings, Launcher, load_settings
+from kappa.lifecycle import deployments
+from kappa.lifecycle.deployments import Deployment, Health
+from kappa.lifecycle.replay import Replay, ReplayRefusedError, exclusive_catch_up
 from kappa.runtime.discovery import discover
-from kappa.settings import KappaSettings, Launcher, load_settings
 from kappa.stack import process
 from tests.waiting import wait_until
 

@@ -12,8 +12,8 @@ from jobs.enrich_clicks.logic import (
     state_from_json,
     state_to_json,
 )
-from kappa.generate import Click as GeneratedClick
-from kappa.generate import ProfileVersion, StreamConfig, clickstream
+from kappa.ops.clickstream import Click as GeneratedClick
+from kappa.ops.clickstream import ProfileVersion, StreamConfig, clickstream
 
 L = 20 * MINUTE_MS
 D = 10 * MINUTE_MS

@@ -4,9 +4,9 @@ import logging
 import threading
 from pathlib import Path
 
-from kappa import deployments
-from kappa.deployments import Deployment
-from kappa.job_host import _JobLog
+from kappa.lifecycle import deployments
+from kappa.lifecycle.deployments import Deployment
+from kappa.lifecycle.job_host import _JobLog
 
 
 def _record(message: str, thread: int | None = None) -> logging.LogRecord:

@@ -10,7 +10,7 @@ from pyspark.sql import functions as F
 
 from jobs.page_stats.declaration import view
 from jobs.page_stats.transforms import click_changes, page_stats
-from kappa.delta_views import facts_path
+from kappa.spark.delta_views import facts_path
 
 GAP_MS = 30 * 60_000
 MIN = 60_000

@@ -13,10 +13,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from jobs.catalog import CLICKS, DATASETS
-from kappa.avro.schemas import topic_value_schema
-from kappa.avro.wire import frame
-from kappa.deadletter import H_CONTRACT_BROKEN, H_CONTRACT_SUITE, H_KIND, DeadLetterKind
-from kappa.quality import (
+from kappa.contracts.dead_letter_format import H_CONTRACT_BROKEN, H_CONTRACT_SUITE, H_KIND, DeadLetterKind
+from kappa.contracts.expectations import (
     VIOLATIONS,
     Suite,
     row_contract,
@@ -26,8 +24,10 @@ from kappa.quality import (
     validate_dataframe,
     validate_table,
 )
-from kappa.settings import KappaSettings, load_settings
-from kappa.topic_io import decode_topic
+from kappa.contracts.schema_files import topic_value_schema
+from kappa.contracts.wire_format import frame
+from kappa.core.settings import KappaSettings, load_settings
+from kappa.spark.topic_io import decode_topic
 from tests.unit.test_raw_clicks_transforms import CLICK, avro, kafka_rows
 
 SETTINGS = load_settings()

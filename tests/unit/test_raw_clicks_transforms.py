@@ -12,12 +12,12 @@ from pyspark.sql import functions as F
 
 from jobs.catalog import CLICKS
 from jobs.raw_clicks.transforms import TABLE_COLUMNS, click_rows
-from kappa.avro.schemas import topic_value_schema
-from kappa.avro.spark import decode_confluent
-from kappa.avro.wire import frame
-from kappa.partitioning import partition_column, partition_for
-from kappa.settings import load_settings
-from kappa.topic_io import decode_topic
+from kappa.contracts.schema_files import topic_value_schema
+from kappa.contracts.wire_format import frame
+from kappa.core.settings import load_settings
+from kappa.kafka.partitioning import partition_column, partition_for
+from kappa.spark.confluent_avro import decode_confluent
+from kappa.spark.topic_io import decode_topic
 
 SCHEMA = topic_value_schema(load_settings().schemas_path, CLICKS)
 CLICK = {

@@ -6,8 +6,8 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from kappa.aliases import now_ms
-from kappa.replay import commit_as_of, reconcile
+from kappa.kafka.aliases import now_ms
+from kappa.lifecycle.replay import commit_as_of, reconcile
 from tests.waiting import wait_until
 
 

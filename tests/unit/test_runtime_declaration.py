@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from jobs.catalog import CLICKS
-from kappa.errors import KappaError
+from kappa.core.errors import KappaError
 from kappa.runtime import DeltaTable, JobSpec, Starting, TopicPlan
 from kappa.runtime.declaration import JobContext
 from kappa.runtime.discovery import discover

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 
 from jobs.catalog import TOPICS
-from kappa.avro.contracts import check_schemas
-from kappa.avro.schemas import house_rules, load
-from kappa.settings import project_root
+from kappa.contracts.schema_files import house_rules, load
+from kappa.contracts.schema_rollout import check_schemas
+from kappa.core.settings import project_root
 
 SCHEMAS = project_root() / "schemas" if project_root() else Path("schemas")
 FILES = sorted(SCHEMAS.glob("*.avsc"))
@@ -53,7 +53,7 @@ def test_house_rules_catch_missing_docs_namespaces_and_closed_enums(tmp_path: Pa
 
 
 def test_invalid_schema_files_are_clear_errors(tmp_path: Path) -> None:
-    from kappa.avro.schemas import SchemaFileError
+    from kappa.contracts.schema_files import SchemaFileError
 
     (tmp_path / "nojson.avsc").write_text("{")
     (tmp_path / "noavro.avsc").write_text('{"type": "record", "name": "X", "fields": [{"name": "a", "type": "strin"}]}')

@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from kappa.errors import SettingsError
-from kappa.settings import Profile, load_settings, unknown_variables
+from kappa.core.errors import SettingsError
+from kappa.core.settings import Profile, load_settings, unknown_variables
 
 
 def test_local_profile_derives_addresses_from_ports(tmp_path: Path) -> None:
@@ -80,6 +80,14 @@ def test_missing_or_malformed_config_file_is_a_clear_error(monkeypatch: pytest.M
     bad.write_text("- just\n- a list\n")
     monkeypatch.setenv("KAPPA_CONFIG_FILE", str(bad))
     with pytest.raises(SettingsError, match="expected a mapping"):
+        load_settings(state_dir=tmp_path)
+
+
+def test_an_unknown_key_in_the_config_file_is_a_bad_setting(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    config = tmp_path / "kappa.yaml"
+    config.write_text("registry_port: 28081\nregistry_prot: 1\n")  # misspelled: it would have been ignored
+    monkeypatch.setenv("KAPPA_CONFIG_FILE", str(config))
+    with pytest.raises(SettingsError, match="KAPPA_REGISTRY_PROT: Extra inputs are not permitted"):
         load_settings(state_dir=tmp_path)
 
 

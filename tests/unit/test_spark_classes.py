@@ -5,9 +5,9 @@ import json
 import shlex
 from pathlib import Path
 
-from kappa.settings import KappaSettings, load_settings
-from kappa.spark import driver_classpath, spark_conf
-from kappa.spark_classes import ARCHIVE, _fingerprint, usable_archive
+from kappa.core.settings import KappaSettings, load_settings
+from kappa.spark.class_archive import ARCHIVE, _fingerprint, usable_archive
+from kappa.spark.session import driver_classpath, spark_conf
 from kappa.stack.artifacts import JAR_GROUPS
 from kappa.stack.java import spark_java_path
 

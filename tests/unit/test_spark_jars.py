@@ -1,6 +1,6 @@
 from pathlib import Path
 
-from kappa.spark import artifact_name, connector_jars
+from kappa.spark.session import artifact_name, connector_jars
 
 
 def test_artifact_name_strips_the_version() -> None:

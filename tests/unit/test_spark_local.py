@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from kappa.settings import load_settings
-from kappa.spark_local import remove_orphaned_scratch, use_scratch_folder
+from kappa.core.settings import load_settings
+from kappa.spark.driver_files import remove_orphaned_scratch, use_scratch_folder
 
 
 def _dead_pid() -> int:

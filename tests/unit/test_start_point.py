@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from kappa.errors import KappaError
+from kappa.core.errors import KappaError
 from kappa.runtime.declaration import Starting
 from kappa.runtime.start_point import MARKER, StartPointError, pin, pinned
 

@@ -1,8 +1,9 @@
 import pytest
 
 from jobs.catalog import PROFILE_REPLAY_WINDOW_MS, TOPICS, USER_PROFILES
-from kappa.errors import KappaError
-from kappa.topics import FOREVER, Cleanup, Topic, TopicState
+from kappa.contracts.topic_declarations import FOREVER, Cleanup, Topic
+from kappa.core.errors import KappaError
+from kappa.kafka.topic_admin import TopicState
 
 
 def test_compacted_entity_topic_promises_its_replay_window() -> None:

@@ -8,7 +8,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.user_activity.declaration import view
-from kappa.delta_views import facts_path
+from kappa.spark.delta_views import facts_path
 from tests.unit.session_rows import BATCH_0, BATCH_1, changes, ms
 
 AFTER_0 = {

@@ -1,4 +1,4 @@
-"""kappa.waiting.wait_until: the value that ended the wait, or a failure that says what was awaited."""
+"""kappa.core.waiting.wait_until: the value that ended the wait, or a failure that says what was awaited."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from kappa.errors import KappaError
-from kappa.waiting import WaitTimeoutError, wait_until
+from kappa.core.errors import KappaError
+from kappa.core.waiting import WaitTimeoutError, wait_until
 
 
 def test_returns_the_first_truthy_value_of_the_condition() -> None:

@@ -2,8 +2,8 @@ import re
 
 import pytest
 
-from kappa.avro.wire import WireFormatError, frame, unframe
-from kappa.deadletter import DeadLetterKind
+from kappa.contracts.dead_letter_format import DeadLetterKind
+from kappa.contracts.wire_format import WireFormatError, frame, unframe
 
 
 def test_frame_is_magic_byte_then_big_endian_id() -> None:

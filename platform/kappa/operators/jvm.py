@@ -7,8 +7,8 @@ from typing import Any
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from kappa.errors import SettingsError
-from kappa.side_outputs import SIDE_COLUMNS, SIDE_SCHEMA, side_columns
+from kappa.core.errors import SettingsError
+from kappa.spark.side_outputs import SIDE_COLUMNS, SIDE_SCHEMA, side_columns
 
 STATE_STORE_PROVIDER = "spark.sql.streaming.stateStore.providerClass"
 _SIDE_TIMESTAMP = "side_timestamp"
@@ -39,7 +39,7 @@ def side_input(df: DataFrame) -> list[Column]:
 
 
 def side_output() -> list[Column]:
-    """The operator's SIDE columns back as kappa.side_outputs declares them."""
+    """The operator's SIDE columns back as kappa.spark.side_outputs declares them."""
     return [
         F.timestamp_micros("side_timestamp_us").alias(c) if c == _SIDE_TIMESTAMP else F.col(c) for c in SIDE_COLUMNS
     ]

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from kappa.settings import KappaSettings
-from kappa.topics import Topic
+from kappa.contracts.topic_declarations import Topic
+from kappa.core.settings import KappaSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-    from kappa.topic_io import DecodedTopic
+    from kappa.spark.topic_io import DecodedTopic
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,6 @@ class Starting:
     def parse(cls, text: str) -> Starting:
         if text in ("earliest", "latest"):
             return cls(offsets=text)
-        from datetime import datetime
 
         try:
             moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
@@ -58,7 +58,6 @@ class Starting:
         """As `--from` takes it (the inverse of `parse`)."""
         if self.offsets != "timestamp":
             return self.offsets
-        from datetime import UTC, datetime
 
         return datetime.fromtimestamp((self.timestamp_ms or 0) / 1000, tz=UTC).isoformat().replace("+00:00", "Z")
 
@@ -67,7 +66,7 @@ class Starting:
 class JobPlan:
     """What a job's `plan` returns; the runtime turns it into the job's one streaming query.
 
-    `rows` streams the job's output rows and, in the SIDE columns (kappa.side_outputs), what it sets aside: its
+    `rows` streams the job's output rows and, in the SIDE columns (kappa.spark.side_outputs), what it sets aside: its
     inputs' dead letters (the decoded `rows` carry them; a per-key rule passes them through) and late records.
     Each micro-batch the runtime sends the side rows to their topics, then calls `write` with the rest.
     """
@@ -198,7 +197,8 @@ class JobContext:
         return self.spec.output.path(self.settings, self.version)
 
     def read(self, topic: Topic, with_raw: bool = False) -> DecodedTopic:
-        from kappa.topic_io import read_topic
+        # Lazy: imports pyspark, only where a Spark session runs (this module is imported without one).
+        from kappa.spark.topic_io import read_topic
 
         return read_topic(
             self.spark,
@@ -215,7 +215,8 @@ class JobContext:
     def read_lookup(self, topic: Topic) -> DataFrame:
         """A declared lookup, read whole as a table: the latest value per key (a tombstone removes its key).
         Undecodable records are not in it: the job that streams the topic sends them to its dead letters."""
-        from kappa.compacted import latest_per_key
+        # Lazy: imports pyspark, only where a Spark session runs (this module is imported without one).
+        from kappa.spark.compacted import latest_per_key
 
         if topic.name not in {t.name for t in self.spec.lookups}:
             raise ValueError(f"job {self.spec.name} reads {topic.name} as a lookup but does not declare it in lookups")

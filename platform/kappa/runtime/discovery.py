@@ -6,9 +6,9 @@ import importlib
 import pkgutil
 from collections.abc import Iterable
 
-from kappa.errors import KappaError
+from kappa.contracts.topic_declarations import Topic
+from kappa.core.errors import KappaError
 from kappa.runtime.declaration import JobSpec
-from kappa.topics import Topic
 
 
 def discover(package: str = "jobs") -> dict[str, JobSpec]:
@@ -62,3 +62,12 @@ def pipeline_order(jobs: dict[str, JobSpec]) -> list[JobSpec]:
         ordered += ready
         placed |= {job.name for job in ready}
     return ordered
+
+
+def load_catalog(module: str = "jobs.catalog") -> tuple[Topic, ...]:
+    """The declared topics (the catalog module's TOPICS)."""
+    try:
+        topics: tuple[Topic, ...] = importlib.import_module(module).TOPICS
+    except (ImportError, AttributeError) as exc:
+        raise KappaError(f"cannot load the topic catalog {module}.TOPICS: {exc}") from None
+    return topics

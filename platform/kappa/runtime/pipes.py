@@ -16,7 +16,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from kappa.errors import KappaError
+from dagster_pipes import DAGSTER_PIPES_CONTEXT_ENV_VAR, open_dagster_pipes
+
+from kappa.core.errors import KappaError
 from kappa.runtime.progress import describe_batch
 from kappa.runtime.runner import RunReport
 
@@ -86,10 +88,6 @@ class PipesReporter:
 
 def require_pipes() -> None:
     """Fail at once, before any work, unless Dagster Pipes launched this process."""
-    try:
-        from dagster_pipes import DAGSTER_PIPES_CONTEXT_ENV_VAR
-    except ImportError:
-        raise KappaError("--pipes needs the dagster-pipes package (pip install dagster-pipes)") from None
     if DAGSTER_PIPES_CONTEXT_ENV_VAR not in os.environ:
         raise KappaError(f"--pipes: not launched by Dagster Pipes ({DAGSTER_PIPES_CONTEXT_ENV_VAR} is not set)")
 
@@ -99,7 +97,6 @@ def pipes_reporter() -> Iterator[PipesReporter]:
     """Open the Pipes connection Dagster prepared (its DAGSTER_PIPES_* environment); an exception inside the
     block is reported to Dagster as the run's failure before it propagates."""
     require_pipes()
-    from dagster_pipes import open_dagster_pipes
 
     with open_dagster_pipes() as context:
         yield PipesReporter(context)

@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from kappa.avro.registry import Registry, RegistryError
-from kappa.deadletter import DeadLetterKind
-from kappa.errors import KappaError
+from kappa.contracts.dead_letter_format import DeadLetterKind
+from kappa.contracts.registry import Registry, RegistryError
+from kappa.contracts.topic_declarations import Topic
+from kappa.core.errors import KappaError
 from kappa.runtime.declaration import JobContext, JobPlan, RealTimePlan, TopicPlan
-from kappa.topics import Topic
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -117,7 +117,8 @@ def _start_kafka_query(ctx: JobContext, plan: RealTimePlan) -> StreamingQuery:
     end. What the ended batch wrote is written again after a restart, under the same keys (at least once, as
     every Kafka output here).
     """
-    from kappa.topic_io import KAFKA_WRITE_OPTIONS, kafka_options
+    # Lazy: imports pyspark, only where a Spark session runs (this module is imported without one).
+    from kappa.spark.topic_io import KAFKA_WRITE_OPTIONS, kafka_options
 
     # Live, a record leaves as soon as it is ready: the lane is measured in milliseconds. A replay batches.
     writes = KAFKA_WRITE_OPTIONS | ({"kafka.linger.ms": "0"} if "realTime" in ctx.trigger() else {})
@@ -144,10 +145,12 @@ def kafka_records(
     encoded for the output topic (a tombstone where `delete` holds), a side row to its dead-letter or late topic
     with its original bytes. Output rows where `keep` does not hold are dropped. The output's schema id is
     resolved now, once."""
+    # Lazy: pyspark, only where a Spark session runs (this module is imported without one).
     from pyspark.sql import functions as F
 
-    from kappa.side_outputs import SIDE_KIND, side_record_columns
-    from kappa.topic_io import topic_value
+    # Lazy: imports pyspark, only where a Spark session runs (this module is imported without one).
+    from kappa.spark.side_outputs import SIDE_KIND, side_record_columns
+    from kappa.spark.topic_io import topic_value
 
     output = ctx.spec.output
     assert isinstance(output, Topic), "a job writing Kafka records writes a topic"
@@ -173,10 +176,12 @@ def kafka_records(
 def _start_batch_function_query(
     ctx: JobContext, plan: JobPlan | TopicPlan, control: QueryControl, watch: WriterWatch
 ) -> StreamingQuery:
+    # Lazy: pyspark, only where a Spark session runs (this module is imported without one).
     from pyspark.sql import functions as F
 
-    from kappa.side_outputs import SIDE_COLUMNS, SIDE_KIND, side_records
-    from kappa.topic_io import publish
+    # Lazy: imports pyspark, only where a Spark session runs (this module is imported without one).
+    from kappa.spark.side_outputs import SIDE_COLUMNS, SIDE_KIND, side_records
+    from kappa.spark.topic_io import publish
 
     if not any(isinstance(f, _TheQuerySaysIt) for f in _PY4J_CALLBACKS.filters):
         _PY4J_CALLBACKS.addFilter(_TheQuerySaysIt())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
 import re
 import signal
@@ -16,12 +17,15 @@ from functools import partial
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from kappa.errors import KappaError
+from kappa.core.errors import KappaError
+from kappa.core.settings import KappaSettings
+from kappa.kafka.clients import admin_client
 from kappa.runtime import start_point
+from kappa.runtime.binding import deployment_topics
 from kappa.runtime.declaration import JobContext, JobSpec, Starting, version_checkpoints
 from kappa.runtime.progress import ProgressHub, ProgressRecorder, checkpoint_offsets
 from kappa.runtime.query import QueryControl, QueryEnd, WriterWatch, start_query
-from kappa.settings import KappaSettings
+from kappa.spark.session import get_spark
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -98,8 +102,6 @@ def _start_and_run(
     on_batch: Callable[[dict[str, Any]], None] | None,
     on_spark: Callable[[], object] | None = None,
 ) -> RunReport:
-    from kappa.spark import get_spark
-
     # Before Spark starts: a start point that the checkpoint would silently override is refused at once.
     number = version or spec.version
     start_point.pin(version_checkpoints(settings, spec.name, number), spec.name, number, starting)
@@ -117,7 +119,6 @@ def _start_and_run(
 def real_time_slots(spec: JobSpec, settings: KappaSettings) -> KappaSettings:
     """Real-time mode runs every task of a batch at once, for the whole batch: one per input partition. A local
     master gets that many task threads (they mostly wait for records), whatever its core count."""
-    import os
 
     found = re.fullmatch(r"local\[(\*|\d+)\]", settings.spark_master)
     if found is None:  # a cluster: its executors must offer the slots
@@ -158,8 +159,6 @@ def unavailable_service(failure: str) -> str | None:
 def missing_topics(context: JobContext) -> list[str]:
     """The topics the job reads or writes (its dead-letter and late topics too) that Kafka does not have.
     Raises when Kafka does not answer."""
-    from kappa.deployment import deployment_topics
-    from kappa.kafka_client import admin_client
 
     existing = admin_client(context.settings).list_topics(timeout=15).topics
     wanted = [t.name for t in (*context.spec.inputs, *context.spec.lookups, *deployment_topics(context.spec))]

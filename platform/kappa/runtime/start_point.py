@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kappa.errors import KappaError
+from kappa.core.errors import KappaError
 from kappa.runtime.declaration import Starting
 
 MARKER = "start.json"

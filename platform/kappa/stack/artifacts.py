@@ -13,8 +13,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from kappa.errors import StackError
-from kappa.settings import KappaSettings, project_root
+from kappa.core.errors import StackError
+from kappa.core.settings import KappaSettings, project_root
 
 # One folder per Maven module of infra/jvm: the broker's classpath, the Spark connectors, the registry app,
 # the platform's own Spark operators (compiled from infra/jvm/operators).

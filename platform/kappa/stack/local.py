@@ -16,6 +16,7 @@ import base64
 import contextlib
 import json
 import shutil
+import subprocess
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -25,8 +26,8 @@ from typing import Any
 import httpx
 from confluent_kafka.admin import AdminClient
 
-from kappa.errors import StackError
-from kappa.settings import KappaSettings, project_root
+from kappa.core.errors import StackError
+from kappa.core.settings import KappaSettings, project_root
 from kappa.stack import process
 from kappa.stack.artifacts import ensure_jvm_artifacts
 from kappa.stack.java import stack_java
@@ -431,8 +432,6 @@ def _format_command(java: str, classpath: str, props: Path, cluster_id: str) -> 
 
 
 def _format_storage(java: str, classpath: str, props: Path, cluster_id: str, log: Path) -> None:
-    import subprocess
-
     command = _format_command(java, classpath, props, cluster_id)
     result = subprocess.run(command, capture_output=True, text=True, check=False, timeout=120)
     log.write_text(result.stdout + result.stderr)

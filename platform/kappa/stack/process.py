@@ -14,8 +14,8 @@ from pathlib import Path
 
 import psutil
 
-from kappa.errors import StackError
-from kappa.waiting import WaitTimeoutError, wait_until
+from kappa.core.errors import StackError
+from kappa.core.waiting import WaitTimeoutError, wait_until
 
 
 def _can_bind(port: int, host: str, reuse: bool) -> bool:

@@ -1,0 +1,1 @@
+"""`kappa`: the platform's command line."""

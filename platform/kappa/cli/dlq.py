@@ -1,0 +1,42 @@
+"""`kappa dlq inspect | replay`: dead-letter topics."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from kappa.core.settings import KappaSettings
+from kappa.ops import dlq
+
+
+def cmd_dlq_inspect(settings: KappaSettings, args: argparse.Namespace) -> int:
+    report = dlq.inspect(settings, args.topic, samples=args.samples)
+    jobs = ", ".join(f"{job} {n}" for job, n in sorted(report.by_job.items()))
+    print(f"{report.topic}: {report.records} bad record(s), {report.total} dead letter(s), reported by {jobs or '-'}")
+    for kind, count in report.by_kind.most_common():
+        print(f"  {kind:<24} {count}")
+        for letter in report.samples.get(kind, []):
+            print(f"      {dlq.describe(letter)}")
+    return 0
+
+
+def cmd_dlq_replay(settings: KappaSettings, args: argparse.Namespace) -> int:
+    replayed, skipped = dlq.replay(settings, args.topic, kind=args.kind)
+    print(
+        f"re-injected {replayed} dead letter(s) of {args.topic}"
+        + (f", {skipped} of other kinds left" if skipped else "")
+    )
+    return 0
+
+
+def add_dlq_commands(sub: Any) -> None:
+    dlq = sub.add_parser("dlq", help="dead-letter topics")
+    dlq_sub = dlq.add_subparsers(dest="dlq_command", required=True, metavar="action")
+    inspect = dlq_sub.add_parser("inspect", help="counts by error kind, with samples")
+    inspect.set_defaults(func=cmd_dlq_inspect)
+    inspect.add_argument("--samples", type=int, default=3)
+    replay = dlq_sub.add_parser("replay", help="re-inject dead letters into their source topic, each once")
+    replay.set_defaults(func=cmd_dlq_replay)
+    replay.add_argument("--kind", default=None, help="only this error kind (e.g. unknown-schema-id)")
+    for p in (inspect, replay):
+        p.add_argument("topic", help="the dataset topic (its dead letters are in <topic>.dlq)")

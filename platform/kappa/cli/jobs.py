@@ -1,0 +1,176 @@
+"""`kappa jobs list | run | start | stop | restart | status | host`: the streaming jobs in jobs/."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import time
+from typing import Any
+
+from kappa.core.errors import KappaError
+from kappa.core.settings import KappaSettings
+from kappa.lifecycle import deployments, job_host
+from kappa.lifecycle.deployments import checkpoint_lock
+from kappa.runtime.binding import deployed_job, ensure_live
+from kappa.runtime.declaration import DeltaTable, Starting
+from kappa.runtime.discovery import discover, get_job
+
+
+def cmd_jobs_list(settings: KappaSettings, args: argparse.Namespace) -> int:
+    print(f"{'job':<20} {'version':>7}  {'inputs':<28} output")
+    for spec in discover().values():
+        output = f"delta:{spec.output.name}" if isinstance(spec.output, DeltaTable) else f"topic:{spec.output.name}"
+        print(f"{spec.name:<20} {spec.version:>7}  {','.join(t.name for t in spec.inputs):<28} {output}")
+    return 0
+
+
+def cmd_jobs_run(settings: KappaSettings, args: argparse.Namespace) -> int:
+    # Lazy: imports pyspark, only where a Spark session runs (this module is imported without one).
+    from kappa.runtime.pipes import pipes_reporter, require_pipes
+    from kappa.runtime.runner import configure_logging, run_job
+
+    configure_logging()
+    try:
+        starting = Starting.parse(args.start_from) if args.start_from else None  # None: earliest, or resume
+    except ValueError as exc:
+        raise KappaError(str(exc)) from None
+    if args.pipes:
+        require_pipes()  # before anything is read or bound
+    spec = deployed_job(settings, args.job, args.version)
+    version = args.version or spec.version
+    with contextlib.ExitStack() as stack:
+        # Launched by Dagster: each batch, the run's report and any refusal go back through Pipes.
+        pipes = stack.enter_context(pipes_reporter()) if args.pipes else None
+        # Held until the run ends: a replay's catch-up, a deployment start or a second run of the version is refused.
+        stack.enter_context(
+            checkpoint_lock(settings, spec.name, version, f"`kappa jobs run {spec.name} --version {version}`")
+        )
+        ensure_live(settings, spec, version)
+        report = run_job(
+            spec,
+            settings,
+            version=args.version,
+            available_now=args.available_now,
+            starting=starting,
+            max_offsets_per_trigger=args.max_offsets_per_trigger,
+            on_batch=pipes.batch if pipes else None,
+        )
+        if pipes:
+            pipes.finish(report)
+    how = "stopped by signal" if report.stopped_by_signal else "done"
+    rows = sum(report.input_rows.values())
+    print(f"{report.job} v{report.version}: {how} after {report.seconds:.1f} s, {rows} input rows")
+    return 0
+
+
+def _job_version(args: argparse.Namespace) -> tuple[str, int]:
+    """The job (it must exist) and the version to act on (default: the declared one)."""
+
+    spec = get_job(args.job)
+    return spec.name, args.version or spec.version
+
+
+def cmd_jobs_start(settings: KappaSettings, args: argparse.Namespace) -> int:
+    job, version = _job_version(args)
+    deployment = deployments.start(settings, job, version)
+    deployments.confirm_running(deployment, args.wait)
+    where = "in the job host (pid" if deployment.launcher == "shared" else "(pid"
+    print(f"{job} v{version}: started {where} {deployment.pid}), log {deployment.log_file}")
+    return 0
+
+
+def cmd_jobs_host(settings: KappaSettings, args: argparse.Namespace) -> int:
+    return job_host.serve(settings, args.code)
+
+
+def cmd_jobs_stop(settings: KappaSettings, args: argparse.Namespace) -> int:
+    job, version = _job_version(args)
+    started = time.monotonic()
+    deployments.stop(settings, job, version, timeout_s=args.timeout)
+    print(f"{job} v{version}: stopped in {time.monotonic() - started:.1f} s")
+    return 0
+
+
+def cmd_jobs_restart(settings: KappaSettings, args: argparse.Namespace) -> int:
+    job, version = _job_version(args)
+    deployment = deployments.restart(settings, job, version, reason=args.reason, timeout_s=args.timeout)
+    deployments.confirm_running(deployment, args.wait)
+    print(f"{job} v{version}: restarted (restart {deployment.restarts}), pid {deployment.pid}")
+    return 0
+
+
+def cmd_jobs_status(settings: KappaSettings, args: argparse.Namespace) -> int:
+    states = deployments.status(settings)
+    if not states:
+        print(f"no deployments recorded in {settings.deployments_path} (start one with `kappa jobs start <job>`)")
+        return 0
+    print(f"{'job':<16} {'version':>7}  {'state':<8} {'pid':>8} {'uptime':>7} {'lag':>9}  {'last batch':<28} restarts")
+    reachable = True
+    for state in states:
+        d = state.deployment
+        lag, batch = "?", "-"
+        try:
+            if not reachable:
+                raise KappaError("Kafka did not answer for an earlier row")
+            measured = deployments.lag(settings, d.job, d.version, timeout_s=5)
+            lag = str(measured.total)
+            if measured.last_batch:
+                at = measured.last_batch.at.strftime("%H:%M:%S")
+                batch = f"#{measured.last_batch.batch_id} {at}Z {measured.last_batch.rows} rows"
+        except KappaError:
+            reachable = False  # Kafka not reachable: the table still shows the processes, lag "?"
+        pid = str(d.pid) if state.health is deployments.Health.RUNNING else "-"
+        print(
+            f"{d.job:<16} {d.version:>7}  {state.health.value:<8} {pid:>8} {deployments.describe(state.uptime_s):>7} "
+            f"{lag:>9}  {batch:<28} {d.restarts}"
+        )
+        if state.exit_reason:
+            print(f"{'':<18}why: {state.exit_reason}")
+        elif d.last_exit_reason and args.verbose:
+            print(f"{'':<18}last restart: {d.last_exit_reason}")
+    return 1 if any(s.health is deployments.Health.CRASHED for s in states) else 0
+
+
+def add_jobs_commands(sub: Any) -> None:
+    jobs = sub.add_parser("jobs", help="the streaming jobs in jobs/")
+    jobs_sub = jobs.add_subparsers(dest="jobs_command", required=True, metavar="action")
+    jobs_sub.add_parser("list", help="every job: version, inputs, output").set_defaults(func=cmd_jobs_list)
+    run = jobs_sub.add_parser("run", help="run a job until stopped (SIGTERM stops it after its current batch)")
+    run.set_defaults(func=cmd_jobs_run)
+    run.add_argument("job")
+    run.add_argument("--version", type=int, default=None, help="physical version label (default: the declared)")
+    run.add_argument("--available-now", action="store_true", help="process what is there, then stop")
+    run.add_argument(
+        "--from",
+        dest="start_from",
+        default=None,
+        help="earliest (default) | latest | ISO timestamp; a version keeps the start point its first run had",
+    )
+    run.add_argument("--max-offsets-per-trigger", type=int, default=None, help="cap each micro-batch")
+    run.add_argument(
+        "--pipes", action="store_true", help="report progress and the run to Dagster (set by Dagster's launcher)"
+    )
+
+    for name, func, help_ in (
+        ("start", cmd_jobs_start, "deploy a job version: run it continuously, detached, supervised"),
+        ("stop", cmd_jobs_stop, "stop a deployment (SIGTERM: after its current batch; SIGKILL after --timeout)"),
+        ("restart", cmd_jobs_restart, "stop and start a deployment again; it resumes from its checkpoint"),
+    ):
+        p = jobs_sub.add_parser(name, help=help_, description=help_)
+        p.set_defaults(func=func)
+        p.add_argument("job")
+        p.add_argument("--version", type=int, default=None, help="the version (default: the declared one)")
+        if name != "start":
+            p.add_argument("--timeout", type=float, default=None, help="seconds (default KAPPA_DEPLOY_STOP_TIMEOUT_S)")
+        if name == "restart":
+            p.add_argument("--reason", default=None, help="recorded as the deployment's last exit reason")
+        if name != "stop":
+            p.add_argument("--wait", type=float, default=5.0, help="seconds to watch it for an early exit")
+    host = jobs_sub.add_parser(
+        "host", help="run the shared deployments in one Spark application (started by `kappa jobs start`)"
+    )
+    host.set_defaults(func=cmd_jobs_host)
+    host.add_argument("code", help="the fingerprint of the code it runs (its state file's name)")
+    status = jobs_sub.add_parser("status", help="every deployment: state, pid, uptime, lag, last batch")
+    status.set_defaults(func=cmd_jobs_status)
+    status.add_argument("-v", "--verbose", action="store_true", help="also why each was last restarted")

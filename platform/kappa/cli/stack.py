@@ -1,0 +1,68 @@
+"""`kappa setup | up | down | status`: the JVM artifacts and the embedded local stack."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+from kappa.cli.parsing import add_command
+from kappa.core.settings import KappaSettings
+from kappa.spark.class_archive import ensure_archive
+from kappa.spark.session import driver_classpath
+from kappa.stack import LocalStack
+from kappa.stack.artifacts import ensure_jvm_artifacts
+from kappa.stack.java import spark_java
+
+
+def cmd_setup(settings: KappaSettings, _args: argparse.Namespace) -> int:
+    report = ensure_jvm_artifacts(settings)
+    if report.fetched:
+        print(f"fetched the JVM artifacts into {report.jars_dir} in {report.seconds:.1f} s")
+    else:
+        print(f"JVM artifacts already in {report.jars_dir}: nothing fetched")
+    if settings.spark_class_archive:
+        archive = ensure_archive(settings, Path(spark_java()), driver_classpath(settings))
+        if archive.built:
+            print(f"built the Spark driver's class archive {archive.path.name} in {archive.seconds:.1f} s")
+    return 0
+
+
+def cmd_up(settings: KappaSettings, args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    timings = LocalStack(settings).up(brokers=args.brokers, with_registry=not args.no_registry)
+    for component, seconds in timings.items():
+        print(f"{component}: healthy after {seconds:.1f} s")
+    print(f"stack up in {time.monotonic() - started:.1f} s")
+    return cmd_status(settings, args)
+
+
+def cmd_down(settings: KappaSettings, args: argparse.Namespace) -> int:
+    stopped = LocalStack(settings).down(purge=args.purge)
+    print(f"stopped: {', '.join(stopped) if stopped else 'nothing was running'}")
+    if args.purge:
+        print(f"deleted {settings.stack_path}")
+    return 0
+
+
+def cmd_status(settings: KappaSettings, _args: argparse.Namespace) -> int:
+    rows = LocalStack(settings).status()
+    if not rows:
+        print(f"no stack in {settings.stack_path} (start one with `kappa up`)")
+        return 1
+    print(f"{'component':<10} {'address':<45} {'pid':>8}  health")
+    for row in rows:
+        health = "healthy" if row.healthy else ("running, not healthy" if row.running else "stopped")
+        print(f"{row.name:<10} {row.address:<45} {row.pid or '-':>8}  {health}")
+    return 0 if all(r.healthy for r in rows) else 1
+
+
+def add_stack_commands(sub: Any) -> None:
+    add_command(sub, "setup", cmd_setup, "fetch the JVM artifacts (Kafka, registry, Spark connectors) once")
+    up = add_command(sub, "up", cmd_up, "start the local stack (Kafka KRaft + schema registry) and wait until healthy")
+    up.add_argument("--brokers", type=int, default=None, help="KRaft nodes (default: KAPPA_BROKERS, 1)")
+    up.add_argument("--no-registry", action="store_true", help="start only Kafka")
+    down = add_command(sub, "down", cmd_down, "stop what `kappa up` started")
+    down.add_argument("--purge", action="store_true", help="also delete the stack's data and logs")
+    add_command(sub, "status", cmd_status, "show each component, its address, pid and health")

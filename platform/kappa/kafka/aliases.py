@@ -1,0 +1,382 @@
+"""The alias registry and the audit trail: which version of each dataset readers follow, and who moved it.
+
+Physical outputs are versioned (`enriched_clicks.v2`, `<delta_root>/page_stats/v2`); readers ask for the
+dataset (`enriched_clicks`) and follow its alias. The registry is the compacted topic `kappa.aliases`, keyed by
+dataset: its latest record per key is the live version, and the records before it are the history, kept
+until the cleaner compacts them (the audit trail `kappa.audit` keeps every step for good).
+
+Moving an alias is one record written in a Kafka transaction, under one transactional id for every mover
+(`MOVER_ID`): starting it fences any other mover and ends its open transaction, and the move checks, inside
+the transaction, that the alias is still where the caller saw it. So a cutover is atomic, and two racing
+cutovers cannot both win. The id is shared across datasets on purpose: a read_committed reader stops at the
+partition's first open transaction, so an open move of another dataset could hide a committed move of this
+one from the check. Two moves at once fence each other; the fenced one changes nothing and starts again, check
+included (`MOVE_ATTEMPTS`): a move of another dataset does not fail this one, a move of this one does (the check).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import json
+import os
+import random
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from kappa.contracts.avro_serde import AvroDecoder, AvroEncoder
+from kappa.contracts.registry import Registry
+from kappa.contracts.schema_files import load
+from kappa.contracts.topic_declarations import FOREVER, Cleanup, Topic
+from kappa.core.errors import KappaError
+from kappa.core.settings import KappaSettings
+
+ALIASES = Topic(
+    name="kappa.aliases",
+    partitions=1,  # one partition: a total order of moves, read in a few milliseconds
+    cleanup=Cleanup.COMPACT,
+    value_schema="alias.avsc",
+    doc="The live version of each dataset (compacted by dataset); readers follow it.",
+)
+AUDIT = Topic(
+    name="kappa.audit",
+    partitions=1,
+    cleanup=Cleanup.DELETE,
+    retention_ms=FOREVER,
+    value_schema="replay_step.avsc",
+    doc="Every deployment and replay step: who, when, from and to (retained forever).",
+)
+CONTROL_TOPICS: tuple[Topic, ...] = (ALIASES, AUDIT)
+MOVER_ID = "kappa.aliases.mover"  # the transactional id of every alias move (see the module's docstring)
+MOVE_ATTEMPTS = 5  # a move fenced by another mover starts again this many times in all
+MOVE_TIMEOUT_MS = 60_000  # the broker aborts a crashed mover's open transaction after this
+READ_TO_END_S = MOVE_TIMEOUT_MS / 1000 + 10  # a reader may wait for such an abort before it sees the end
+RETRIABLE_S = 10.0  # how long a new topic's leader election is waited out
+_NO_LEADER_YET = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
+# What librdkafka reports when a newer mover took the transactional id: this mover's transaction is aborted.
+_FENCED_CODES = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
+
+TOPIC_KIND, DELTA_KIND = "TOPIC", "DELTA"
+
+
+def operator() -> str:
+    """Who is acting when no `--by` is given: KAPPA_OPERATOR (e.g. set per user by a wrapper), else the login
+    name. (Dagster passes `--by`: the run config's `by`, else the run's `dagster/user` tag.)"""
+    return os.environ.get("KAPPA_OPERATOR") or getpass.getuser()
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class Alias:
+    dataset: str
+    kind: str  # TOPIC or DELTA
+    job: str
+    version: int
+    physical: str
+    previous_version: int | None
+    changed_by: str
+    changed_at: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Step:
+    job: str
+    step: str
+    from_version: int | None
+    to_version: int
+    outcome: str  # ok, refused, failed, interrupted
+    by: str
+    at: int
+    details: str  # JSON
+
+    @property
+    def facts(self) -> dict[str, Any]:
+        parsed: dict[str, Any] = json.loads(self.details) if self.details else {}
+        return parsed
+
+
+class ControlReader:
+    """Reads a one-partition control topic in log order (read_committed: no aborted move). Kept open, each
+    `read_new()` returns what was appended since the last one; when nothing was, that costs one offsets
+    request, not a new consumer."""
+
+    def __init__(self, settings: KappaSettings, topic: Topic, schema: dict[str, Any]) -> None:
+        self._settings = settings
+        self._topic = topic
+        self._partition = TopicPartition(topic.name, 0)
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": settings.bootstrap,
+                "group.id": "kappa.control-reader",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                # The end is the partition's end: the last offsets of a transactional write are markers that
+                # are never delivered, so "the offset before the high watermark" may never come.
+                "enable.partition.eof": True,
+                "log_level": 0,
+            }
+        )
+        self._registry = Registry(settings.registry)
+        self._decoder = AvroDecoder(self._registry, schema)
+        self._end: int | None = None  # the partition end (past any markers) where the last read stopped
+
+    def read_new(self) -> list[dict[str, Any]]:
+        name = self._topic.name
+        patience = time.monotonic() + RETRIABLE_S
+        while True:
+            try:
+                if self._end is None:
+                    meta = self._consumer.list_topics(name, timeout=10).topics.get(name)
+                    if meta is None or meta.error is not None:
+                        return []  # a cluster where nothing was deployed yet (`kappa topics apply` creates it)
+                low, high = self._consumer.get_watermark_offsets(self._partition, timeout=10, cached=False)
+                break
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                if error is not None and error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    return []
+                # A topic created a moment ago has no leader yet (NOT_LEADER_FOR_PARTITION): that passes.
+                if error is not None and error.code() in _NO_LEADER_YET and time.monotonic() < patience:
+                    time.sleep(0.2)
+                    continue
+                raise KappaError(f"cannot read {name} at {self._settings.bootstrap}: {exc} (is Kafka up?)") from None
+        if self._end is None:
+            if high <= low:
+                return []
+            self._consumer.assign([TopicPartition(name, 0, low)])
+        elif high <= self._end:
+            return []
+        records: list[dict[str, Any]] = []
+        deadline = time.monotonic() + READ_TO_END_S
+        while True:
+            if time.monotonic() > deadline:
+                raise KappaError(f"could not read {name} to its end within {READ_TO_END_S:.0f} s")
+            message = self._consumer.poll(1.0)
+            if message is None:
+                continue
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    # The event carries the end it reached: what arrives after it raises the watermark past it.
+                    reached = message.offset()
+                    if reached is not None and 0 <= reached < high:
+                        # Short of the end this call saw: an end reached earlier in the background (queued), or
+                        # another mover's open transaction holding back what was committed after it. Reading
+                        # on, every move committed before this call is returned (read your own move).
+                        continue
+                    self._end = reached if reached is not None and reached >= 0 else high
+                    return records
+                raise KappaError(f"reading {name}: {error}")
+            if message.value() is not None:
+                records.append(self._decoder.decode(message.value()))
+
+    def close(self) -> None:
+        self._consumer.close()
+        self._registry.close()
+
+
+def _read_all(settings: KappaSettings, topic: Topic, schema: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every record of a one-partition control topic, in log order."""
+    reader = ControlReader(settings, topic, schema)
+    try:
+        return reader.read_new()
+    finally:
+        reader.close()
+
+
+def _alias(record: dict[str, Any]) -> Alias:
+    return Alias(**(record | {"changed_at": _millis(record["changed_at"])}))
+
+
+class AliasWatch:
+    """Every dataset's live alias, kept current by one open reader of `kappa.aliases`: what a follower asks every
+    few seconds (`AliasConsumer`) costs one offsets request while nothing moves."""
+
+    def __init__(self, settings: KappaSettings) -> None:
+        self._reader = ControlReader(settings, ALIASES, load(settings.schemas_path / "alias.avsc"))
+        self._live: dict[str, Alias] = {}
+
+    def live(self, dataset: str) -> Alias | None:
+        for record in self._reader.read_new():
+            alias = _alias(record)
+            self._live[alias.dataset] = alias
+        return self._live.get(dataset)
+
+    def close(self) -> None:
+        self._reader.close()
+
+
+class AliasRegistry:
+    """Read and move aliases; append to and read the audit trail."""
+
+    def __init__(self, settings: KappaSettings) -> None:
+        self.settings = settings
+        self._alias_schema = load(settings.schemas_path / "alias.avsc")
+        self._step_schema = load(settings.schemas_path / "replay_step.avsc")
+
+    # -------------------------------------------------------------- aliases
+    def all(self) -> dict[str, Alias]:
+        """Dataset -> its live alias."""
+        latest: dict[str, Alias] = {}
+        for record in _read_all(self.settings, ALIASES, self._alias_schema):
+            latest[record["dataset"]] = _alias(record)
+        return latest
+
+    def live(self, dataset: str) -> Alias | None:
+        return self.all().get(dataset)
+
+    def history(self, dataset: str) -> list[Alias]:
+        """The moves of one dataset's alias still in the (compacted) topic, oldest first."""
+        records = _read_all(self.settings, ALIASES, self._alias_schema)
+        return [_alias(record) for record in records if record["dataset"] == dataset]
+
+    def move(
+        self,
+        dataset: str,
+        *,
+        job: str,
+        kind: str,
+        version: int,
+        physical: str,
+        expected_version: int | None,
+        reason: str,
+        by: str | None = None,
+    ) -> Alias:
+        """Point `dataset` at `version`, atomically, if it still points at `expected_version` (None: no alias)."""
+        for attempt in range(1, MOVE_ATTEMPTS + 1):
+            try:
+                return self._move_once(dataset, job, kind, version, physical, expected_version, reason, by)
+            except MoveFencedError:
+                if attempt == MOVE_ATTEMPTS:
+                    raise
+                time.sleep(random.uniform(0.05, 0.3) * attempt)  # racing movers take turns
+        raise AssertionError("unreachable")
+
+    def _move_once(
+        self,
+        dataset: str,
+        job: str,
+        kind: str,
+        version: int,
+        physical: str,
+        expected_version: int | None,
+        reason: str,
+        by: str | None,
+    ) -> Alias:
+        with self._transaction(dataset) as producer:
+            current = self.live(dataset)  # read after fencing: no other mover can commit in between
+            seen = current.version if current else None
+            if seen != expected_version:
+                raise KappaError(
+                    f"{dataset}: the alias points at v{seen} now, not v{expected_version}: someone moved it; "
+                    "check `kappa replay status` and retry"
+                )
+            alias = Alias(
+                dataset=dataset,
+                kind=kind,
+                job=job,
+                version=version,
+                physical=physical,
+                previous_version=seen,
+                changed_by=by or operator(),
+                changed_at=now_ms(),
+                reason=reason,
+            )
+            producer.produce(ALIASES.name, key=dataset.encode(), value=self._encode(ALIASES, asdict(alias)))
+        return alias
+
+    # -------------------------------------------------------------- audit trail
+    def record(
+        self,
+        job: str,
+        step: str,
+        *,
+        to_version: int,
+        from_version: int | None,
+        outcome: str = "ok",
+        details: dict[str, Any] | None = None,
+        by: str | None = None,
+    ) -> Step:
+        entry = Step(
+            job=job,
+            step=step,
+            from_version=from_version,
+            to_version=to_version,
+            outcome=outcome,
+            by=by or operator(),
+            at=now_ms(),
+            details=json.dumps(details or {}, sort_keys=True, default=str),
+        )
+        producer = Producer({"bootstrap.servers": self.settings.bootstrap, "enable.idempotence": True, "acks": "all"})
+        producer.produce(AUDIT.name, key=job.encode(), value=self._encode(AUDIT, asdict(entry)))
+        if producer.flush(30):
+            raise KappaError(f"could not record step {step} of {job} in {AUDIT.name} within 30 s (is Kafka up?)")
+        return entry
+
+    def steps(self, job: str) -> list[Step]:
+        """The job's steps, oldest first."""
+        entries = []
+        for record in _read_all(self.settings, AUDIT, self._step_schema):
+            if record["job"] == job:
+                record["at"] = _millis(record["at"])
+                entries.append(Step(**record))
+        return entries
+
+    # -------------------------------------------------------------- plumbing
+    def _encode(self, topic: Topic, record: dict[str, Any]) -> bytes:
+        schema = self._alias_schema if topic is ALIASES else self._step_schema
+        with Registry(self.settings.registry) as registry:
+            encoder = AvroEncoder(registry, topic.value_subject, schema, register=False)
+        return encoder.encode(record)
+
+    @contextlib.contextmanager
+    def _transaction(self, dataset: str) -> Iterator[Producer]:
+        producer = Producer(
+            {
+                "bootstrap.servers": self.settings.bootstrap,
+                "transactional.id": MOVER_ID,
+                "transaction.timeout.ms": MOVE_TIMEOUT_MS,
+            }
+        )
+        try:
+            producer.init_transactions(30)  # fences any earlier mover; its open transaction is aborted
+            producer.begin_transaction()
+        except KafkaException as exc:
+            raise KappaError(f"cannot start the alias transaction for {dataset}: {exc} (is Kafka up?)") from None
+        try:
+            yield producer
+        except BaseException as exc:
+            # A fenced mover's abort fails too (the broker has aborted its transaction already): the first error
+            # is the one to report.
+            with contextlib.suppress(KafkaException):
+                producer.abort_transaction(30)
+            if isinstance(exc, KafkaException):  # e.g. fenced by a racing mover while producing
+                raise _failed_move(dataset, exc) from None
+            raise
+        try:
+            producer.commit_transaction(30)
+        except KafkaException as exc:
+            raise _failed_move(dataset, exc) from None
+
+
+class MoveFencedError(KappaError):
+    """Another mover took the transactional id while this move was open: this move changed nothing."""
+
+
+def _failed_move(dataset: str, exc: KafkaException) -> KappaError:
+    error = exc.args[0] if exc.args else None
+    fenced = isinstance(error, KafkaError) and error.code() in _FENCED_CODES
+    return (MoveFencedError if fenced else KappaError)(f"moving the alias of {dataset} failed, nothing changed: {exc}")
+
+
+def _millis(value: Any) -> int:
+    """fastavro decodes timestamp-millis as an aware datetime; the dataclasses keep epoch milliseconds."""
+    return value if isinstance(value, int) else int(value.timestamp() * 1000)

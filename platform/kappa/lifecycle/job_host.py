@@ -1,0 +1,184 @@
+"""The job host: this machine's `shared` deployments as queries of one Spark application (`kappa jobs host`).
+
+With a driver JVM per job, six jobs on two cores spend their time competing for the cores (README, "One Spark
+application"): in one application the stateful jobs' batches ran 2 to 2.5 times faster. The host keeps what a
+deployment is: each job version runs in a thread of its own (`run_job` with its own stop), with its own checkpoint,
+consumer group, state file and log, and is started, stopped and restarted on its own. It does so by following the
+state files that `kappa.lifecycle.deployments` writes, every POLL_S:
+
+- a deployment of this host (its recorded pid is the host's wrapper) that should run, at a start the host has not
+  run yet, is started;
+- one recorded as stopped, or started again (a restart), is stopped after its current batch.
+
+When a job's run ends, the host appends the exit line that a deployment's wrapper appends for a process: status 0
+after a stop, 2 after a refusal (a KappaError, its message on the line before, as the CLI prints it), 1 after any
+other error. The host never restarts a job by itself: as for a process, the health sensor or `kappa jobs restart`
+does, and records why. Each query's batches run in a FAIR scheduler pool named after its job, so a view's long
+batch does not hold the stateful jobs' short ones behind it. The host ends HOST_IDLE_S after its last job.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import signal
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from types import FrameType
+from typing import TYPE_CHECKING
+
+from kappa.core.errors import KappaError
+from kappa.core.settings import KappaSettings
+from kappa.lifecycle import deployments
+from kappa.lifecycle.deployments import Deployment
+from kappa.runtime.binding import deployed_job, ensure_live
+from kappa.spark.session import get_spark
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger("kappa.host")
+
+POLL_S = 0.5
+# Task slots per core of a `local[*]` host. With as many slots as cores, six jobs' tasks queued behind each other
+# in the host's scheduler; with four times as many, the OS shares the cores among them as it does among separate
+# drivers (README, "One Spark application": local[8] on 2 cores took the whole pipeline's p99 to enriched_clicks
+# from 43.5 s to 17.5 s at 1,000 clicks/s).
+SLOTS_PER_CORE = 4
+# One job at a time moves its aliases: alias moves are Kafka transactions, and two at once fence each other.
+_BINDING = threading.Lock()
+
+
+@dataclass
+class _Run:
+    start: tuple[str, int]  # the deployment's start this thread runs: (start time, restarts)
+    stop: threading.Event
+    thread: threading.Thread
+
+
+def serve(settings: KappaSettings, code: str) -> int:
+    """Run the host of `code` (its code_fingerprint) until SIGTERM/SIGINT or until it has had no job to run for
+    HOST_IDLE_S."""
+    # Lazy: imports pyspark, only where a Spark session runs (this module is imported without one).
+    from kappa.runtime.runner import configure_logging
+
+    configure_logging()
+    me = os.getppid()  # the deployments name the host's wrapper (the shell that records its exit), our parent
+    ended = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("received %s: stopping every job after its current batch", signal.Signals(signum).name)
+        ended.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
+    if settings.spark_master == "local[*]":
+        settings = settings.model_copy(update={"spark_master": f"local[{SLOTS_PER_CORE * (os.cpu_count() or 1)}]"})
+    spark = get_spark(settings, "kappa-jobs", {"spark.scheduler.mode": "FAIR"})
+    signal.signal(signal.SIGINT, on_signal)  # the SparkContext set its own
+    runs: dict[str, _Run] = {}
+    begun: set[tuple[str, tuple[str, int]]] = set()  # (deployment, start) run: a failed run waits for a restart
+    idle_since = time.monotonic()
+    try:
+        while not ended.is_set():
+            wanted = {d.name: d for d in deployments.hosted(settings, me) if d.desired == "running"}
+            for name, run in list(runs.items()):
+                if not run.thread.is_alive():
+                    del runs[name]
+                elif name not in wanted or _start_of(wanted[name]) != run.start:
+                    run.stop.set()  # stopped or restarted: it ends after its current batch
+            for name, deployment in wanted.items():
+                if name not in runs and (name, _start_of(deployment)) not in begun:
+                    begun.add((name, _start_of(deployment)))
+                    runs[name] = _start(settings, spark, deployment)
+            if runs or wanted:
+                idle_since = time.monotonic()
+            elif time.monotonic() - idle_since > deployments.HOST_IDLE_S:
+                with deployments.idle_host_ends(settings, me, code) as idle:
+                    if idle:
+                        log.info("no job to run for %.0f s: the job host ends", deployments.HOST_IDLE_S)
+                        break
+            ended.wait(POLL_S)
+    finally:
+        for run in runs.values():
+            run.stop.set()
+        for run in runs.values():
+            run.thread.join()
+        spark.stop()
+    return 0
+
+
+def _start(settings: KappaSettings, spark: SparkSession, deployment: Deployment) -> _Run:
+    stop = threading.Event()
+    thread = threading.Thread(
+        target=_run, args=(settings, spark, deployment, stop), name=f"job-{deployment.name}", daemon=True
+    )
+    thread.start()
+    return _Run(_start_of(deployment), stop, thread)
+
+
+def _start_of(deployment: Deployment) -> tuple[str, int]:
+    """Which start of the deployment (a restart within the same second is another start)."""
+    return deployment.started_at, deployment.restarts
+
+
+def _run(settings: KappaSettings, spark: SparkSession, deployment: Deployment, stop: threading.Event) -> None:
+    """One deployment's run, as `kappa jobs run <job> --version N` runs it, its lines in its own log."""
+    # Lazy: imports pyspark, only where a Spark session runs (this module is imported without one).
+    from kappa.runtime.runner import run_job
+
+    handler = _JobLog(deployment)
+    logging.getLogger().addHandler(handler)
+    status = 0
+    try:
+        log.info("starting %s in the job host (pid %d)", deployment.name, os.getpid())
+        # A query's Spark jobs run in the pool of the thread that starts it (FAIR: one pool per job).
+        spark.sparkContext.setLocalProperty("spark.scheduler.pool", deployment.job)
+        spec = deployed_job(settings, deployment.job, deployment.version)
+        holder = f"{deployment.name} in the job host"
+        with deployments.checkpoint_lock(settings, deployment.job, deployment.version, holder):
+            with _BINDING:
+                ensure_live(settings, spec, deployment.version)
+            report = run_job(spec, settings, version=deployment.version, stop=stop)
+        rows = sum(report.input_rows.values())
+        log.info("%s: stopped after %.1f s, %d input rows", deployment.name, report.seconds, rows)
+    except KappaError as exc:
+        handler.write(f"kappa: error: {exc}")
+        status = 2
+    except Exception:  # anything else ends this job, never the host and the other jobs
+        handler.write(traceback.format_exc().rstrip())
+        status = 1
+    finally:
+        logging.getLogger().removeHandler(handler)
+        handler.write(f"{deployments.EXIT_LINE} {status} at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}")
+        handler.close()
+
+
+class _JobLog(logging.FileHandler):
+    """The job's log file gets the lines about it: those logged on its thread, and those that name its query or
+    consumer group (the progress listener's, logged on Spark's listener thread)."""
+
+    def __init__(self, deployment: Deployment) -> None:
+        super().__init__(deployment.log_file, encoding="utf-8")
+        self.setFormatter(logging.Formatter("%(asctime)s %(name)s %(message)s"))
+        self._thread = threading.get_ident()
+        query = deployments.output_query(deployment.job, deployment.version)  # also the runner's id of the job
+        group = deployments.consumer_group(deployment.job, deployment.version)
+        self._names = re.compile(rf"(?<![\w.])({re.escape(query)}|{re.escape(group)})(?!\w)")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.thread == self._thread:
+            return True
+        return self._names.search(record.getMessage()) is not None
+
+    def write(self, line: str) -> None:
+        self.acquire()
+        try:
+            self.stream = self.stream or self._open()
+            self.stream.write(line + "\n")
+            self.stream.flush()
+        finally:
+            self.release()

@@ -1,0 +1,97 @@
+"""`kappa generate`: the seeded clickstream, Avro-encoded, into `clicks` and `user_profiles`, in log order."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import sys
+import time
+from dataclasses import dataclass
+from typing import TextIO
+
+from kappa.contracts.avro_serde import AvroEncoder
+from kappa.contracts.registry import Registry, value_subject
+from kappa.contracts.schema_files import topic_value_schema
+from kappa.contracts.topic_declarations import Topic
+from kappa.core.settings import KappaSettings
+from kappa.kafka.clients import Outgoing, Publisher
+from kappa.kafka.partitioning import partition_for
+from kappa.ops.clickstream import Click, StreamConfig, clickstream, malformed_value
+
+
+@dataclass(frozen=True)
+class GenerateReport:
+    clicks: int
+    profiles: int
+    malformed: int
+    seconds: float
+
+
+def generate(
+    settings: KappaSettings,
+    config: StreamConfig,
+    clicks_topic: Topic,
+    profiles_topic: Topic,
+    rate: float | None = None,
+    progress: TextIO | None = sys.stderr,
+    emissions: slice | None = None,
+) -> GenerateReport:
+    """Produce the stream; `rate` caps records per second (None: as fast as possible). `emissions` produces
+    only that part of the stream (e.g. slice(0, 2000), then slice(2000, None): a log that grows later)."""
+    rng = random.Random(config.seed * 31)
+    with Registry(settings.registry) as registry:
+        click_encoder = AvroEncoder(
+            registry, value_subject(clicks_topic.name), topic_value_schema(settings.schemas_path, clicks_topic)
+        )
+        profile_encoder = AvroEncoder(
+            registry, value_subject(profiles_topic.name), topic_value_schema(settings.schemas_path, profiles_topic)
+        )
+    publisher = Publisher(settings)
+    counts = {"clicks": 0, "profiles": 0, "malformed": 0}
+    started = time.monotonic()
+    step = max(1, config.events // 50)
+    stream = clickstream(config)
+    if emissions is not None:
+        stream = itertools.islice(stream, emissions.start, emissions.stop)
+    for n, emission in enumerate(stream):
+        record = emission.record
+        if isinstance(record, Click):
+            value = click_encoder.encode(record.as_avro())
+            if config.malformed_share and rng.random() < config.malformed_share:
+                value = malformed_value(rng, value)
+                counts["malformed"] += 1
+            publisher.send(
+                clicks_topic.name,
+                Outgoing(
+                    record.event_id.encode(),
+                    value,
+                    partition=partition_for(record.user_id, clicks_topic.partitions),
+                    timestamp_ms=record.event_time_ms,
+                ),
+            )
+            counts["clicks"] += 1
+            if progress is not None and counts["clicks"] % step == 0:
+                done = counts["clicks"] / config.events
+                bar = "#" * int(done * 30)
+                elapsed = time.monotonic() - started
+                print(f"\r[{bar:<30}] {done:4.0%} {counts['clicks'] / elapsed:,.0f} clicks/s", end="", file=progress)
+        else:
+            publisher.send(
+                profiles_topic.name,
+                Outgoing(
+                    record.user_id.encode(),
+                    profile_encoder.encode(record.as_avro()),
+                    partition=partition_for(record.user_id, profiles_topic.partitions),
+                    # When the version was published: enrich_clicks' lateness contract reads it.
+                    timestamp_ms=emission.log_time_ms,
+                ),
+            )
+            counts["profiles"] += 1
+        if rate:
+            ahead = (n + 1) / rate - (time.monotonic() - started)
+            if ahead > 0:
+                time.sleep(ahead)
+    publisher.close()
+    if progress is not None:
+        print(file=progress)
+    return GenerateReport(counts["clicks"], counts["profiles"], counts["malformed"], time.monotonic() - started)

@@ -1,0 +1,144 @@
+"""The Spark session factory: Delta, Kafka and Avro from local jar files, tuned for a small machine.
+
+`local[*]` by default; any master by setting (spark://, k8s://, yarn: the connector jars ship with the job).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kappa.core.errors import StackError
+from kappa.core.settings import KappaSettings
+from kappa.spark.class_archive import java_options, usable_archive
+from kappa.spark.driver_files import log4j_config_path, prepare_driver_files, scratch_folder, use_scratch_folder
+from kappa.stack.artifacts import artifacts_present
+from kappa.stack.java import spark_java, spark_java_path
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+_STATE_STORES = {
+    "rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+    "hdfs": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
+}
+# Greedy artifact: the version is the last "-<digits>.<digits>…" (artifact ids hold digits too: kafka-0-10_2.13).
+_VERSIONED_JAR = re.compile(r"^(?P<artifact>.+)-\d+(?:\.\d+)+(?:[-.]\w+)*\.jar$")
+
+
+def artifact_name(jar: str) -> str:
+    """`jackson-core-2.13.5.jar` -> `jackson-core`."""
+    match = _VERSIONED_JAR.match(jar)
+    return match.group("artifact") if match else jar.removesuffix(".jar")
+
+
+def connector_jars(connector_dir: Path, spark_jars_dir: Path) -> list[Path]:
+    """The connector jars Spark does not already have.
+
+    The connectors' transitive dependencies include libraries Spark ships in another version (Jackson, Hadoop,
+    Parquet, Scala); loading both invites NoSuchMethodError, so Spark's own copy wins.
+    """
+    bundled = {artifact_name(p.name) for p in spark_jars_dir.glob("*.jar")}
+    return sorted(p for p in connector_dir.glob("*.jar") if artifact_name(p.name) not in bundled)
+
+
+def spark_home_jars() -> Path:
+    # Lazy: pyspark, only where a Spark session runs (this module is imported without one).
+    import pyspark
+
+    return Path(pyspark.__file__).parent / "jars"
+
+
+def driver_classpath(settings: KappaSettings) -> list[Path]:
+    """Every jar a local driver loads: Spark's own, then the connectors."""
+    home = spark_home_jars()
+    return [*sorted(home.glob("*.jar")), *platform_jars(settings)]
+
+
+def platform_jars(settings: KappaSettings) -> list[Path]:
+    """What a session adds to Spark's own jars: the connectors, then the platform's operators (kappa.operators)."""
+    operators = sorted((settings.jars_path / "operators").glob("*.jar"))
+    return [*connector_jars(settings.jars_path / "spark", spark_home_jars()), *operators]
+
+
+def spark_conf(settings: KappaSettings, app_name: str) -> dict[str, str]:
+    """The session's configuration, as a plain dict (also what `spark-submit --conf` would get)."""
+    if not artifacts_present(settings):
+        raise StackError(
+            f"the Spark connectors or the platform's operators are missing from {settings.jars_path}: run `kappa setup`"
+        )
+    jars = platform_jars(settings)
+    local = settings.spark_master.startswith("local")
+    archive = usable_archive(settings, spark_java_path(), driver_classpath(settings))
+    scratch = scratch_folder(settings)
+    driver_options = [
+        f"-Dderby.system.home={settings.state_dir / 'derby'}",
+        f"-Dlog4j2.configurationFile={log4j_config_path(settings)}",
+        *([f"-Djava.io.tmpdir={scratch}"] if local else []),
+        *(java_options(archive) if archive else []),
+        *shlex.split(settings.spark_driver_java_options),
+    ]
+    # A local session stays on loopback (Spark would otherwise pick the first non-loopback interface).
+    only_local = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
+    return (only_local if local else {}) | {
+        "spark.master": settings.spark_master,
+        "spark.app.name": app_name,
+        "spark.jars": ",".join(str(j) for j in jars),
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.sql.shuffle.partitions": str(settings.spark_shuffle_partitions),
+        "spark.default.parallelism": str(settings.spark_shuffle_partitions),
+        "spark.driver.memory": settings.spark_driver_memory,
+        "spark.ui.enabled": str(settings.spark_ui).lower(),
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.streaming.stateStore.providerClass": _STATE_STORES[settings.spark_state_store],
+        # Event times are UTC everywhere; a session time zone must never change an answer.
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.adaptive.enabled": "true",
+        "spark.databricks.delta.schema.autoMerge.enabled": "false",
+        # Delta rebuilds a table's state from its log in this many tasks (50 by default) before every MERGE.
+        # Measured per batch of a view (2 cores): 4 tasks instead of 50 took a small batch from 5 s to 2 s; 1 task
+        # instead of 4 saves 6 % more (make bench-views, page_stats, 500 clicks: 5.25 vs 5.56 s per batch).
+        "spark.databricks.delta.snapshotPartitions": str(settings.delta_snapshot_partitions),
+        # A view's batch generates about 250 classes (its MERGEs' stages); Spark keeps 100 compiled, least
+        # recently used first out, so each batch compiled every one again. With room for them: 268 -> 18
+        # compilations and 5.30 -> 3.83 s per page_stats batch (make bench-views). Static: read at session start.
+        "spark.sql.codegen.cache.maxEntries": str(settings.spark_codegen_cache_entries),
+        # A 0 s trigger's query that found no new data asks Kafka again after this pause. Spark's 10 ms kept the
+        # idle pipeline's jobs at 0.23 cores, 100 ms at 0.13 (make bench-latency --idle), for at most 0.1 s more
+        # on the first click after an idle spell.
+        "spark.sql.streaming.pollingDelay": f"{settings.spark_polling_delay_ms}ms",
+        "spark.sql.warehouse.dir": str(settings.state_dir / "spark-warehouse"),
+        "spark.driver.extraJavaOptions": shlex.join(driver_options),
+    }
+
+
+def get_spark(settings: KappaSettings, app_name: str = "kappa", extra: Mapping[str, str] | None = None) -> SparkSession:
+    """Build (or return the running) session. Starts offline: every jar is a local file. `extra`: more
+    configuration for a new session (the job host's scheduler mode)."""
+    spark_java()  # a clear message instead of pyspark's "Java gateway process exited"
+    # Python workers must run this interpreter (the project's venv), whatever `python` is on PATH.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    local = settings.spark_master.startswith("local")
+    if local:  # on loopback anyway (spark_conf); says so without a warning
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # Python workers inherit it: pandas' notice of a future change inside PySpark's own Arrow code, once per batch.
+    os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning:pyspark.sql.pandas.serializers")
+    # Lazy: pyspark, only where a Spark session runs (this module is imported without one).
+    from pyspark.sql import SparkSession
+
+    prepare_driver_files(settings)
+    if local:
+        use_scratch_folder(settings)
+    builder = SparkSession.builder
+    for key, value in (spark_conf(settings, app_name) | dict(extra or {})).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark

@@ -1,0 +1,289 @@
+"""Read and write declared topics from Spark: one call each, Confluent Avro decoded and encoded in the JVM.
+
+    decoded = read_topic(spark, settings, CLICKS, job="raw_clicks", job_version=1)
+    decoded.rows          # every record once: a record, a dead letter (SIDE columns set) or a tombstone
+    decoded.records       # key, the reader schema's fields, kafka_partition, kafka_offset, kafka_timestamp
+    encode = topic_encoder(settings, ENRICHED_CLICKS)  # the registered schema id, resolved once
+    publish(encode(batch, F.col("event_id")), settings, ENRICHED_CLICKS.name)  # one batch, durably
+
+A job's one query reads `rows`; the runtime sends the dead letters to `<topic>.dlq` (kappa.spark.side_outputs).
+
+Data contracts: `read_topic` applies the row-level expectations of the topic's dataset suite
+(`schemas/expectations/<dataset>.json`, kappa.contracts.expectations) while it splits: a record that decodes but
+breaks the contract is a dead letter of kind `contract-violation`, its `kappa.contract.broken` header naming the
+broken expectations. The check is one Spark expression in the same projection as the decoding: no Python per record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from kappa.contracts.dead_letter_format import DeadLetterKind
+from kappa.contracts.expectations import RowContract, row_contract, suite_for
+from kappa.contracts.registry import Registry
+from kappa.contracts.schema_files import topic_value_schema
+from kappa.contracts.topic_declarations import Topic
+from kappa.core.errors import KappaError
+from kappa.core.settings import KappaSettings
+from kappa.spark.confluent_avro import DEAD_LETTER, RECORD, decode_confluent, encode_confluent, struct_for
+from kappa.spark.side_outputs import SIDE_KIND, side_records
+
+KAFKA_META = ("kafka_partition", "kafka_offset", "kafka_timestamp")
+DELETED = "deleted"  # on a topic that declares deletes: the row is a tombstone, deleting its key
+
+
+@dataclass(frozen=True)
+class DecodedTopic:
+    """A topic's rows decoded in one projection: what a job's one query reads.
+
+    `rows`: every Kafka record once: a record (the schema's fields, `key`, Kafka position), a dead letter (the
+    SIDE columns of kappa.spark.side_outputs set, every field null) or, on a topic that declares deletes, a tombstone
+    (`deleted` true, the fields null). The other frames are views of it, for batch readers and tests.
+    """
+
+    rows: DataFrame
+    fields: tuple[str, ...]  # the record columns (key, the schema's fields, Kafka position[, raw columns])
+    job: str
+    job_version: int
+    deletes: bool
+
+    @property
+    def records(self) -> DataFrame:
+        """The decoded records that keep their contract: one row each."""
+        kept = self.rows.where(F.col(SIDE_KIND).isNull())
+        if self.deletes:
+            kept = kept.where(~F.col(DELETED))
+        return kept.select(*self.fields)
+
+    @property
+    def dead_letters(self) -> DataFrame:
+        """key, value, headers of the records that could not be decoded or broke their contract: for a Kafka sink."""
+        side = self.rows.where(F.col(SIDE_KIND).isNotNull())
+        return side_records(side, self.job, self.job_version).drop("topic")
+
+    @property
+    def tombstones(self) -> DataFrame:
+        """key and Kafka position of the deletes of a compacted topic (empty where the topic declares none)."""
+        if not self.deletes:
+            return self.rows.where(F.lit(False)).select("key", *KAFKA_META)
+        return self.rows.where(F.col(DELETED)).select("key", *KAFKA_META)
+
+
+def value_schema(settings: KappaSettings, topic: Topic) -> dict[str, Any]:
+    return topic_value_schema(settings.schemas_path, topic)
+
+
+def writer_schemas(registry: Registry, topic: Topic) -> dict[int, dict[str, Any]]:
+    """Every schema version registered for the topic's values, by id: what its records may be written with."""
+    return {v.schema_id: v.schema for v in registry.versions(topic.value_subject)}
+
+
+def kafka_options(settings: KappaSettings) -> dict[str, str]:
+    return {"kafka.bootstrap.servers": settings.bootstrap}
+
+
+def kafka_source(
+    spark: SparkSession,
+    settings: KappaSettings,
+    topic: Topic,
+    streaming: bool = True,
+    starting_offsets: str = "earliest",
+    max_offsets_per_trigger: int | None = None,
+    starting_timestamp_ms: int | None = None,
+) -> DataFrame:
+    """Raw Kafka rows of a topic. `starting_offsets="timestamp"` starts at `starting_timestamp_ms` (record time)."""
+    reader: Any = spark.readStream if streaming else spark.read
+    reader = reader.format("kafka").options(**kafka_options(settings)).option("subscribe", topic.name)
+    if starting_offsets == "timestamp":
+        if starting_timestamp_ms is None:
+            raise KappaError("starting at a timestamp needs the timestamp")
+        reader = reader.option("startingTimestamp", str(starting_timestamp_ms))
+    else:
+        reader = reader.option("startingOffsets", starting_offsets)
+    # A retained log never loses data silently: fail if offsets vanished (e.g. retention overtook the job).
+    reader = reader.option("failOnDataLoss", "true")
+    if max_offsets_per_trigger and streaming:
+        reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
+    return reader.load()  # type: ignore[no-any-return]
+
+
+def decode_topic(
+    raw: DataFrame,
+    reader_schema: dict[str, Any],
+    writers: dict[int, dict[str, Any]],
+    job: str,
+    job_version: int,
+    with_raw: bool = False,
+    contract: RowContract | None = None,
+    key_field: str | None = None,
+    deletes: bool = False,
+) -> DecodedTopic:
+    """Split raw Kafka rows into decoded records, dead letters and tombstones.
+
+    `with_raw`: records also carry `kafka_topic` and their original bytes (`raw_value`), for side outputs.
+    `contract`: decoded records breaking it are dead letters too (kind `contract-violation`), not records.
+    `key_field`: the record field the Kafka key must equal (as UTF-8 text); any other key is a dead letter
+    (kind `key-mismatch`): compaction keeps one value per key, so a wrong key would keep the wrong identity.
+    `deletes`: null values delete their key (the `tombstones` frame); otherwise they are dead letters.
+    """
+    decoded = decode_confluent(raw, reader_schema, writers, deletes=deletes)
+    field_names = [f["name"] for f in reader_schema["fields"]]
+    keeps = F.col(RECORD).isNotNull()
+    if key_field is not None:
+        if key_field not in field_names:
+            raise KappaError(f"key field {key_field!r} is not a field of the schema (fields: {field_names})")
+        declared = F.col(RECORD).getField(key_field).cast("string")
+        key_text = F.col("key").cast("string")  # byte for byte: invalid UTF-8 never equals a decoded field
+        mismatch = F.col(RECORD).isNotNull() & ~key_text.eqNullSafe(declared)
+        keeps = keeps & ~mismatch
+        shown_key = (
+            F.when(F.col("key").isNull(), F.lit("null"))
+            .when(F.is_valid_utf8(key_text), F.concat(F.lit("'"), key_text, F.lit("'")))
+            .otherwise(F.concat(F.lit("0x"), F.hex(F.col("key"))))
+        )
+        shown_field = F.coalesce(F.concat(F.lit("'"), declared, F.lit("'")), F.lit("null"))
+        why = F.concat(F.lit("key "), shown_key, F.lit(f" is not the record's {key_field} "), shown_field)
+        wrong_key = F.struct(F.lit(DeadLetterKind.KEY_MISMATCH.value).alias("kind"), why.alias("message"))
+        decoded = decoded.withColumn(DEAD_LETTER, F.when(mismatch, wrong_key).otherwise(F.col(DEAD_LETTER)))
+    broken: Column = F.lit(None).cast("string")
+    if contract is not None and contract.expectations:
+        contract.require(field_names)
+        passes = contract.passes(F.col(RECORD).getField)
+        breaks = keeps & ~passes  # one reason per record: a wrong key is reported as that
+        keeps = keeps & passes
+        # Only a failing row pays for the names (the array is built under the `when`).
+        broken = F.when(breaks, F.array_join(contract.violations(F.col(RECORD).getField), ", "))
+        violation = F.struct(
+            F.lit(DeadLetterKind.CONTRACT_VIOLATION.value).alias("kind"),
+            F.concat(F.lit(f"breaks its data contract {contract.suite}: "), broken).alias("message"),
+        )
+        decoded = decoded.withColumn(DEAD_LETTER, F.when(breaks, violation).otherwise(F.col(DEAD_LETTER)))
+    side = F.col(DEAD_LETTER).isNotNull()
+
+    def when_side(value: Column) -> Column:
+        return F.when(side, value)
+
+    fields = [
+        F.when(~side, F.col("key").cast("string")).alias("key"),  # a tombstone keeps its key
+        *[F.when(keeps, F.col(f"{RECORD}.{n}")).alias(n) for n in field_names],
+        F.col("partition").alias("kafka_partition"),
+        F.col("offset").alias("kafka_offset"),
+        F.col("timestamp").alias("kafka_timestamp"),
+        *([F.col("topic").alias("kafka_topic"), F.col("value").alias("raw_value")] if with_raw else []),
+    ]
+    suite = contract.suite if contract is not None and contract.expectations else None
+    sides = [
+        when_side(F.col(f"{DEAD_LETTER}.kind")).alias(SIDE_KIND),
+        when_side(F.col(f"{DEAD_LETTER}.message")).alias("side_message"),
+        when_side(F.col("key")).alias("side_key"),
+        when_side(F.col("value")).alias("side_value"),
+        when_side(F.col("topic")).alias("side_topic"),
+        when_side(F.col("partition")).alias("side_partition"),
+        when_side(F.col("offset")).alias("side_offset"),
+        when_side(F.col("timestamp")).alias("side_timestamp"),
+        broken.alias("side_broken"),
+        F.when(broken.isNotNull(), F.lit(suite)).alias("side_suite"),
+    ]
+    deleted = [(F.col("value").isNull() & ~side).alias(DELETED)] if deletes else []
+    # one row per Kafka record: a record, a dead letter or a tombstone
+    rows = decoded.select(*fields, *sides, *deleted)
+    names = tuple(["key", *field_names, *KAFKA_META, *(["kafka_topic", "raw_value"] if with_raw else [])])
+    return DecodedTopic(rows, names, job, job_version, deletes)
+
+
+def read_topic(
+    spark: SparkSession,
+    settings: KappaSettings,
+    topic: Topic,
+    *,
+    job: str,
+    job_version: int,
+    streaming: bool = True,
+    starting_offsets: str = "earliest",
+    max_offsets_per_trigger: int | None = None,
+    starting_timestamp_ms: int | None = None,
+    with_raw: bool = False,
+    enforce_contract: bool = True,
+) -> DecodedTopic:
+    """A declared topic, decoded into its declared schema from every writer version the registry knows.
+
+    `enforce_contract`: records breaking the row-level expectations of the dataset's suite, if it has one,
+    go to the dead letters (False: every decodable record is a record, e.g. to measure the contract).
+    """
+    with Registry(settings.registry) as registry:
+        writers = writer_schemas(registry, topic)
+    raw = kafka_source(
+        spark, settings, topic, streaming, starting_offsets, max_offsets_per_trigger, starting_timestamp_ms
+    )
+    contract = topic_contract(settings, topic) if enforce_contract else None
+    return decode_topic(
+        raw, value_schema(settings, topic), writers, job, job_version, with_raw, contract,
+        key_field=topic.key_field, deletes=topic.deletes,
+    )  # fmt: skip
+
+
+def topic_contract(settings: KappaSettings, topic: Topic) -> RowContract | None:
+    """The row-level contract of a topic: its dataset's suite (a versioned topic shares its dataset's)."""
+    suite = suite_for(settings, topic.dataset_name)
+    return row_contract(suite) if suite is not None else None
+
+
+def topic_encoder(settings: KappaSettings, topic: Topic) -> Callable[[DataFrame, Column, Column | None], DataFrame]:
+    """Resolve the topic's registered schema id once; return rows -> key, value[, partition] for Kafka."""
+    value = topic_value(settings, topic)
+
+    def encode(df: DataFrame, key: Column, partition: Column | None = None) -> DataFrame:
+        columns = [key.cast("string").cast("binary").alias("key"), value.alias("value")]
+        if partition is not None:
+            columns.append(partition.alias("partition"))
+        return df.select(*columns)
+
+    return encode
+
+
+def topic_value(settings: KappaSettings, topic: Topic) -> Column:
+    """The Kafka value of a row whose columns are the topic's schema fields: Confluent Avro under the schema id
+    the registry has for it (resolved now, once)."""
+    schema = value_schema(settings, topic)
+    with Registry(settings.registry) as registry:
+        schema_id = registry.lookup(topic.value_subject, schema)
+    if schema_id is None:
+        raise KappaError(
+            f"schemas/{topic.value_schema} is not registered under {topic.value_subject}: "
+            "run `kappa schemas apply` (the platform registers schemas on purpose, never on the fly)"
+        )
+    return encode_confluent(struct_for(schema), schema, schema_id)
+
+
+def encode_for_topic(
+    df: DataFrame,
+    settings: KappaSettings,
+    topic: Topic,
+    key: Column,
+    partition: Column | None = None,
+) -> DataFrame:
+    """Rows with the value schema's fields as columns -> key, value (Confluent Avro)[, partition] for Kafka."""
+    return topic_encoder(settings, topic)(df, key, partition)
+
+
+# Every Kafka write of the platform: durable (acks=all, idempotent producer), compressed, batched briefly.
+KAFKA_WRITE_OPTIONS = {
+    "kafka.acks": "all",
+    "kafka.enable.idempotence": "true",
+    "kafka.compression.type": "lz4",
+    "kafka.linger.ms": "20",
+}
+
+
+def publish(records: DataFrame, settings: KappaSettings, topic: str | None = None) -> None:
+    """Write one batch of Kafka records (key, value[, partition, headers, topic]) durably (acks=all, idempotent).
+    Without `topic`, each record names its own in a `topic` column."""
+    writer = records.write.format("kafka").options(**kafka_options(settings), **KAFKA_WRITE_OPTIONS)
+    if topic is not None:
+        writer = writer.option("topic", topic)
+    writer.save()
