@@ -1,20 +1,26 @@
 """The schema registry through its Confluent-compatible REST API (Confluent SR, Apicurio ccompat, Karapace).
 
-Plain HTTP with clear errors: what failed, at which URL, and what the registry said.
+confluent-kafka's `SchemaRegistryClient` does the HTTP; this module adds the platform's errors: what failed, at
+which URL, and what the registry said, and tells a URL where no registry answers from "nothing registered".
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient, SchemaRegistryError
+
+# The HTTP library the client was built with (httpx2 where installed, else httpx): its errors mean no answer.
+from confluent_kafka.schema_registry.common._httpx_compat import httpx as client_http
 
 from kappa.contracts.compatibility import Compatibility
 from kappa.core.errors import KappaError
 
-_CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
+_UNKNOWN_SCHEMA_ID = 40403  # the registry's error code for an id it never issued
 
 
 class RegistryError(KappaError):
@@ -46,16 +52,20 @@ def key_subject(topic: str) -> str:
     return f"{topic}-key"
 
 
+def _avro(schema: dict[str, Any]) -> Schema:
+    return Schema(json.dumps(schema), "AVRO")
+
+
 class Registry:
-    """A registry client with a cache of schemas by id (ids are immutable, so the cache never goes stale)."""
+    """A registry client; schemas by id are cached (ids are immutable, so the cache never goes stale)."""
 
     def __init__(self, url: str, timeout_s: float = 10.0) -> None:
         self.url = url.rstrip("/")
-        self._http = httpx.Client(timeout=timeout_s, headers={"Content-Type": _CONTENT_TYPE})
-        self._by_id: dict[int, dict[str, Any]] = {}
+        # No retries: a registry that is down is reported at once, with what to do (the jobs retry on their own).
+        self._client = SchemaRegistryClient({"url": self.url, "timeout": timeout_s, "max.retries": 0})
 
     def close(self) -> None:
-        self._http.close()
+        self._client.close()
 
     def __enter__(self) -> Registry:
         return self
@@ -63,57 +73,53 @@ class Registry:
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    def _request(self, method: str, path: str, body: Any = None) -> Any:
-        url = f"{self.url}{path}"
+    @contextmanager
+    def _asking(self, request: str) -> Iterator[None]:
+        """The client's failures as RegistryErrors that name the request, the URL and the registry's answer."""
         try:
-            response = self._http.request(method, url, content=None if body is None else json.dumps(body))
-        except httpx.HTTPError as exc:
+            yield
+        except client_http.HTTPError as exc:
             raise RegistryError(
                 f"the schema registry is not reachable at {self.url} (KAPPA_REGISTRY_URL): {exc}; "
                 "start it with `kappa up`, or point the setting at your registry"
             ) from None
-        if response.status_code >= 400:
-            try:
-                detail = response.json()
-            except ValueError:
-                detail = {"message": response.text[:300]}
-            code = detail.get("error_code")
-            if response.status_code == 404 and code is None:
+        except SchemaRegistryError as exc:
+            code = exc.error_code if exc.error_code not in (None, -1) else None  # -1: the answer was not JSON
+            if exc.http_status_code == 404 and code is None:
                 # Every registry "not found" carries an error code (40401 subject, 40403 schema, ...): a bare 404
                 # comes from something else at that URL, and must not read as "nothing registered".
                 raise RegistryError(
-                    f"no schema registry answered at {self.url} (KAPPA_REGISTRY_URL): {method} {path} got HTTP 404 "
+                    f"no schema registry answered at {self.url} (KAPPA_REGISTRY_URL): {request} got HTTP 404 "
                     "without a registry error code; is the URL complete (Apicurio: <host>/apis/ccompat/v7)?"
-                )
-            message = detail.get("message") or detail.get("detail") or detail
-            error = UnknownSchemaIdError if code == 40403 else RegistryError
+                ) from None
+            error = UnknownSchemaIdError if code == _UNKNOWN_SCHEMA_ID else RegistryError
             raise error(
-                f"{method} {path}: registry answered {response.status_code}: {message}", response.status_code, code
-            )
-        return response.json() if response.content else None
+                f"{request}: registry answered {exc.http_status_code}: {exc.error_message}", exc.http_status_code, code
+            ) from None
 
     # --- reads ----------------------------------------------------------------------------------------
 
     def schema_by_id(self, schema_id: int) -> dict[str, Any]:
-        if schema_id not in self._by_id:
-            try:
-                answer = self._request("GET", f"/schemas/ids/{schema_id}")
-            except RegistryError as exc:
-                if exc.status == 404:
-                    raise UnknownSchemaIdError(
-                        f"schema id {schema_id} is not registered at {self.url}", 404, 40403
-                    ) from None
-                raise
-            self._by_id[schema_id] = json.loads(answer["schema"])
-        return self._by_id[schema_id]
+        try:
+            with self._asking(f"GET /schemas/ids/{schema_id}"):
+                found = self._client.get_schema(schema_id)
+        except RegistryError as exc:
+            if exc.status == 404:
+                raise UnknownSchemaIdError(
+                    f"schema id {schema_id} is not registered at {self.url}", 404, _UNKNOWN_SCHEMA_ID
+                ) from None
+            raise
+        return dict(json.loads(found.schema_str or "null"))
 
     def subjects(self) -> list[str]:
-        return list(self._request("GET", "/subjects"))
+        with self._asking("GET /subjects"):
+            return list(self._client.get_subjects())
 
     def version_numbers(self, subject: str) -> list[int]:
         """The numbers of a subject's registered versions, ascending (empty when the subject does not exist)."""
         try:
-            numbers = self._request("GET", f"/subjects/{subject}/versions")
+            with self._asking(f"GET /subjects/{subject}/versions"):
+                numbers = self._client.get_versions(subject)
         except RegistryError as exc:
             if exc.status == 404:
                 return []
@@ -124,57 +130,55 @@ class Registry:
         """Every registered version of a subject, oldest first (empty when the subject does not exist)."""
         result = []
         for number in self.version_numbers(subject):
-            answer = self._request("GET", f"/subjects/{subject}/versions/{number}")
-            schema = json.loads(answer["schema"])
-            self._by_id.setdefault(answer["id"], schema)
-            result.append(RegisteredSchema(subject, answer["version"], answer["id"], schema))
+            with self._asking(f"GET /subjects/{subject}/versions/{number}"):
+                found = self._client.get_version(subject, number)
+            if found.schema_id is None or found.version is None:
+                raise RegistryError(f"GET /subjects/{subject}/versions/{number}: the answer has no id or version")
+            schema = json.loads(found.schema.schema_str or "null")
+            result.append(RegisteredSchema(subject, found.version, found.schema_id, schema))
         return result
 
     def compatibility(self, subject: str) -> Compatibility | None:
         try:
-            answer = self._request("GET", f"/config/{subject}")
+            with self._asking(f"GET /config/{subject}"):
+                config = self._client.get_config(subject)
         except RegistryError as exc:
             if exc.status == 404:
                 return None
             raise
-        level = answer.get("compatibilityLevel") or answer.get("compatibility")
-        return Compatibility(level) if level else None
+        level = config.compatibility_level or config.compatibility
+        return Compatibility(level.value) if level else None
 
-    def test_compatibility(self, subject: str, schema: dict[str, Any]) -> tuple[bool, list[str]]:
-        """The registry's own verdict on a candidate schema against the subject (and its reasons)."""
-        answer = self._request(
-            "POST",
-            f"/compatibility/subjects/{subject}/versions/latest?verbose=true",
-            {"schema": json.dumps(schema), "schemaType": "AVRO"},
-        )
-        return bool(answer.get("is_compatible")), [str(m) for m in answer.get("messages", [])]
+    def test_compatibility(self, subject: str, schema: dict[str, Any]) -> bool:
+        """The registry's own verdict on a candidate schema against the subject's latest version."""
+        with self._asking(f"POST /compatibility/subjects/{subject}/versions/latest"):
+            return bool(self._client.test_compatibility(subject, _avro(schema)))
 
     # --- writes ---------------------------------------------------------------------------------------
 
     def set_compatibility(self, subject: str, level: Compatibility) -> None:
         try:
-            self._request("PUT", f"/config/{subject}", {"compatibility": level.value})
+            with self._asking(f"PUT /config/{subject}"):
+                self._client.set_compatibility(subject, level.value)
         except RegistryError as exc:
             if exc.status != 409:
                 raise
             # Another client created the subject's rule at the same moment (Apicurio answers 409): it exists now.
-            self._request("PUT", f"/config/{subject}", {"compatibility": level.value})
+            with self._asking(f"PUT /config/{subject}"):
+                self._client.set_compatibility(subject, level.value)
 
     def register(self, subject: str, schema: dict[str, Any]) -> int:
         """Register (idempotent: the same schema returns its existing id). The registry enforces the level."""
-        answer = self._request(
-            "POST", f"/subjects/{subject}/versions", {"schema": json.dumps(schema), "schemaType": "AVRO"}
-        )
-        schema_id = int(answer["id"])
-        self._by_id.setdefault(schema_id, schema)
-        return schema_id
+        with self._asking(f"POST /subjects/{subject}/versions"):
+            return int(self._client.register_schema(subject, _avro(schema)))
 
     def lookup(self, subject: str, schema: dict[str, Any]) -> int | None:
         """The id of this exact schema under the subject, or None if it is not registered there."""
         try:
-            answer = self._request("POST", f"/subjects/{subject}", {"schema": json.dumps(schema), "schemaType": "AVRO"})
+            with self._asking(f"POST /subjects/{subject}"):
+                found = self._client.lookup_schema(subject, _avro(schema))
         except RegistryError as exc:
             if exc.status == 404:
                 return None
             raise
-        return int(answer["id"])
+        return found.schema_id

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from kappa.contracts import compatibility
 from kappa.contracts.expectations import suite_for, validate_dataframe
 from kappa.contracts.registry import Registry
 from kappa.contracts.schema_rollout import apply_schemas
@@ -223,15 +224,18 @@ def _check_schema(settings: KappaSettings, bound: JobSpec) -> str:
 
     schema = value_schema(settings, output)
     with Registry(settings.registry) as registry:
-        if not registry.versions(output.value_subject):
+        registered = registry.versions(output.value_subject)
+        if not registered:
             return f"{output.value_subject}: first schema"
         if registry.lookup(output.value_subject, schema) is not None:
             return f"{output.value_subject}: already registered"
-        compatible, messages = registry.test_compatibility(output.value_subject, schema)
+        compatible = registry.test_compatibility(output.value_subject, schema)
     if not compatible:
+        # The registry's verdict, with the field and the rule it breaks (the offline check's reasons).
+        reasons = [str(r) for r in compatibility.check(schema, [r.schema for r in registered], output.compatibility)]
         raise ReplayRefusedError(
             f"schemas/{output.value_schema} is not compatible with {output.value_subject} "
-            f"({output.compatibility.value}): {'; '.join(messages) or 'the registry says no'}. Readers of "
+            f"({output.compatibility.value}): {'; '.join(reasons) or 'the registry says no'}. Readers of "
             f"{bound.output.name} follow the alias across versions, so a breaking change needs a new dataset."
         )
     return f"{output.value_subject}: compatible, registered at prepare"

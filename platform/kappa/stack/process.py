@@ -69,13 +69,15 @@ def spawn(argv: Sequence[str], marker: str, log_file: Path, cwd: Path, env: Mapp
 
 
 def command_line(pid: int) -> list[str] | None:
-    """The arguments of the live process `pid`; None when there is none (gone, or a zombie not yet reaped)."""
+    """The arguments of the live process `pid`; None when there is none: gone, a zombie not yet reaped, or
+    exiting (its memory, and with it its command line, already released)."""
     reap(pid)
     try:
         process = psutil.Process(pid)
-        return None if process.status() == psutil.STATUS_ZOMBIE else process.cmdline()
+        cmdline = None if process.status() == psutil.STATUS_ZOMBIE else process.cmdline()
     except psutil.Error:
         return None
+    return cmdline or None
 
 
 def reap(pid: int) -> None:
