@@ -248,7 +248,7 @@ def catch_up(context: OpExecutionContext) -> Iterator[Any]:
 
 
 def check_evaluations(report: Mapping[str, Any]) -> dict[str, tuple[bool, str, dict[str, Any]]]:
-    """check name -> (passed, description, metadata), from the report of `kappa.replay.verify`.
+    """check name -> (passed, description, metadata), from the report of `kappa.lifecycle.replay.verify`.
 
     The quality check fails when the dataset's suite failed; the reconciliation check fails when keys of the
     live version are missing from the new one, and carries whatever else made the whole report fail, so the

@@ -69,7 +69,7 @@ SOURCES: tuple[Topic, ...] = (CLICKS, USER_PROFILES)  # written outside the plat
 
 # Every declared dataset (its schema subject is the dataset's), the source topics' dead letters and the
 # platform's control topics. A job's output is a dataset; its physical topics are versioned per job version
-# (`enriched_clicks.v1`, with `.late` and the dead letters of its inputs) and made by `kappa.deployment`.
+# (`enriched_clicks.v1`, with `.late` and the dead letters of its inputs) and made by `kappa.runtime.binding`.
 TOPICS: tuple[Topic, ...] = DATASETS + tuple(dead_letters_of(t) for t in SOURCES) + CONTROL_TOPICS
 
 __all__ = ["DATASETS", "SOURCES", "TOPICS", "dead_letters_of", "late_events_of"]

@@ -21,15 +21,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kappa.contracts.compatibility import can_read, normalize
+from tests.unit import test_avro_compat as rule_cases
 
+# The rule tests' schema, with a union and a nested record besides its string, int and enum.
 BASE: dict[str, Any] = {
-    "type": "record",
-    "name": "Thing",
-    "namespace": "io.kappa.test",
+    **rule_cases.BASE,
     "fields": [
-        {"name": "id", "type": "string"},
-        {"name": "count", "type": "int"},
-        {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": ["A", "B"], "default": "A"}},
+        *rule_cases.BASE["fields"],
         {"name": "note", "type": ["null", "string"], "default": None},
         {"name": "inner", "type": {"type": "record", "name": "Inner", "fields": [{"name": "x", "type": "long"}]}},
     ],

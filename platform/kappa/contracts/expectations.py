@@ -17,7 +17,7 @@ The API (what the replay engine and Dagster call):
     report = validate_table("<delta_root>/page_stats/v2", suite)          # delta-rs + pandas, no JVM
     report = validate_table("<delta_root>/page_stats/v2", suite, spark)   # the same table through Spark
     report = validate_dataframe(frame, suite)           # a Spark or pandas DataFrame, e.g. a topic's
-                                                        # latest value per key (kappa.compacted)
+                                                        # latest value per key (kappa.spark.compacted)
     report.success, report.failed, report.as_dict()     # QualityReport: per-expectation results, counts, samples
 
     contract = row_contract(suite)                      # the row-level part, as Spark Columns

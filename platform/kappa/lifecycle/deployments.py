@@ -178,7 +178,7 @@ def job_command(
     the settings (KAPPA_SPARK_MASTER, local[*] by default). `spark-submit`: the same entry point submitted in
     client mode with `--master <KAPPA_SPARK_MASTER>` and the session's configuration as `--conf`s (the
     connector jars as `--jars`, so executors on the cluster get them); `spark_conf` defaults to
-    `kappa.spark.spark_conf`, which needs the connector jars fetched.
+    `kappa.spark.session.spark_conf`, which needs the connector jars fetched.
     """
     args = ["jobs", "run", job, "--version", str(version)]
     if settings.deploy_launcher is Launcher.SUBPROCESS:
