@@ -75,6 +75,11 @@ def deployment_metadata(state: deployments.DeploymentState) -> dict[str, Any]:
         metadata["last_exit_reason"] = d.last_exit_reason
     if state.exit_reason:
         metadata["exit_reason"] = state.exit_reason
+    if state.run is not None:  # what the job last recorded about its run
+        metadata["run_state"] = state.run.state.value
+        metadata["query_ids"] = {name: ids["id"] for name, ids in state.run.queries.items()}
+        if state.run.last_error:
+            metadata["last_error"] = state.run.last_error
     return metadata
 
 

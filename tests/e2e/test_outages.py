@@ -22,6 +22,8 @@ from kappa.contracts.wire_format import frame
 from kappa.core.settings import load_settings
 from kappa.kafka.clients import Outgoing, produce_all
 from kappa.ops.dlq import inspect
+from kappa.runtime import run_record
+from kappa.runtime.run_record import RunState
 from kappa.stack import LocalStack
 from tests.conftest import SHORT_RUN_JVM
 from tests.e2e.faults import OUTAGE_S, encode_clicks, event_ids, live_keys, produce_clicks, topic_named
@@ -107,3 +109,8 @@ def test_continuous_jobs_wait_out_broker_and_registry_outages_and_lose_nothing(t
         assert all("starting again in" in line for line in lines if "is unavailable (" in line)  # one line each
         assert "Traceback" not in out
         assert "stopped by signal" in out  # a clean stop after the outage, not a crash
+        record = run_record.read(run_record.record_path(pipeline.settings(settings), name, 1))
+        assert record is not None  # what `kappa jobs status` reads: stopped, its last wait as its last error
+        assert record.state is RunState.STOPPED
+        waits = [line for line in lines if "is unavailable (" in line]
+        assert record.last_error == (waits[-1].split(": ", 1)[1].split("; starting again in ")[0] if waits else None)

@@ -25,6 +25,7 @@ from kappa.ops.clickstream import StreamConfig
 from kappa.ops.produce_clickstream import generate
 from kappa.runtime.binding import physical_output
 from kappa.runtime.discovery import discover
+from kappa.runtime.run_record import RunState
 from tests.integration.replay_pipeline import Deployment, deploy_copy
 from tests.waiting import wait_until
 
@@ -102,10 +103,15 @@ def test_materializing_enriched_clicks_runs_the_job_through_pipes(stack: KappaSe
             for k, v in result.get_asset_materialization_events()[0].materialization.metadata.items()
         }
         assert metadata["deployment_pid"] == state.deployment.pid
+
         # Dagster's stop job ends it: SIGTERM, the runner stops after its batch and exits 0. (Waiting for its
         # query to start: a stop before it starts anything is test_job_runner's case.)
+        def query_started() -> bool:  # what the job records about itself
+            run = deployments.state_of(state.deployment).run
+            return run is not None and "enrich_clicks_v1" in run.queries
+
         wait_until(
-            lambda: "query enrich_clicks_v1 started" in state.deployment.log_path.read_text(),
+            query_started,
             timeout_s=120,
             what="the deployed enrich_clicks v1 runs its query",
             log=state.deployment.log_path,
@@ -114,7 +120,9 @@ def test_materializing_enriched_clicks_runs_the_job_through_pipes(stack: KappaSe
         assert stop.success
         [state] = deployments.status(settings)
         assert state.health is deployments.Health.STOPPED
-        assert deployments.exit_status(state.deployment.log_path.read_text()) == 0
+        assert deployments.exit_status(state.deployment) == 0
+        assert state.run is not None
+        assert state.run.state is RunState.STOPPED
     finally:
         for state in deployments.status(settings):  # never leave a job running after the test
             deployments.stop_if_running(settings, state.deployment.job, state.deployment.version, timeout_s=30)

@@ -28,6 +28,7 @@ from kappa.core.settings import KappaSettings
 from kappa.lifecycle import deployments
 from kappa.lifecycle.deployments import Health
 from kappa.runtime import JobSpec
+from kappa.runtime.run_record import RunState
 from kappa.stack import process
 from tests.integration.replay_pipeline import Deployment, deploy_copy, produce_clicks
 from tests.waiting import wait_until
@@ -91,7 +92,13 @@ def test_deployment_crash_is_restarted_by_the_sensor_from_its_checkpoint(
     _wait("lag 0 after the first batches", caught_up, 240, log)
     lag = deployments.lag(settings, job.name, job.version)
     assert set(lag.per_topic) == {source.name}
-    assert lag.rows >= len(mine)  # the output query's input rows, from the runner's progress lines
+    assert lag.rows >= len(mine)  # the output query's input rows, as the run recorded them
+    run = deployments.state_of(deployment).run  # what the job writes about itself
+    assert run is not None
+    assert run.state is RunState.RUNNING
+    assert set(run.queries) == {"raw_clicks_v1"}
+    assert run.pid in deployments.driver_pids(deployment)
+    assert run.last_batch == lag.last_batch
 
     # A crash: the job's driver dies with SIGKILL, mid-stream, while more clicks arrive.
     [driver] = deployments.driver_pids(deployment)
@@ -171,8 +178,8 @@ def test_deployment_crash_is_restarted_by_the_sensor_from_its_checkpoint(
     # Stop: SIGTERM, the runner finishes its batch and exits 0; the sensor leaves a stopped deployment alone.
     stopped = deployments.stop(settings, job.name, job.version)
     assert stopped.desired == "stopped"
-    assert deployments.exit_status(stopped.log_path.read_text()) == 0
-    assert "raw_clicks v1: stopped by signal" in deployments.last_run(stopped.log_path.read_text())
+    assert deployments.exit_status(stopped) == 0
+    assert "raw_clicks v1: stopped by signal" in stopped.log_path.read_text().rsplit(deployments.STARTED_LINE, 1)[-1]
     assert not process.group_members(restarted.deployment.pid)
     [state] = deployments.status(settings)
     assert state.health is Health.STOPPED

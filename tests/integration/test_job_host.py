@@ -24,6 +24,7 @@ from kappa.core.settings import KappaSettings
 from kappa.lifecycle import deployments
 from kappa.lifecycle.deployments import Health
 from kappa.runtime import JobSpec
+from kappa.runtime.run_record import RunState
 from kappa.stack import process
 from tests.integration.replay_pipeline import Deployment, deploy_copy, produce_clicks
 from tests.waiting import wait_until
@@ -108,8 +109,12 @@ def test_jobs_share_one_application_and_keep_their_own_lifecycles(
 
     # Stopping one job leaves the other running in the same host.
     stopped = deployments.stop(settings, enrich.name, enrich.version)
-    assert deployments.exit_status(stopped.log_path.read_text()) == 0
-    assert "stopped after" in deployments.last_run(stopped.log_path.read_text())
+    assert deployments.exit_status(stopped) == 0
+    assert "stopped after" in stopped.log_path.read_text().rsplit(deployments.STARTED_LINE, 1)[-1]
+    run = deployments.state_of(stopped).run  # what the job's thread in the host recorded about its run
+    assert run is not None
+    assert (run.state, set(run.queries)) == (RunState.STOPPED, {"enrich_clicks_v1"})
+    assert run.pid in process.group_members(host.pid)  # the host's process, under its wrapper
     states = {s.deployment.job: s.health for s in deployments.status(settings)}
     assert states == {raw.name: Health.RUNNING, enrich.name: Health.STOPPED}
     with pytest.raises(KappaError, match="other settings"):  # one application, one set of settings

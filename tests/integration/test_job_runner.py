@@ -25,6 +25,8 @@ from kappa.contracts.topic_declarations import Topic
 from kappa.core.settings import KappaSettings
 from kappa.kafka.clients import Outgoing, admin_client, produce_all
 from kappa.ops.clickstream import click_messages, clicks
+from kappa.runtime import run_record
+from kappa.runtime.run_record import RunState
 from kappa.spark.driver_files import QUIET_LOGGERS, log_file
 from tests.integration.replay_pipeline import Deployment, deploy_copy
 from tests.waiting import wait_until
@@ -146,6 +148,9 @@ def test_run_available_now_then_continuous_learning_a_schema_until_ctrl_c_mid_ba
             f"the checkpoint of raw_clicks v1 is in use by `kappa jobs run raw_clicks --version 1` (pid {live.pid},"
             in second.stderr
         )
+        live_record = run_record.read(run_record.record_path(pipeline.settings(stack), JOB.name, JOB.version))
+        assert live_record is not None  # the refused run left the running one's record alone
+        assert (live_record.state, live_record.pid) == (RunState.RUNNING, live.pid)
 
         # A compatible writer version registered while the job runs is decoded from the next batch on: no restart,
         # nothing dead-lettered (an optional field added, as a producer team would).
@@ -187,10 +192,14 @@ def test_run_available_now_then_continuous_learning_a_schema_until_ctrl_c_mid_ba
     admin.delete_topics([dlq])[dlq].result(timeout=30)
     missing = run("--available-now")
     assert missing.returncode == 2, missing.stderr[-2000:]
-    assert f"job raw_clicks_v1: {dlq} does not exist; jobs never create topics: run `kappa topics apply`" in (
-        missing.stderr
-    )
+    refusal = f"job raw_clicks_v1: {dlq} does not exist; jobs never create topics: run `kappa topics apply`"
+    assert refusal in missing.stderr
     assert "Traceback" not in missing.stderr
+    # The run's own record says the same, for `kappa jobs status` and Dagster (which read it, not the output).
+    failed = run_record.read(run_record.record_path(pipeline.settings(stack), JOB.name, JOB.version))
+    assert failed is not None
+    assert (failed.state, failed.last_error) == (RunState.FAILED, refusal)
+    assert failed.rows == 2000 + 500 + 300 + 5 + 3000  # every record this test produced, over the version's runs
 
 
 @pytest.mark.slow

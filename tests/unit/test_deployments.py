@@ -1,23 +1,26 @@
-"""kappa.lifecycle.deployments without Kafka or Spark: command lines, the state file, lag arithmetic, the log's
-exit reason and last batch, and the wrapper's supervision of a stand-in process (a Python sleeper named like a job)."""
+"""kappa.lifecycle.deployments without Kafka or Spark: command lines, the state file, lag arithmetic, the exit reason
+and last batch from the run and exit records, and the wrapper's supervision of a stand-in process (a Python sleeper
+named like a job)."""
 
 import dataclasses
 import os
 import signal
 import sys
-import textwrap
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from kappa.cli.main import main
 from kappa.core.errors import KappaError, SettingsError
 from kappa.core.settings import KappaSettings, Launcher, load_settings
 from kappa.lifecycle import deployments
 from kappa.lifecycle.deployments import Deployment, Health
 from kappa.lifecycle.replay import Replay, ReplayRefusedError, exclusive_catch_up
+from kappa.runtime import run_record
 from kappa.runtime.discovery import discover
+from kappa.runtime.run_record import RunRecorder
 from kappa.stack import process
 from tests.waiting import wait_until
 
@@ -62,7 +65,9 @@ def test_spark_submit_launcher_submits_to_the_master_in_client_mode(tmp_path: Pa
         *("/app/kappa/cli.py", "jobs", "run", "sessionize", "--version", "3"),
     ]
     # What marks the process as this deployment is on the command line, whichever the launcher.
-    assert deployments.marker("sessionize", 3) in " ".join(deployments.wrapped(command))
+    assert deployments.marker("sessionize", 3) in " ".join(
+        deployments.wrapped(command, Path("sessionize.v3.exit.json"))
+    )
 
 
 def test_spark_submit_needs_a_cluster_master(tmp_path: Path) -> None:
@@ -88,55 +93,68 @@ def test_lag_is_end_minus_committed_per_partition() -> None:
     assert deployments.topic_lag({"t": {0: 9}}, {"t": {0: (0, 9)}}) == {"t": 0}
 
 
-LOG = textwrap.dedent(
-    """\
-    === kappa-deployment: started raw_clicks v1 at 2026-11-22T08:00:00+00:00 (restart 0): python -m kappa.cli ...
-    2026-11-22 08:00:10,120 kappa.progress raw_clicks_v1 batch 0: 100 rows, 50 rows/s, 2000 ms
-    kappa: error: job raw_clicks_v1: query raw_clicks_v1 failed: Kafka went away
-    === kappa-deployment: exit status 2 at 2026-11-22T08:00:11Z
-    === kappa-deployment: started raw_clicks v1 at 2026-11-22T08:01:00+00:00 (restart 1): python -m kappa.cli ...
-    2026-11-22 08:01:05,002 kappa.progress raw_clicks_v1_dlq batch 0: 3 rows, 1 rows/s, 900 ms
-    2026-11-22 08:01:05,250 kappa.progress raw_clicks_v1 batch 1: 40 rows, 20 rows/s, 800 ms
-    2026-11-22 08:01:10,500 kappa.progress raw_clicks_v1 batch 2: 0 rows, 0 rows/s, 100 ms
-    """
-)
+def _batch(query: str, batch_id: int, rows: int) -> dict[str, object]:
+    return {"name": query, "batchId": batch_id, "numInputRows": rows}
 
 
-def test_last_batch_and_rows_of_the_output_query() -> None:
-    last, rows = deployments.batches(LOG, "raw_clicks_v1")
-    assert last == deployments.LastBatch(at=datetime(2026, 11, 22, 8, 1, 10, 500_000, tzinfo=UTC), batch_id=2, rows=0)
-    assert rows == 140  # 100 + 40 + 0: another query's 3 (a dead-letter query of an older release) are not its
+def test_last_batch_and_rows_come_from_the_run_record(settings: KappaSettings) -> None:
+    path = run_record.record_path(settings, "raw_clicks", 1)
+    with RunRecorder.recording(settings, "raw_clicks", 1) as first:
+        first.query_started("raw_clicks_v1", "q-1", "run-1")
+        first.batch(_batch("raw_clicks_v1", 0, 100))
+    with RunRecorder.recording(settings, "raw_clicks", 1) as second:  # a second run of the version
+        second.batch(_batch("raw_clicks_v1_dlq", 0, 3))  # another query's (an older release's dead-letter query)
+        second.batch(_batch("raw_clicks_v1", 1, 40))
+        before = datetime.now(UTC)
+        second.batch(_batch("raw_clicks_v1", 2, 0))
+    last, rows = deployments.last_batch(settings, "raw_clicks", 1)
+    assert last is not None
+    assert (last.batch_id, last.rows) == (2, 0)
+    assert before - timedelta(milliseconds=1) <= last.at <= datetime.now(UTC)  # (recorded to the millisecond)
+    assert rows == 140  # 100 + 40 + 0 over both runs; the other query's 3 are not its
+    assert deployments.last_batch(settings, "raw_clicks", 2) == (None, 0)  # a version that never ran
+    assert path.exists()
 
 
-def test_exit_reason_reads_only_the_latest_run() -> None:
-    crashed = LOG.split("=== kappa-deployment: started raw_clicks v1 at 2026-11-22T08:01")[0]
-    assert deployments.exit_status(crashed) == 2
-    assert deployments.exit_reason(crashed) == (
-        "exit status 2; last log lines: kappa: error: job raw_clicks_v1: query raw_clicks_v1 failed: Kafka went away"
+def test_exit_reason_is_the_exit_record_and_this_runs_error(settings: KappaSettings) -> None:
+    deployment = _deployment(settings, 4242)
+    deployment.log_path.parent.mkdir(parents=True, exist_ok=True)
+    deployment.log_path.write_text("=== kappa-deployment: started fake v1\nkappa: error: an earlier run's error\n")
+    assert deployments.exit_reason(deployment) == (  # no record at all: the exit is unknown, the log says the rest
+        "no exit status recorded (its whole process group was killed, or the machine restarted); "
+        "last log lines: kappa: error: an earlier run's error"
     )
-    killed = LOG + "=== kappa-deployment: exit status 137 at 2026-11-22T08:02:00Z\n"
-    reason = deployments.exit_reason(killed)
-    assert reason.startswith("killed by SIGKILL (exit status 137); last log lines: ")
-    assert "Kafka went away" not in reason  # the earlier run's error is not this run's reason
-    assert deployments.exit_status(LOG) is None  # still running, or killed with its wrapper
-    assert deployments.exit_reason(LOG).startswith("no exit status recorded")
+    with pytest.raises(KappaError), RunRecorder.recording(settings, "fake", 1):
+        raise KappaError("job fake_v1: query fake_v1 failed: Kafka went away\n(the rest of the stack trace)")
+    deployments.record_exit(deployment, 2)
+    assert deployments.exit_status(deployment) == 2
+    assert deployments.exit_reason(deployment) == (
+        "exit status 2; last error: job fake_v1: query fake_v1 failed: Kafka went away"
+    )
+    # A new start forgets the last run's error and exit; a kill leaves no record of its own.
+    run_record.reset(run_record.record_path(settings, "fake", 1), "fake", 1)
+    deployment.exit_path.unlink()
+    with deployment.log_path.open("a") as log:
+        log.write(f"{deployments.STARTED_LINE} fake v1 (restart 1)\n")
+    with RunRecorder.recording(settings, "fake", 1):
+        pass
+    deployments.record_exit(deployment, 137)
+    reason = deployments.exit_reason(deployment)
+    assert reason == "killed by SIGKILL (exit status 137)"  # neither the earlier run's recorded error nor its log
+    assert deployment.log_path.read_text().splitlines()[-1].startswith(f"{deployments.EXIT_LINE} 137 at ")
 
 
-def test_a_long_logs_exit_is_found_in_its_tail(settings: KappaSettings) -> None:
-    """A long-running job's log grows by a line per batch: its run's exit line is read from the last 64 KiB."""
-    log_file = settings.deployments_path / "fake.v1.log"
-    log_file.parent.mkdir(parents=True, exist_ok=True)
-    deployment = _deployment(settings, os.getpid(), log_file=str(log_file))
-    ended_before = "=== kappa-deployment: exit status 2 at 2026-11-22T08:00:00Z\n"
-    started = "=== kappa-deployment: started fake v1 at 2026-11-22T08:01:00Z\n"
+def test_a_crash_the_run_could_not_record_is_read_from_the_logs_tail(settings: KappaSettings) -> None:
+    """A failure before the run knew its settings (so its record): the log's last error lines, read from its end."""
+    deployment = _deployment(settings, 4242)
+    deployment.log_path.parent.mkdir(parents=True, exist_ok=True)
     batches = "".join(f"batch {i}: 100 rows\n" for i in range(20_000))  # far beyond the tail
-    log_file.write_text(ended_before + started + batches)
-    assert len(deployments._read_log(deployment, tail_bytes=64 * 1024)) == 64 * 1024  # not the whole log
-    assert deployments.exit_status(deployments._read_log(deployment, tail_bytes=64 * 1024)) is None  # running
-    log_file.write_text(ended_before + started + batches + "=== kappa-deployment: exit status 0 at 2026-11-22T09:00Z\n")
-    assert deployments.exit_status(deployments._read_log(deployment, tail_bytes=64 * 1024)) == 0
-    log_file.write_text(started + "batch 0: 1 rows\n" + ended_before + started)  # a short log: read whole
-    assert deployments.exit_status(deployments._read_log(deployment, tail_bytes=64 * 1024)) is None
+    early = "kappa: error: KAPPA_KAFKA_PORT: not a port\n"
+    deployment.log_path.write_text(early + "=== kappa-deployment: started fake v1\n" + batches + early)
+    deployments.record_exit(deployment, 2)
+    assert deployments.exit_reason(deployment) == (
+        "exit status 2; last log lines: kappa: error: KAPPA_KAFKA_PORT: not a port"
+    )
 
 
 def _deployment(settings: KappaSettings, pid: int, **changes: object) -> Deployment:
@@ -159,6 +177,10 @@ def test_state_file_round_trip_and_a_foreign_pid_is_never_ours(settings: KappaSe
     deployments.save(settings, deployment)
     assert deployments.load(settings, "fake", 1) == deployment
     assert deployments.load(settings, "fake", 2) is None
+    # The records beside the state files are not deployments, nor job hosts.
+    (settings.deployments_path / "host-02c444e267ab.exit.json").write_text('{"exit_status": 0}')
+    run_record.reset(deployment.run_record_path, "fake", 1)
+    assert deployments.hosts(settings) == []
     [state] = deployments.status(settings)
     assert state.health is Health.CRASHED
     assert state.exit_reason == "no exit status recorded (its whole process group was killed, or the machine restarted)"
@@ -182,7 +204,7 @@ while True: time.sleep(0.1)
 def _spawn_sleeper(settings: KappaSettings) -> Deployment:
     log = settings.deployments_path / "fake.v1.log"
     command = [sys.executable, "-c", SLEEPER, "jobs", "run", "fake", "--version", "1"]
-    pid = deployments.spawn(command, log, deployments.launch_env({}))
+    pid = deployments.spawn(command, log, deployments.launch_env({}), deployments.exit_file(log))
     deployment = _deployment(settings, pid, command=command)
     deployments.save(settings, deployment)
     wait_until(lambda: "running" in log.read_text() and deployments.driver_pids(deployment), timeout_s=10,
@@ -204,9 +226,38 @@ def test_the_wrapper_records_how_the_job_ended(settings: KappaSettings) -> None:
         assert state.health is Health.CRASHED
         assert state.exit_reason is not None
         assert state.exit_reason.startswith("killed by SIGKILL (exit status 137)")
+        assert deployments.exit_status(deployment) == 137  # the exit record, written by the wrapper
     finally:
         deployments._terminate(deployment, timeout_s=1)
     assert process.group_members(deployment.pid) == []
+
+
+def test_status_shows_what_the_run_recorded(
+    settings: KappaSettings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("KAPPA_STATE_DIR", str(settings.state_dir))
+    monkeypatch.setenv("KAPPA_DEPLOYMENTS_DIR", str(settings.deployments_path))
+    deployment = _spawn_sleeper(settings)
+    try:
+        with RunRecorder.recording(settings, "fake", 1) as recorder:  # as the job would, from its own process
+            recorder.query_started("fake_v1", "9d1e", "41a7")
+            recorder.batch(_batch("fake_v1", 4, 12))
+            recorder.retrying("Kafka is unavailable (DisconnectException)")
+            assert main(["jobs", "status", "-v"]) == 0
+            out = capsys.readouterr().out
+            [row] = [line for line in out.splitlines() if line.startswith("fake ")]
+            assert "running" in row
+            assert f"#4 {_read_run(settings).last_batch.at:%H:%M:%S}Z 12 rows" in row  # type: ignore[union-attr]
+            assert "waiting: Kafka is unavailable (DisconnectException)" in out
+            assert "queries: fake_v1 9d1e (run 41a7)" in out
+    finally:
+        deployments._terminate(deployment, timeout_s=1)
+
+
+def _read_run(settings: KappaSettings) -> run_record.RunRecord:
+    record = run_record.read(run_record.record_path(settings, "fake", 1))
+    assert record is not None
+    return record
 
 
 def test_stop_terminates_the_driver_gracefully(settings: KappaSettings) -> None:
@@ -218,7 +269,7 @@ def test_stop_terminates_the_driver_gracefully(settings: KappaSettings) -> None:
         assert stopped.desired == "stopped"
         log = Path(deployment.log_file).read_text()
         assert "stopping after the current batch" in log
-        assert deployments.exit_status(log) == 0
+        assert deployments.exit_status(deployment) == 0
         assert deployments.state_of(stopped).health is Health.STOPPED
         assert process.group_members(deployment.pid) == []
     finally:

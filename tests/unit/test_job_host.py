@@ -1,5 +1,6 @@
 """The job host's routing of log lines: each job's log gets the lines about it, whichever thread logs them."""
 
+import json
 import logging
 import threading
 from pathlib import Path
@@ -7,6 +8,10 @@ from pathlib import Path
 from kappa.lifecycle import deployments
 from kappa.lifecycle.deployments import Deployment
 from kappa.lifecycle.job_host import _JobLog
+
+
+def _ended(deployment: Deployment) -> str:
+    return str(json.loads(deployment.exit_path.read_text())["ended_at"])
 
 
 def _record(message: str, thread: int | None = None) -> logging.LogRecord:
@@ -34,6 +39,10 @@ def test_a_job_log_takes_its_threads_lines_and_those_naming_its_query_or_group(t
     ):
         assert not handler.filter(_record(someone_else, other)), someone_else
     handler.write("kappa: error: something")
-    handler.write(f"{deployments.EXIT_LINE} 2 at 2026-11-25T00:01:00Z")
+    deployments.record_exit(deployment, 2)  # as the host does when a job's run ends
     handler.close()
-    assert deployments.exit_status(log.read_text()) == 2
+    assert deployments.exit_status(deployment) == 2
+    assert log.read_text().splitlines()[-2:] == [
+        "kappa: error: something",
+        f"{deployments.EXIT_LINE} 2 at {_ended(deployment)}",
+    ]

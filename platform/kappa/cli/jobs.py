@@ -11,9 +11,10 @@ from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings
 from kappa.lifecycle import deployments, job_host
 from kappa.lifecycle.deployments import checkpoint_lock
-from kappa.runtime.binding import deployed_job, ensure_live
+from kappa.runtime.binding import declared_job, deployed_job, ensure_live
 from kappa.runtime.declaration import DeltaTable, Starting
 from kappa.runtime.discovery import discover, get_job
+from kappa.runtime.run_record import RunRecorder, RunState
 
 
 def cmd_jobs_list(settings: KappaSettings, args: argparse.Namespace) -> int:
@@ -36,15 +37,17 @@ def cmd_jobs_run(settings: KappaSettings, args: argparse.Namespace) -> int:
         raise KappaError(str(exc)) from None
     if args.pipes:
         require_pipes()  # before anything is read or bound
-    spec = deployed_job(settings, args.job, args.version)
-    version = args.version or spec.version
+    version = declared_job(args.job, args.version).version
     with contextlib.ExitStack() as stack:
         # Launched by Dagster: each batch, the run's report and any refusal go back through Pipes.
         pipes = stack.enter_context(pipes_reporter()) if args.pipes else None
         # Held until the run ends: a replay's catch-up, a deployment start or a second run of the version is refused.
         stack.enter_context(
-            checkpoint_lock(settings, spec.name, version, f"`kappa jobs run {spec.name} --version {version}`")
+            checkpoint_lock(settings, args.job, version, f"`kappa jobs run {args.job} --version {version}`")
         )
+        # The run's own record of its state (`kappa jobs status` reads it), with any error that ends it from here on.
+        record = stack.enter_context(RunRecorder.recording(settings, args.job, version))
+        spec = deployed_job(settings, args.job, args.version)
         ensure_live(settings, spec, version)
         report = run_job(
             spec,
@@ -54,6 +57,7 @@ def cmd_jobs_run(settings: KappaSettings, args: argparse.Namespace) -> int:
             starting=starting,
             max_offsets_per_trigger=args.max_offsets_per_trigger,
             on_batch=pipes.batch if pipes else None,
+            run_record=record,
         )
         if pipes:
             pipes.finish(report)
@@ -124,10 +128,16 @@ def cmd_jobs_status(settings: KappaSettings, args: argparse.Namespace) -> int:
             f"{d.job:<16} {d.version:>7}  {state.health.value:<8} {pid:>8} {deployments.describe(state.uptime_s):>7} "
             f"{lag:>9}  {batch:<28} {d.restarts}"
         )
+        run = state.run
         if state.exit_reason:
             print(f"{'':<18}why: {state.exit_reason}")
+        elif run is not None and run.state is RunState.RETRYING and state.health is deployments.Health.RUNNING:
+            print(f"{'':<18}waiting: {run.last_error} (it starts its query again once the service answers)")
         elif d.last_exit_reason and args.verbose:
             print(f"{'':<18}last restart: {d.last_exit_reason}")
+        if args.verbose and run is not None and run.queries:
+            ids = ", ".join(f"{name} {ids['id']} (run {ids['run_id']})" for name, ids in run.queries.items())
+            print(f"{'':<18}queries: {ids}")
     return 1 if any(s.health is deployments.Health.CRASHED for s in states) else 0
 
 

@@ -50,7 +50,3 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -6,10 +6,14 @@ detached from whoever started it: its own session and process group, stdout and 
 restarts, the last exit reason). The CLI, Dagster's materializations and its health sensor all go through
 these functions, so each sees what the others did.
 
-The process is a small shell wrapper around the job (`sh -c '"$@"; echo <exit status>'`): when the job dies,
-however it dies, the wrapper appends its exit status to the log, which is how `status` tells why it crashed.
-The wrapper's command line carries the job and version, and a pid is only ever signalled while
-its command line still shows them: a pid reused by another process after a reboot is left alone.
+What a deployment is doing comes from two small JSON files beside it, each written atomically, never from its log:
+the run record `<job>.v<N>.run.json` that the job writes about itself (its state, query ids, last batch, last
+error; kappa.runtime.run_record), and the exit record `<job>.v<N>.exit.json` that whatever outlives the job
+writes when it ends (its exit status). The process is a small shell wrapper around the job (`sh -c '"$@"; <record
+$?>'`): when the job dies, however it dies, the wrapper records its exit status, which is how `status` tells why
+it crashed. A start removes both records' traces of the previous run. The wrapper's command line carries the job
+and version, and a pid is only ever signalled while its command line still shows them: a pid reused by another
+process after a reboot is left alone.
 
 Stopping sends SIGTERM to the job's driver (the runner stops after its current batch and commits it; see
 runtime/runner.py), waits for the wrapper to record the exit, and kills the process group after the timeout.
@@ -19,7 +23,7 @@ Launchers (KAPPA_DEPLOY_LAUNCHER): `subprocess` runs the job here on KAPPA_SPARK
 `spark-submit` submits it to a cluster master in client mode (the driver, and so the supervision, stays here);
 `shared` runs it as queries of the job host, one Spark application for this machine's jobs
 (kappa.lifecycle.job_host): the state file, log, checkpoint and lifecycle stay the job's own, the pid is the host's,
-and the job's end is the exit line the host writes into its log.
+and the job's end is the exit record the host writes for it.
 """
 
 from __future__ import annotations
@@ -49,22 +53,20 @@ from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings, Launcher
 from kappa.core.waiting import WaitTimeoutError, wait_until
 from kappa.kafka.clients import admin_client
+from kappa.runtime import run_record
 from kappa.runtime.binding import deployed_job
 from kappa.runtime.discovery import get_job
+from kappa.runtime.run_record import LastBatch, RunRecord
 from kappa.spark.session import spark_conf as session_conf
 from kappa.stack import process
 
 WRAPPER_NAME = "kappa-deployment"  # $0 of the shell wrapper: shows in ps, and marks the process as ours
 HOST_MARKER = "jobs host"  # what the job host's command line shows (kappa.lifecycle.job_host)
 STARTED_LINE = "=== kappa-deployment: started"  # each start's first log line: the log of one run follows it
-EXIT_LINE = "=== kappa-deployment: exit status"
-_EXIT = re.compile(r"^=== kappa-deployment: exit status (\d+)")
-_EXIT_TAIL_BYTES = 64 * 1024  # the exit line is the last line of a run's log
-# The runner's progress line (logging format "%(asctime)s %(name)s %(message)s", TZ=UTC in the deployment).
-_BATCH = re.compile(
-    r"^(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(?P<ms>\d{3}) kappa\.progress (?P<query>\S+) batch (?P<batch>\d+): "
-    r"(?P<rows>\d+) rows"
-)
+EXIT_LINE = "=== kappa-deployment: exit status"  # for the log's reader; `status` reads the exit record
+_LOG_TAIL_BYTES = 64 * 1024  # a crash's last log lines are read from the log's end
+_DEPLOYMENT_FILE = re.compile(r"[\w-]+\.v\d+\.json")  # not the run and exit records beside it
+_HOST_FILE = re.compile(r"host-\w+\.json")  # not its exit record
 
 
 class Health(StrEnum):
@@ -103,6 +105,16 @@ class Deployment:
         """What the wrapper's command line must show for its pid to be ours."""
         return marker(self.job, self.version)
 
+    @property
+    def exit_path(self) -> Path:
+        """The exit record: {"exit_status", "ended_at"}, written when the run ends (none while it runs)."""
+        return exit_file(self.log_path)
+
+    @property
+    def run_record_path(self) -> Path:
+        """The run record the job writes about itself (kappa.runtime.run_record)."""
+        return self.log_path.with_name(run_record.file_name(self.job, self.version))
+
 
 @dataclass(frozen=True)
 class DeploymentState:
@@ -110,15 +122,9 @@ class DeploymentState:
 
     deployment: Deployment
     health: Health
-    exit_reason: str | None = None  # for a crashed one: its exit status and the log's last error lines
+    exit_reason: str | None = None  # for a crashed one: its exit status and its last error
     uptime_s: float | None = None  # for a running one
-
-
-@dataclass(frozen=True)
-class LastBatch:
-    at: datetime  # when the runner logged it (UTC)
-    batch_id: int
-    rows: int
+    run: RunRecord | None = None  # what the job last recorded about its run (None: nothing yet)
 
 
 @dataclass(frozen=True)
@@ -128,7 +134,7 @@ class Lag:
     group: str
     per_topic: dict[str, int]
     last_batch: LastBatch | None = None
-    rows: int = 0  # input rows of the output query, over every run in the log
+    rows: int = 0  # input rows of the output query, over every run of the version
 
     @property
     def total(self) -> int:
@@ -213,25 +219,20 @@ def job_command(
     return [*command, cli_path or str(cli_file), *args]
 
 
-def wrapped(command: Sequence[str]) -> list[str]:
-    """The command under the shell wrapper that appends the job's exit status to the log."""
-    script = f'"$@"; echo "{EXIT_LINE} $? at $(date -u +%Y-%m-%dT%H:%M:%SZ)"'
-    return ["/bin/sh", "-c", script, WRAPPER_NAME, *command]
+def wrapped(command: Sequence[str], exit_file: Path) -> list[str]:
+    """The command under the shell wrapper that records the job's exit status when it ends, however it ends: in the
+    exit record (atomically: a file renamed over it) and as the last line of the log."""
+    script = (
+        'x=$1; shift; "$@"; s=$?; t=$(date -u +%Y-%m-%dT%H:%M:%SZ); '
+        'printf \'{"exit_status": %d, "ended_at": "%s"}\\n\' "$s" "$t" > "$x.tmp" && mv -f "$x.tmp" "$x"; '
+        f'echo "{EXIT_LINE} $s at $t"'
+    )
+    return ["/bin/sh", "-c", script, WRAPPER_NAME, str(exit_file), *command]
 
 
-def last_run(log_text: str) -> str:
-    """The part of a deployment's log written by its latest start."""
-    start = log_text.rfind(STARTED_LINE)
-    return log_text[start:] if start >= 0 else log_text
-
-
-def exit_status(log_text: str) -> int | None:
-    """The latest run's exit status, as the wrapper recorded it (None: no status, the wrapper died too)."""
-    for line in reversed(last_run(log_text).splitlines()):
-        match = _EXIT.match(line)
-        if match:
-            return int(match.group(1))
-    return None
+def exit_file(log_file: Path) -> Path:
+    """A run's exit record sits beside its log: `<job>.v<N>.log` -> `<job>.v<N>.exit.json`."""
+    return log_file.with_suffix(".exit.json")
 
 
 def describe_status(status: int | None) -> str:
@@ -242,33 +243,17 @@ def describe_status(status: int | None) -> str:
     return f"exit status {status}"
 
 
-def exit_reason(log_text: str, lines: int = 5) -> str:
-    """Why the latest run ended: its exit status and the error lines it logged last."""
-    run = last_run(log_text).splitlines()
-    status = describe_status(exit_status(log_text))
+def last_log_lines(log_text: str, lines: int = 5) -> list[str]:
+    """The latest run's last error lines in its log (or its last lines): a failure the run could not record
+    itself (before it knew its settings, say)."""
+    start = log_text.rfind(STARTED_LINE)
+    run = (log_text[start:] if start >= 0 else log_text).splitlines()
     errors = [
         line.strip()
         for line in run
         if line.startswith("kappa: error:") or "Error" in line.split(":", 1)[0] or " ERROR " in line
     ]
-    tail = errors[-lines:] or [line.strip() for line in run if line.strip() and not line.startswith("===")][-lines:]
-    return status + ("; last log lines: " + " | ".join(tail) if tail else "")
-
-
-def batches(log_text: str, query: str) -> tuple[LastBatch | None, int]:
-    """The last batch of `query` in the log, and the input rows of all its batches there."""
-    last: LastBatch | None = None
-    rows = 0
-    for line in log_text.splitlines():
-        match = _BATCH.match(line)
-        if not match or match.group("query") != query:
-            continue
-        at = datetime.strptime(match.group("time"), "%Y-%m-%d %H:%M:%S").replace(
-            tzinfo=UTC, microsecond=int(match.group("ms")) * 1000
-        )
-        last = LastBatch(at=at, batch_id=int(match.group("batch")), rows=int(match.group("rows")))
-        rows += last.rows
-    return last, rows
+    return errors[-lines:] or [line.strip() for line in run if line.strip() and not line.startswith("===")][-lines:]
 
 
 def topic_lag(
@@ -298,6 +283,10 @@ def _paths(settings: KappaSettings, job: str, version: int) -> tuple[Path, Path]
 def load(settings: KappaSettings, job: str, version: int) -> Deployment | None:
     state, _ = _paths(settings, job, version)
     return _read(state)
+
+
+def _deployment_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.glob("*.v*.json") if _DEPLOYMENT_FILE.fullmatch(p.name)) if root.is_dir() else []
 
 
 def _read(path: Path) -> Deployment | None:
@@ -372,9 +361,9 @@ def _wrapper_alive(pid: int, shows: str) -> bool:
 
 def is_running(deployment: Deployment) -> bool:
     """The deployment's job runs now: its own process, or (shared) a job host that has not ended it (no exit
-    line in the job's log since its start)."""
+    record since its start)."""
     if deployment.launcher == Launcher.SHARED.value:
-        return is_host(deployment.pid) and exit_status(_read_log(deployment, tail_bytes=_EXIT_TAIL_BYTES)) is None
+        return is_host(deployment.pid) and not deployment.exit_path.exists()
     return is_ours(deployment.pid, deployment.job, deployment.version)
 
 
@@ -394,13 +383,14 @@ def driver_pids(deployment: Deployment) -> list[int]:
     return found
 
 
-def spawn(command: Sequence[str], log_file: Path, env: Mapping[str, str]) -> int:
+def spawn(command: Sequence[str], log_file: Path, env: Mapping[str, str], exit_file: Path) -> int:
     """Start the wrapped command detached (own session and process group); return the wrapper's pid."""
 
     log_file.parent.mkdir(parents=True, exist_ok=True)
+    exit_file.unlink(missing_ok=True)
     with log_file.open("ab") as log:
         proc = subprocess.Popen(
-            wrapped(command),
+            wrapped(command, exit_file),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -454,7 +444,8 @@ def _host_state(settings: KappaSettings, code: str) -> Path:
 def hosts(settings: KappaSettings) -> list[Host]:
     """Every job host recorded here (running, or killed before it could remove its state file)."""
     found = []
-    for path in sorted(settings.deployments_path.glob("host-*.json")) if settings.deployments_path.is_dir() else []:
+    root = settings.deployments_path
+    for path in sorted(p for p in root.glob("host-*.json") if _HOST_FILE.fullmatch(p.name)) if root.is_dir() else []:
         try:
             found.append(Host(**json.loads(path.read_text())))
         except (OSError, json.JSONDecodeError, TypeError) as exc:
@@ -496,7 +487,7 @@ def ensure_host(settings: KappaSettings, environment: Mapping[str, str], kappa_e
     started_at = now_iso()
     with log_file.open("a") as log:
         log.write(f"{STARTED_LINE} the job host at {started_at}\n")
-    pid = spawn(host_command(code), log_file, environment)
+    pid = spawn(host_command(code), log_file, environment, exit_file(log_file))
     state = _host_state(settings, code)
     state.with_suffix(".json.tmp").write_text(json.dumps(asdict(Host(pid, code, started_at, str(log_file), kappa_env))))
     state.with_suffix(".json.tmp").replace(state)
@@ -508,14 +499,14 @@ def ensure_host(settings: KappaSettings, environment: Mapping[str, str], kappa_e
         interval_s=0.02,
     )
     if not is_host(pid):
-        raise KappaError(f"the job host exited at once: {exit_reason(log_file.read_text(errors='replace'))}")
+        raise KappaError(f"the job host exited at once: {ended_because(exit_file(log_file), None, log_file)}")
     return pid
 
 
 def hosted(settings: KappaSettings, host_pid: int) -> list[Deployment]:
     """The shared deployments recorded as run by the host with this pid (running or stopped)."""
     root = settings.deployments_path
-    found = [_read(p) for p in sorted(root.glob("*.v*.json"))] if root.is_dir() else []
+    found = [_read(p) for p in _deployment_files(root)]
     return [d for d in found if d is not None and d.launcher == Launcher.SHARED.value and d.pid == host_pid]
 
 
@@ -597,6 +588,8 @@ def _start(
     with checkpoint_lock(settings, job, version, "a deployment start"):  # refused while another writer runs
         pass
     _, log_file = _paths(settings, job, version)
+    # This start's run writes its own records: nothing of the last run's may be read as this one's.
+    run_record.reset(run_record.record_path(settings, job, version), job, version)
     environment = launch_env(env, exact=exact)
     kappa_env = {k: v for k, v in sorted(environment.items()) if k.startswith("KAPPA_")}
     if launcher is Launcher.SHARED and not _real_time(job):
@@ -606,12 +599,13 @@ def _start(
             started = _log_start(log_file, job, version, restarts, command)
             deployment = Deployment(job, version, pid, command, launcher.value, started, str(log_file), kappa_env,
                                     restarts, last_exit_reason)  # fmt: skip
+            deployment.exit_path.unlink(missing_ok=True)
             save(settings, deployment)  # the host starts the job when it reads this
         return deployment
     launcher = Launcher.SUBPROCESS if launcher is Launcher.SHARED else launcher
     command = job_command(settings.model_copy(update={"deploy_launcher": launcher}), job, version)
     started = _log_start(log_file, job, version, restarts, command)
-    pid = spawn(command, log_file, environment)
+    pid = spawn(command, log_file, environment, exit_file(log_file))
     deployment = Deployment(job, version, pid, command, launcher.value, started, str(log_file), kappa_env,
                             restarts, last_exit_reason)  # fmt: skip
     save(settings, deployment)
@@ -734,7 +728,7 @@ def restart(
             elif current.desired == "stopped":
                 reason = "started again after a stop"
             else:
-                reason = exit_reason(_read_log(current))
+                reason = exit_reason(current)
         _end(settings, current, settings.deploy_stop_timeout_s if timeout_s is None else timeout_s)
         return _start(
             settings,
@@ -748,16 +742,49 @@ def restart(
         )
 
 
-def _read_log(deployment: Deployment, tail_bytes: int | None = None) -> str:
-    """The deployment's log, or its last `tail_bytes` (whatever follows the latest start's line in the tail
-    belongs to the latest run, so its exit line is found there without reading a long-running job's whole log)."""
+def read_exit_status(path: Path) -> int | None:
+    """The exit status in an exit record; None while there is none (running, or killed with its wrapper)."""
     try:
-        with open(deployment.log_file, "rb") as log:
-            if tail_bytes is not None:
-                log.seek(max(0, log.seek(0, os.SEEK_END) - tail_bytes))
-            return log.read().decode(errors="replace")
+        return int(json.loads(path.read_text())["exit_status"])
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise KappaError(f"exit record {path} unreadable ({exc}): it is rewritten when the job next ends") from None
+
+
+def record_exit(deployment: Deployment, status: int) -> None:
+    """Record how a run ended, as the shell wrapper does for a job's own process: the exit record (atomically) and
+    the log's last line. The job host's, for the jobs it runs as threads."""
+    ended_at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    tmp = deployment.exit_path.with_name(deployment.exit_path.name + ".tmp")
+    tmp.write_text(json.dumps({"exit_status": status, "ended_at": ended_at}) + "\n")
+    with deployment.log_path.open("a") as log:
+        log.write(f"{EXIT_LINE} {status} at {ended_at}\n")
+    tmp.replace(deployment.exit_path)
+
+
+def exit_status(deployment: Deployment) -> int | None:
+    """How the deployment's latest run ended, as its wrapper (or the job host) recorded it."""
+    return read_exit_status(deployment.exit_path)
+
+
+def ended_because(exit_path: Path, run: RunRecord | None, log_file: Path) -> str:
+    """Why a run ended: its exit status, and the error it recorded (or, when it recorded none, as when it failed
+    before it knew its settings, the last error lines of its log)."""
+    reason = describe_status(read_exit_status(exit_path))
+    if run is not None and run.last_error:
+        return f"{reason}; last error: {run.last_error}"
+    try:
+        with log_file.open("rb") as log:
+            log.seek(max(0, log.seek(0, os.SEEK_END) - _LOG_TAIL_BYTES))
+            tail = last_log_lines(log.read().decode(errors="replace"))
     except OSError:
-        return ""
+        tail = []
+    return reason + ("; last log lines: " + " | ".join(tail) if tail else "")
+
+
+def exit_reason(deployment: Deployment) -> str:
+    return ended_because(deployment.exit_path, run_record.read(deployment.run_record_path), deployment.log_path)
 
 
 def confirm_running(deployment: Deployment, seconds: float) -> None:
@@ -777,28 +804,28 @@ def confirm_running(deployment: Deployment, seconds: float) -> None:
 
 
 def state_of(deployment: Deployment, now: datetime | None = None) -> DeploymentState:
-    if is_running(deployment):
+    running = is_running(deployment)  # first: a run that ends now has written its record by the time it is gone
+    run = run_record.read(deployment.run_record_path)
+    if running:
         started = datetime.fromisoformat(deployment.started_at)
         uptime = ((now or datetime.now(UTC)) - started).total_seconds()
-        return DeploymentState(deployment, Health.RUNNING, uptime_s=uptime)
+        return DeploymentState(deployment, Health.RUNNING, uptime_s=uptime, run=run)
     if deployment.desired == "stopped":
-        return DeploymentState(deployment, Health.STOPPED)
-    return DeploymentState(deployment, Health.CRASHED, exit_reason=exit_reason(_read_log(deployment)))
+        return DeploymentState(deployment, Health.STOPPED, run=run)
+    reason = ended_because(deployment.exit_path, run, deployment.log_path)
+    return DeploymentState(deployment, Health.CRASHED, exit_reason=reason, run=run)
 
 
 def status(settings: KappaSettings) -> list[DeploymentState]:
     """Every deployment recorded here, with its health now."""
     root = settings.deployments_path
-    found = [_read(p) for p in sorted(root.glob("*.v*.json"))] if root.is_dir() else []
-    return [state_of(d) for d in found if d is not None]
+    return [state_of(d) for d in (_read(p) for p in _deployment_files(root)) if d is not None]
 
 
 def last_batch(settings: KappaSettings, job: str, version: int) -> tuple[LastBatch | None, int]:
-    """The output query's last batch in the deployment's log, and its rows over every run there."""
-    deployment = load(settings, job, version)
-    if deployment is None:
-        return None, 0
-    return batches(_read_log(deployment), output_query(job, version))
+    """The output query's last batch, as the version's latest run recorded it, and its rows over every run."""
+    run = run_record.read(run_record.record_path(settings, job, version))
+    return (run.last_batch, run.rows) if run is not None else (None, 0)
 
 
 def input_topics(settings: KappaSettings, job: str, version: int) -> list[str]:

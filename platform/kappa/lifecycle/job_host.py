@@ -10,11 +10,12 @@ state files that `kappa.lifecycle.deployments` writes, every POLL_S:
   run yet, is started;
 - one recorded as stopped, or started again (a restart), is stopped after its current batch.
 
-When a job's run ends, the host appends the exit line that a deployment's wrapper appends for a process: status 0
-after a stop, 2 after a refusal (a KappaError, its message on the line before, as the CLI prints it), 1 after any
-other error. The host never restarts a job by itself: as for a process, the health sensor or `kappa jobs restart`
-does, and records why. Each query's batches run in a FAIR scheduler pool named after its job, so a view's long
-batch does not hold the stateful jobs' short ones behind it. The host ends HOST_IDLE_S after its last job.
+When a job's run ends, the host records its exit as a deployment's wrapper does for a process (the exit record, and
+a line in the job's log): status 0 after a stop, 2 after a refusal (a KappaError, its message on the line before, as
+the CLI prints it), 1 after any other error. The host never restarts a job by itself: as for a process, the health
+sensor or `kappa jobs restart` does, and records why. Each query's batches run in a FAIR scheduler pool named after
+its job, so a view's long batch does not hold the stateful jobs' short ones behind it. The host ends HOST_IDLE_S
+after its last job.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from kappa.core.settings import KappaSettings
 from kappa.lifecycle import deployments
 from kappa.lifecycle.deployments import Deployment
 from kappa.runtime.binding import deployed_job, ensure_live
+from kappa.runtime.run_record import RunRecorder
 from kappa.spark.session import get_spark
 
 if TYPE_CHECKING:
@@ -137,12 +139,15 @@ def _run(settings: KappaSettings, spark: SparkSession, deployment: Deployment, s
         log.info("starting %s in the job host (pid %d)", deployment.name, os.getpid())
         # A query's Spark jobs run in the pool of the thread that starts it (FAIR: one pool per job).
         spark.sparkContext.setLocalProperty("spark.scheduler.pool", deployment.job)
-        spec = deployed_job(settings, deployment.job, deployment.version)
         holder = f"{deployment.name} in the job host"
-        with deployments.checkpoint_lock(settings, deployment.job, deployment.version, holder):
+        with (
+            deployments.checkpoint_lock(settings, deployment.job, deployment.version, holder),
+            RunRecorder.recording(settings, deployment.job, deployment.version) as record,
+        ):
+            spec = deployed_job(settings, deployment.job, deployment.version)
             with _BINDING:
                 ensure_live(settings, spec, deployment.version)
-            report = run_job(spec, settings, version=deployment.version, stop=stop)
+            report = run_job(spec, settings, version=deployment.version, stop=stop, run_record=record)
         rows = sum(report.input_rows.values())
         log.info("%s: stopped after %.1f s, %d input rows", deployment.name, report.seconds, rows)
     except KappaError as exc:
@@ -153,7 +158,7 @@ def _run(settings: KappaSettings, spark: SparkSession, deployment: Deployment, s
         status = 1
     finally:
         logging.getLogger().removeHandler(handler)
-        handler.write(f"{deployments.EXIT_LINE} {status} at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}")
+        deployments.record_exit(deployment, status)  # what the wrapper of a job's own process records
         handler.close()
 
 

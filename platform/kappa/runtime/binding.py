@@ -92,13 +92,20 @@ def cluster_topics(catalog: Iterable[Topic], jobs: Mapping[str, JobSpec], aliase
 def deployed_job(settings: KappaSettings, name: str, version: int | None = None) -> JobSpec:
     """The discovered job `name`, bound for `version` (default: its declared one) against the live aliases."""
 
+    job = declared_job(name, version)
+    return bind(job, job.version, discover(), AliasRegistry(settings).all())
+
+
+def declared_job(name: str, version: int | None = None) -> JobSpec:
+    """The discovered job `name`, if this code declares `version` (default: the declared one)."""
+
     job = get_job(name)
     if version is not None and version != job.version:
         raise KappaError(
             f"jobs/{name} declares v{job.version}: running that code as v{version} would write v{job.version}'s "
             f"logic into v{version}'s output. Run v{version} from the code that declares it."
         )
-    return bind(job, job.version, discover(), AliasRegistry(settings).all())
+    return job
 
 
 def topics_to_apply(settings: KappaSettings, catalog: Iterable[Topic]) -> list[Topic]:

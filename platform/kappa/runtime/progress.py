@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from pyspark.sql.streaming import StreamingQueryListener
 
+from kappa.runtime.run_record import RunRecorder
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -123,7 +125,7 @@ class ProgressHub(StreamingQueryListener):
 
     def onQueryStarted(self, event: Any) -> None:  # noqa: N802 (Spark's listener API)
         for recorder in self._current():
-            recorder.started(event.name, str(event.runId))
+            recorder.started(event.name, str(event.id), str(event.runId))
 
     def onQueryProgress(self, event: Any) -> None:  # noqa: N802 (Spark's listener API)
         progress = json.loads(event.progress.json)
@@ -147,10 +149,13 @@ class ProgressRecorder:
         bootstrap: str,
         groups: dict[str, str | None],
         on_batch: Callable[[dict[str, Any]], None] | None = None,
+        run_record: RunRecorder | None = None,
     ) -> None:
         """`groups`: query name -> consumer group to record that query's progress under (None: none); `on_batch`: also
-        called once per batch with its progress (e.g. to report it to Dagster Pipes)."""
+        called once per batch with its progress (e.g. to report it to Dagster Pipes); `run_record`: the run's record
+        of its queries and batches."""
         self._on_batch = on_batch
+        self._run_record = run_record
         self._bootstrap = bootstrap
         self._committers: dict[str, Consumer] = {}
         self._last: dict[str, list[TopicPartition]] = {}  # per group: the offsets of its last commit
@@ -162,9 +167,11 @@ class ProgressRecorder:
         self._ended = threading.Condition()
         self._ended_runs: set[str] = set()  # query runs whose end the listener bus delivered
 
-    def started(self, name: str, run_id: str) -> None:
+    def started(self, name: str, query_id: str, run_id: str) -> None:
         if name in self._groups:
             log.info("query %s started (run %s)", name, run_id)
+            if self._run_record is not None:
+                self._run_record.query_started(name, query_id, run_id)
 
     def handle(self, progress: dict[str, Any]) -> None:
         """Log and record one batch, once: the listener bus delivers asynchronously, and the runner hands
@@ -180,6 +187,8 @@ class ProgressRecorder:
             self.batches[name] = self.batches.get(name, 0) + 1
             self.rows[name] = self.rows.get(name, 0) + int(progress.get("numInputRows", 0))
         log.info(describe_batch(progress))
+        if self._run_record is not None:
+            self._run_record.batch(progress)
         if self._on_batch is not None:
             try:
                 self._on_batch(progress)

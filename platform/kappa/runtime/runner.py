@@ -25,6 +25,7 @@ from kappa.runtime.binding import deployment_topics
 from kappa.runtime.declaration import JobContext, JobSpec, Starting, version_checkpoints
 from kappa.runtime.progress import ProgressHub, ProgressRecorder, checkpoint_offsets
 from kappa.runtime.query import QueryControl, QueryEnd, WriterWatch, start_query
+from kappa.runtime.run_record import RunRecorder
 from kappa.spark.session import get_spark
 
 if TYPE_CHECKING:
@@ -63,13 +64,16 @@ def run_job(
     max_offsets_per_trigger: int | None = None,
     on_batch: Callable[[dict[str, Any]], None] | None = None,
     stop: threading.Event | None = None,
+    run_record: RunRecorder | None = None,
 ) -> RunReport:
     """Run until the input is drained (available_now) or until SIGTERM/SIGINT; return what was done.
     `on_batch` is called with each batch's progress (as JSON dict), once per batch. With `stop`, the caller
     owns the signals (several jobs in one process, each in its own thread) and sets it to stop the job after
-    its current batch."""
+    its current batch. `run_record`: where the run records its queries, batches and waits (its caller opens
+    and closes it, so that what fails before the run starts is recorded too)."""
     start = partial(_start_and_run, spec, settings, version=version, available_now=available_now,
-                    starting=starting, max_offsets_per_trigger=max_offsets_per_trigger, on_batch=on_batch)  # fmt: skip
+                    starting=starting, max_offsets_per_trigger=max_offsets_per_trigger, on_batch=on_batch,
+                    run_record=run_record)  # fmt: skip
     if stop is not None:
         return start(stop)
     # Handlers first: a stop requested while Spark is still starting (tens of seconds) is honoured too, as a clean
@@ -100,6 +104,7 @@ def _start_and_run(
     available_now: bool,
     max_offsets_per_trigger: int | None,
     on_batch: Callable[[dict[str, Any]], None] | None,
+    run_record: RunRecorder | None,
     on_spark: Callable[[], object] | None = None,
 ) -> RunReport:
     # Before Spark starts: a start point that the checkpoint would silently override is refused at once.
@@ -113,7 +118,7 @@ def _start_and_run(
         on_spark()
     return _run_until_stopped(spec, settings, spark, stop, version=version, available_now=available_now,
                               starting=starting, max_offsets_per_trigger=max_offsets_per_trigger,
-                              on_batch=on_batch)  # fmt: skip
+                              on_batch=on_batch, run_record=run_record)  # fmt: skip
 
 
 def real_time_slots(spec: JobSpec, settings: KappaSettings) -> KappaSettings:
@@ -241,6 +246,7 @@ def _run_until_stopped(
     starting: Starting | None,
     max_offsets_per_trigger: int | None,
     on_batch: Callable[[dict[str, Any]], None] | None,
+    run_record: RunRecorder | None,
 ) -> RunReport:
     context = JobContext(
         spark=spark,
@@ -251,7 +257,9 @@ def _run_until_stopped(
         starting=starting or Starting(),
         max_offsets_per_trigger=max_offsets_per_trigger,
     )
-    recorder = ProgressRecorder(settings.bootstrap, {context.query_name(): context.consumer_group}, on_batch)
+    recorder = ProgressRecorder(
+        settings.bootstrap, {context.query_name(): context.consumer_group}, on_batch, run_record
+    )
     # What the checkpoint says is done, before any new batch: a restart with nothing new to read reports none.
     recorder.commit(context.consumer_group, checkpoint_offsets(context.checkpoint()))
     started = time.monotonic()
@@ -283,6 +291,8 @@ def _run_until_stopped(
                 attempt = 1 if sum(recorder.batches.values()) > batches_before else attempt + 1
                 delay = min(RETRY_CAP_S, RETRY_FIRST_S * 2 ** (attempt - 1)) * random.uniform(0.8, 1.2)
                 log.warning("%s: %s; starting again in %.0f s (attempt %d)", context.id, cause, delay, attempt)
+                if run_record is not None:
+                    run_record.retrying(cause)
                 stop.wait(delay)
                 if stop.is_set():
                     break
