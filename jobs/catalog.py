@@ -19,6 +19,7 @@ CLICKS = Topic(
     retention_ms=FOREVER,
     value_schema="click_event.avsc",
     key_field="event_id",
+    partition_field="user_id",
     doc="Raw click events from the web tier (source, retained).",
 )
 
@@ -29,6 +30,7 @@ USER_PROFILES = Topic(
     min_compaction_lag_ms=PROFILE_REPLAY_WINDOW_MS,
     value_schema="user_profile.avsc",
     key_field="user_id",
+    partition_field="user_id",
     doc="Profile versions keyed by user id (compacted entity topic; every version kept for 30 days).",
 )
 
