@@ -28,9 +28,9 @@ def build_definitions(
 
         jobs = discover()
     if topics is None:
-        from jobs.catalog import TOPICS
+        from kappa.runtime.discovery import find_catalog
 
-        topics = TOPICS
+        topics = find_catalog(jobs).topics
     job_assets, sources = build_assets(jobs, topics)
     op_jobs, sensors = operations_definitions(jobs)
     return Definitions(

@@ -1,11 +1,10 @@
-"""Every topic of the reference pipeline, declared once. Jobs, the CLI and the tests import these.
+"""The reference pipeline's topics, declared once: its jobs (and the tests) import them.
 
 Partitioning: events of one user go to one partition (explicitly partitioned by user id), so a user's order
 is the log's order in every run. Four partitions suit a 2-core machine; raise them on a cluster.
 """
 
-from kappa.contracts.topic_declarations import DAY_MS, FOREVER, Cleanup, Topic, dead_letters_of, late_events_of
-from kappa.kafka.aliases import CONTROL_TOPICS
+from kappa.contracts.topic_declarations import DAY_MS, FOREVER, Cleanup, Topic
 
 # How far back a replay of a compacted entity topic can go with every version intact (DESIGN: compaction
 # erases history, so a compacted topic keeps each version younger than min.compaction.lag.ms).
@@ -65,13 +64,7 @@ SESSIONS = Topic(
     doc="Event-time sessions keyed by session id; updated as they grow, tombstoned when merged away.",
 )
 
-DATASETS: tuple[Topic, ...] = (CLICKS, USER_PROFILES, ENRICHED_CLICKS, ENRICHED_CLICKS_REALTIME, SESSIONS)
-SOURCES: tuple[Topic, ...] = (CLICKS, USER_PROFILES)  # written outside the platform
-
-
-# Every declared dataset (its schema subject is the dataset's), the source topics' dead letters and the
-# platform's control topics. A job's output is a dataset; its physical topics are versioned per job version
-# (`enriched_clicks.v1`, with `.late` and the dead letters of its inputs) and made by `kappa.runtime.binding`.
-TOPICS: tuple[Topic, ...] = DATASETS + tuple(dead_letters_of(t) for t in SOURCES) + CONTROL_TOPICS
-
-__all__ = ["DATASETS", "SOURCES", "TOPICS", "dead_letters_of", "late_events_of"]
+# Nothing lists these topics again: the platform finds every topic a job reads or writes, and every topic declared
+# here (kappa.runtime.discovery.find_catalog). A job's output topic is a dataset; its physical topics are versioned
+# per job version (`enriched_clicks.v1`, with `.late` and the dead letters of its inputs), made by
+# `kappa.runtime.binding`. A source (a dataset no job writes) gets its dead-letter topic.

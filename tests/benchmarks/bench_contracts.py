@@ -22,10 +22,11 @@ from typing import Any
 
 from deltalake import DeltaTable as DeltaTable_
 
-from jobs.catalog import CLICKS, USER_PROFILES, dead_letters_of
+from jobs.catalog import CLICKS, USER_PROFILES
 from jobs.raw_clicks.declaration import JOB as RAW_CLICKS
 from kappa.contracts.expectations import suite_for
 from kappa.contracts.schema_rollout import apply_schemas
+from kappa.contracts.topic_declarations import dead_letters_of
 from kappa.core.settings import KappaSettings, load_settings
 from kappa.kafka.clients import admin_client
 from kappa.kafka.topic_admin import apply

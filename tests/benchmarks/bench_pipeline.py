@@ -39,7 +39,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from jobs.catalog import CLICKS, TOPICS, USER_PROFILES
+from jobs.catalog import CLICKS, USER_PROFILES
 from kappa.contracts.schema_rollout import apply_schemas
 from kappa.contracts.topic_declarations import Cleanup, Topic, dead_letters_of, late_events_of
 from kappa.core.settings import KappaSettings
@@ -49,7 +49,7 @@ from kappa.kafka.topic_admin import apply
 from kappa.ops.clickstream import StreamConfig
 from kappa.ops.produce_clickstream import generate
 from kappa.runtime.declaration import DeltaTable, JobSpec, version_checkpoints
-from kappa.runtime.discovery import discover
+from kappa.runtime.discovery import discover, load_catalog
 from kappa.runtime.runner import run_job
 from kappa.spark.session import get_spark
 from kappa.spark.topic_io import publish, read_topic, topic_encoder
@@ -120,23 +120,24 @@ def load(settings: KappaSettings, events: int, users: int, reuse: bool) -> dict[
     # besides the catalog: each job input's dead letters and each job output's late side topic (a job checks
     # that every topic it writes exists before it starts)
     jobs = discover().values()
-    side = {t.name: t for t in TOPICS}
+    topics = load_catalog()
+    side = {t.name: t for t in topics}
     side |= {dead_letters_of(t).name: dead_letters_of(t) for spec in jobs for t in spec.inputs}
     side |= {late_events_of(s.output).name: late_events_of(s.output) for s in jobs if isinstance(s.output, Topic)}
-    side_topics = [t for name, t in side.items() if name not in {t.name for t in TOPICS}]
-    derived = [t for t in TOPICS if t not in (CLICKS, USER_PROFILES)] + side_topics
+    side_topics = [t for name, t in side.items() if name not in {t.name for t in topics}]
+    derived = [t for t in topics if t not in (CLICKS, USER_PROFILES)] + side_topics
     if reuse and stamp_file.is_file():
         stamp = json.loads(stamp_file.read_text())
         now = {t.name: {str(p): o for p, o in end_offsets(settings, t.name).items()} for t in (CLICKS, USER_PROFILES)}
         if {k: stamp.get(k) for k in wanted} == wanted and stamp.get("end_offsets") == now:
             print(f"reusing the generated topics ({events:,} clicks, seed {SEED}) from {stamp_file}")
             recreate(settings, derived)  # outputs of the last run: every job starts from empty outputs
-            apply_schemas(settings.schemas_path, TOPICS, settings.registry)
+            apply_schemas(settings.schemas_path, topics, settings.registry)
             return {**stamp, "reused": True}
         print(f"{stamp_file} does not match (wanted {wanted}, end offsets {now}): generating afresh")
     stamp_file.unlink(missing_ok=True)
-    recreate(settings, [*TOPICS, *side_topics])
-    apply_schemas(settings.schemas_path, TOPICS, settings.registry)
+    recreate(settings, [*topics, *side_topics])
+    apply_schemas(settings.schemas_path, topics, settings.registry)
     print(f"generating {events:,} clicks of {users:,} users (seed {SEED}) ...")
     generated = generate(settings, StreamConfig(events=events, users=users, seed=SEED), CLICKS, USER_PROFILES)
     stamp = {

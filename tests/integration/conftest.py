@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from jobs.catalog import DATASETS
 from kappa.contracts.schema_rollout import apply_schemas
 from kappa.contracts.topic_declarations import Cleanup, Topic
 from kappa.core.settings import KappaSettings
 from kappa.kafka.aliases import CONTROL_TOPICS
 from kappa.kafka.clients import admin_client
 from kappa.kafka.topic_admin import apply
+from kappa.runtime.discovery import find_catalog
 from kappa.spark.session import get_spark
 
 
@@ -37,7 +37,7 @@ def avro_topic(stack: KappaSettings, unique_name: Callable[[str], str]) -> Calla
     """
 
     def make(base: str, value_schema: str = "click_event.avsc", partitions: int = 2) -> Topic:
-        like = next((t for t in DATASETS if t.value_schema == value_schema), None)
+        like = next((t for t in find_catalog().datasets if t.value_schema == value_schema), None)
         topic = Topic(
             unique_name(base), partitions=partitions, cleanup=Cleanup.COMPACT, value_schema=value_schema,
             key_field=like.key_field if like else None, deletes=like.deletes if like else False,

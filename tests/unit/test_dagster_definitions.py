@@ -8,11 +8,11 @@ from dagster import AssetKey, Definitions
 from dagster_project.assets import output_key, topic_key
 from dagster_project.definitions import build_definitions, defs
 from dagster_project.resources import KappaResource
-from jobs.catalog import CLICKS, ENRICHED_CLICKS, PROFILE_REPLAY_WINDOW_MS, TOPICS, USER_PROFILES
+from jobs.catalog import CLICKS, ENRICHED_CLICKS, PROFILE_REPLAY_WINDOW_MS, USER_PROFILES
 from kappa.cli.main import main
 from kappa.contracts.topic_declarations import Cleanup, Topic
 from kappa.runtime.declaration import DeltaTable, JobSpec
-from kappa.runtime.discovery import discover
+from kappa.runtime.discovery import discover, load_catalog
 from kappa.runtime.pipes import batch_message, report_metadata
 from kappa.runtime.runner import RunReport
 
@@ -62,7 +62,7 @@ def test_source_topics_are_external_assets_and_nothing_is_undeclared() -> None:
     assert graph.external_asset_keys == read - outputs
     assert graph.materializable_asset_keys == outputs
     # Every asset is a job output or a declared topic; side topics (dead letters, late events) are left out.
-    declared = {topic_key(t.name) for t in TOPICS} | read | outputs
+    declared = {topic_key(t.name) for t in load_catalog()} | read | outputs
     assert graph.get_all_asset_keys() <= declared
     assert not any(k.path[-1].endswith((".dlq", ".late")) for k in graph.get_all_asset_keys())
 

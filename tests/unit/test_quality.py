@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from pyspark.sql import SparkSession
 
-from jobs.catalog import CLICKS, DATASETS
+from jobs.catalog import CLICKS
 from kappa.contracts.dead_letter_format import H_CONTRACT_BROKEN, H_CONTRACT_SUITE, H_KIND, DeadLetterKind
 from kappa.contracts.expectations import (
     VIOLATIONS,
@@ -27,6 +27,7 @@ from kappa.contracts.expectations import (
 from kappa.contracts.schema_files import topic_value_schema
 from kappa.contracts.wire_format import frame
 from kappa.core.settings import KappaSettings, load_settings
+from kappa.runtime.discovery import find_catalog
 from kappa.spark.topic_io import decode_topic
 from tests.unit.test_raw_clicks_transforms import CLICK, avro, kafka_rows
 
@@ -52,8 +53,9 @@ def test_every_suite_is_valid_gx_and_reads_only_columns_its_dataset_has() -> Non
     import great_expectations as gx  # noqa: F401  (the suites must load in GX itself)
     from great_expectations.core import ExpectationSuite
 
+    datasets = find_catalog().datasets
     files = sorted(p.stem for p in suites_dir(SETTINGS).glob("*.json"))
-    assert files == sorted({t.name for t in DATASETS} | set(TABLE_COLUMNS))
+    assert files == sorted({t.name for t in datasets} | set(TABLE_COLUMNS))
     for name in files:
         suite = suite_for(SETTINGS, name)
         assert suite is not None
@@ -61,7 +63,7 @@ def test_every_suite_is_valid_gx_and_reads_only_columns_its_dataset_has() -> Non
         gx_suite = ExpectationSuite(**json.loads((suites_dir(SETTINGS) / f"{name}.json").read_text()))
         assert len(gx_suite.expectations) == len(suite.expectations)
         columns = set(TABLE_COLUMNS.get(name, set()))
-        topic = next((t for t in DATASETS if t.name == name), None)
+        topic = next((t for t in datasets if t.name == name), None)
         if topic is not None:
             columns |= {f["name"] for f in topic_value_schema(SETTINGS.schemas_path, topic)["fields"]}
         for e in suite.expectations:

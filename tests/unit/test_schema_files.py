@@ -5,17 +5,17 @@ from pathlib import Path
 
 import pytest
 
-from jobs.catalog import TOPICS
 from kappa.contracts.schema_files import house_rules, load
 from kappa.contracts.schema_rollout import check_schemas
 from kappa.core.settings import project_root
+from kappa.runtime.discovery import load_catalog
 
 SCHEMAS = project_root() / "schemas" if project_root() else Path("schemas")
 FILES = sorted(SCHEMAS.glob("*.avsc"))
 
 
 def test_there_is_a_schema_for_every_declared_topic_value() -> None:
-    declared = {t.value_schema for t in TOPICS if t.value_schema}
+    declared = {t.value_schema for t in load_catalog() if t.value_schema}
     assert declared <= {f.name for f in FILES}
     assert {"click_event.avsc", "user_profile.avsc", "enriched_click.avsc", "session.avsc"} <= declared
 
@@ -26,7 +26,7 @@ def test_schema_parses_and_follows_house_rules(path: Path) -> None:
 
 
 def test_every_schema_is_compatible_with_its_git_history() -> None:
-    reports = check_schemas(SCHEMAS, TOPICS, registry_url=None)
+    reports = check_schemas(SCHEMAS, load_catalog(), registry_url=None)
     assert {r.file for r in reports} == {f.name for f in FILES}
     assert [(r.file, r.problems) for r in reports if r.problems] == []
 

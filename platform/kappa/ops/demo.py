@@ -13,7 +13,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from pyspark.sql import functions as F
 
-from jobs.catalog import CLICKS, TOPICS, USER_PROFILES
+from jobs.catalog import CLICKS, USER_PROFILES
 from kappa.contracts.schema_rollout import apply_schemas
 from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings
@@ -24,7 +24,7 @@ from kappa.ops.dlq import inspect
 from kappa.ops.produce_clickstream import generate
 from kappa.runtime.binding import deployed_job, ensure_live, topics_to_apply
 from kappa.runtime.declaration import DeltaTable, JobSpec
-from kappa.runtime.discovery import discover, pipeline_order, writers_of
+from kappa.runtime.discovery import discover, load_catalog, pipeline_order, writers_of
 from kappa.runtime.readers import table_path
 from kappa.runtime.runner import run_job
 from kappa.spark.session import get_spark
@@ -48,9 +48,10 @@ def run_demo(base: KappaSettings, events: int, keep: bool, malformed_share: floa
     detail = ", ".join(f"{k} {v:.1f} s" for k, v in timings.items())
     print(f"[1/5] stack healthy in {time.monotonic() - t0:.1f} s ({detail})")
     try:
-        changes = apply(admin_client(settings), topics_to_apply(settings, TOPICS))
+        topics = load_catalog()
+        changes = apply(admin_client(settings), topics_to_apply(settings, topics))
         print(f"[2/5] {len(changes)} topics created; ", end="")
-        registered = apply_schemas(settings.schemas_path, TOPICS, settings.registry)
+        registered = apply_schemas(settings.schemas_path, topics, settings.registry)
         print(f"{len(registered)} schemas registered (BACKWARD_TRANSITIVE)")
         config = StreamConfig(events=events, users=max(20, events // 100), malformed_share=malformed_share)
         produced = generate(settings, config, CLICKS, USER_PROFILES, progress=None)

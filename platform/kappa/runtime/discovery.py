@@ -1,13 +1,16 @@
-"""Find the jobs: every package under jobs/ with a `declaration` module that defines `JOB`."""
+"""Find the jobs (every package under jobs/ with a `declaration` module that defines `JOB`) and, from them, the
+platform's topics (`find_catalog`)."""
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
-from kappa.contracts.topic_declarations import Topic
+from kappa.contracts.topic_declarations import Topic, dead_letters_of
 from kappa.core.errors import KappaError
+from kappa.kafka.aliases import CONTROL_TOPICS
 from kappa.runtime.declaration import JobSpec
 
 
@@ -64,10 +67,46 @@ def pipeline_order(jobs: dict[str, JobSpec]) -> list[JobSpec]:
     return ordered
 
 
-def load_catalog(module: str = "jobs.catalog") -> tuple[Topic, ...]:
-    """The declared topics (the catalog module's TOPICS)."""
+@dataclass(frozen=True)
+class Catalog:
+    """The platform's topics, found from the declarations: nothing lists them a second time."""
+
+    datasets: tuple[Topic, ...]  # every dataset topic: the declared ones and those the jobs read, look up or write
+    sources: tuple[Topic, ...]  # the datasets no job writes: written outside the platform
+    topics: tuple[Topic, ...]  # the datasets, the sources' dead letters and the platform's control topics
+
+
+def find_catalog(jobs: Mapping[str, JobSpec] | None = None, module: str = "jobs.catalog") -> Catalog:
+    """Every topic a job reads (inputs and lookups) or writes, and every `Topic` that `module` defines at its top
+    level (a dataset that no job reads yet; the module may be absent). A topic declared twice must be declared
+    alike. A topic's own folder of declarations is the job's: a new source declared in a job's folder is found
+    because the job reads it."""
+    jobs = discover() if jobs is None else jobs
+    declared: list[Topic] = []
     try:
-        topics: tuple[Topic, ...] = importlib.import_module(module).TOPICS
-    except (ImportError, AttributeError) as exc:
-        raise KappaError(f"cannot load the topic catalog {module}.TOPICS: {exc}") from None
-    return topics
+        catalog = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name != module:
+            raise
+    else:
+        declared += [value for value in vars(catalog).values() if isinstance(value, Topic)]
+    for job in jobs.values():
+        declared += [*job.inputs, *job.lookups]
+        if isinstance(job.output, Topic):
+            declared.append(job.output)
+    by_name: dict[str, Topic] = {}
+    for topic in declared:
+        seen = by_name.setdefault(topic.name, topic)
+        if seen != topic:
+            raise KappaError(
+                f"topic {topic.name} is declared twice, differently: declare it once and import it where it is used"
+            )
+    datasets = tuple(sorted(by_name.values(), key=lambda t: t.name))
+    written = set(writers_of(jobs.values()))
+    sources = tuple(t for t in datasets if t.name not in written)
+    return Catalog(datasets, sources, datasets + tuple(dead_letters_of(t) for t in sources) + CONTROL_TOPICS)
+
+
+def load_catalog(module: str = "jobs.catalog") -> tuple[Topic, ...]:
+    """Every topic of the platform (`find_catalog(...).topics`), for the commands that create and register them."""
+    return find_catalog(module=module).topics
