@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import platform
-import shutil
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -50,8 +49,7 @@ def bench_stack(keep: bool = False, **overrides: Any) -> Iterator[KappaSettings]
 def _purge(stack: LocalStack, settings: KappaSettings) -> None:
     """The stack and everything that refers to its topics: checkpoints, Delta tables, deployments' state."""
     stack.down(purge=True)
-    for folder in (settings.checkpoint_root, settings.delta_root, settings.deployments_path):
-        shutil.rmtree(folder, ignore_errors=True)
+    stack.purge_derived_state()
 
 
 def best_of(runs: int, measure: Callable[[], float]) -> float:

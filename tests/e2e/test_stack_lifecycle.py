@@ -28,7 +28,11 @@ PORTS = {"KAPPA_KAFKA_PORT": "21092", "KAPPA_CONTROLLER_PORT": "21192", "KAPPA_R
 
 def test_up_status_restart_down_leaves_nothing_behind(tmp_path: Path) -> None:
     stack_dir = tmp_path / "stack"
-    env = {**PORTS, "KAPPA_STACK_DIR": str(stack_dir)}
+    derived = {name: tmp_path / name for name in ("checkpoints", "delta", "deployments")}  # what --purge deletes too
+    env = {
+        **PORTS, "KAPPA_STACK_DIR": str(stack_dir), "KAPPA_CHECKPOINT_ROOT": str(derived["checkpoints"]),
+        "KAPPA_DELTA_ROOT": str(derived["delta"]), "KAPPA_DEPLOYMENTS_DIR": str(derived["deployments"]),
+    }  # fmt: skip
     try:
         up = kappa("up", env=env)
         assert up.code == 0, up.err
@@ -68,9 +72,13 @@ def test_up_status_restart_down_leaves_nothing_behind(tmp_path: Path) -> None:
         assert not port_in_use(port), f"port {port} still bound after `kappa down`"
     assert (stack_dir / "kafka-1" / "data").is_dir()  # down keeps data; --purge deletes it
 
+    for folder in derived.values():  # state a job left behind, which refers to the stack's topics and offsets
+        (folder / "raw_clicks" / "v1").mkdir(parents=True)
     purge = kappa("down", "--purge", env=env)
-    assert purge.code == 0
+    assert purge.code == 0, purge.err
     assert not stack_dir.exists()
+    assert [folder for folder in derived.values() if folder.exists()] == []
+    assert purge.out.splitlines()[1:] == [f"deleted {folder}" for folder in (stack_dir, *derived.values())]
 
 
 @pytest.mark.slow

@@ -276,6 +276,16 @@ def test_stop_terminates_the_driver_gracefully(settings: KappaSettings) -> None:
         deployments._terminate(deployment, timeout_s=1)
 
 
+def test_stop_all_stops_every_running_deployment_for_a_purge(settings: KappaSettings) -> None:
+    deployment = _spawn_sleeper(settings)
+    try:
+        assert deployments.stop_all(settings, timeout_s=20) == ["fake.v1"]
+        assert process.group_members(deployment.pid) == []
+        assert deployments.stop_all(settings) == []  # nothing runs any more
+    finally:
+        deployments._terminate(deployment, timeout_s=1)
+
+
 def test_the_code_location_has_stop_and_restart_jobs_and_a_running_health_sensor() -> None:
     from dagster import DefaultSensorStatus
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from kappa.cli.parsing import add_command
 from kappa.core.settings import KappaSettings
+from kappa.lifecycle import deployments
 from kappa.spark.class_archive import ensure_archive
 from kappa.spark.session import driver_classpath
 from kappa.stack import LocalStack
@@ -39,10 +40,13 @@ def cmd_up(settings: KappaSettings, args: argparse.Namespace) -> int:
 
 
 def cmd_down(settings: KappaSettings, args: argparse.Namespace) -> int:
-    stopped = LocalStack(settings).down(purge=args.purge)
+    stack = LocalStack(settings)
+    jobs = deployments.stop_all(settings) if args.purge else []  # nothing may run against what --purge deletes
+    stopped = [*jobs, *stack.down(purge=args.purge)]
     print(f"stopped: {', '.join(stopped) if stopped else 'nothing was running'}")
     if args.purge:
-        print(f"deleted {settings.stack_path}")
+        for deleted in [str(settings.stack_path), *stack.purge_derived_state()]:
+            print(f"deleted {deleted}")
     return 0
 
 
@@ -64,5 +68,10 @@ def add_stack_commands(sub: Any) -> None:
     up.add_argument("--brokers", type=int, default=None, help="KRaft nodes (default: KAPPA_BROKERS, 1)")
     up.add_argument("--no-registry", action="store_true", help="start only Kafka")
     down = add_command(sub, "down", cmd_down, "stop what `kappa up` started")
-    down.add_argument("--purge", action="store_true", help="also delete the stack's data and logs")
+    down.add_argument(
+        "--purge",
+        action="store_true",
+        help="also stop the deployments and delete the stack's data and logs, the checkpoints, the Delta tables and "
+        "the deployments' state (everything that refers to the stack's topics): start afresh",
+    )
     add_command(sub, "status", cmd_status, "show each component, its address, pid and health")

@@ -659,6 +659,20 @@ def stop_if_running(settings: KappaSettings, job: str, version: int, timeout_s: 
     return True
 
 
+def stop_all(settings: KappaSettings, timeout_s: float | None = None) -> list[str]:
+    """Stop every running deployment recorded here (each after its current batch), then the job hosts. Returns the
+    deployments stopped. For `kappa down --purge`: nothing may run against the state it deletes."""
+    stopped = [
+        state.deployment.name
+        for state in status(settings)
+        if stop_if_running(settings, state.deployment.job, state.deployment.version, timeout_s)
+    ]
+    for host in hosts(settings):  # idle now: ended without waiting for their idle time
+        if is_host(host.pid):
+            process.stop(host.pid, HOST_MARKER)
+    return stopped
+
+
 def _end(settings: KappaSettings, deployment: Deployment, timeout_s: float) -> None:
     """End the deployment's run: its process (SIGTERM, then SIGKILL), or its thread in the job host."""
     if deployment.launcher == Launcher.SHARED.value:

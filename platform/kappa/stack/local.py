@@ -316,6 +316,18 @@ class LocalStack:
             self._save_state(state)
         return stopped
 
+    def purge_derived_state(self) -> list[str]:
+        """Delete what refers to the purged stack's topics and offsets: the checkpoints (offsets of logs that no
+        longer exist), the Delta tables written from them and the deployments' state. Local folders only: a
+        remote root (s3://...) is the operator's to delete. Returns what was deleted."""
+        deleted = []
+        for root in (self.settings.checkpoint_root, self.settings.delta_root, self.settings.deployments_path):
+            folder = Path(str(root).removeprefix("file:"))
+            if "://" not in str(root) and folder.exists():
+                shutil.rmtree(folder)
+                deleted.append(str(folder))
+        return deleted
+
     def restart(self, name: str) -> float:
         """Stop one component and start it again (used to prove the registry keeps its schemas)."""
         self.stop_component(name)
