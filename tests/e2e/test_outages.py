@@ -47,7 +47,7 @@ def test_continuous_jobs_wait_out_broker_and_registry_outages_and_lose_nothing(t
     output = outputs["raw_clicks"]
     try:
         pipeline = deploy_copy(settings, tmp_path / "pipeline", "outage_")
-        source = Topic("outage_clicks", 4, Cleanup.COMPACT, value_schema="click_event.avsc")
+        source = Topic("outage_clicks", 4, Cleanup.COMPACT, value_schema="clicks.avsc")
         table = tmp_path / "pipeline" / "delta" / "raw_clicks" / "v1"
         enriched = topic_named(settings, r"outage_enriched_clicks(\.v1)?")
         before = produce_clicks(settings, source, 600, first=0)

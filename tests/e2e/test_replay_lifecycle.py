@@ -155,7 +155,7 @@ def test_replay_cutover_and_rollback_through_the_cli(
     dataset = dataset_of(v1)
     assert live_version(registry, v1) == 1, "the CLI flow starts where the module's copy starts: v1 live"
 
-    enriched = Topic(dataset, 4, Cleanup.COMPACT, value_schema="enriched_click.avsc")
+    enriched = Topic(dataset, 4, Cleanup.COMPACT, value_schema="enriched_clicks.avsc")
     seen: dict[str, dict[str, object] | None] = {}
     counts: list[int] = []
     consumer = AliasConsumer(stack, enriched, group=unique_name("follower"), alias_poll_s=0.5)
@@ -359,7 +359,7 @@ def test_runbooks_as_written(stack: KappaSettings, pipeline: Deployment) -> None
         stop_deployment(d, 2)
 
         # A schema change: enriched clicks gain the lateness the job applied, with a default; v5.
-        avsc = schemas / "enriched_click.avsc"
+        avsc = schemas / "enriched_clicks.avsc"
         avsc.write_text(avsc.read_text().replace(
             '"doc": "Country of the user at event_time; null without a profile."}',
             '"doc": "Country of the user at event_time; null without a profile."},\n'

@@ -30,14 +30,14 @@ def test_incompatible_change_is_caught_against_git_history(tmp_path: Path) -> No
     assert "0 with problems" in ok.out
 
     # Someone makes `referrer` required and renames the enum type: committed, as CI sees it.
-    click = json.loads((schemas / "click_event.avsc").read_text())
+    click = json.loads((schemas / "clicks.avsc").read_text())
     click["fields"][3] = {"name": "referrer", "type": "string", "doc": "Previous page."}
-    (schemas / "click_event.avsc").write_text(json.dumps(click, indent=2))
+    (schemas / "clicks.avsc").write_text(json.dumps(click, indent=2))
     _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "make referrer required")
 
     bad = kappa("schemas", "check", "--offline", env=env)
     assert bad.code == 1
-    assert "FAIL click_event.avsc (clicks-value)" in bad.out
+    assert "FAIL clicks.avsc (clicks-value)" in bad.out
     assert (
         "against git: [new reads old] ClickEvent.referrer: the writer's union branch null cannot be read by the "
         "reader's string"

@@ -104,7 +104,7 @@ def test_three_broker_cluster_outlives_a_sigkilled_broker_and_loses_nothing(tmp_
         assert sorted(n.port for n in cluster.nodes) == [22092, 22093, 22094]
 
         pipeline = deploy_copy(settings, tmp_path / "pipeline", "three_")
-        source = Topic("three_clicks", 4, Cleanup.COMPACT, value_schema="click_event.avsc")
+        source = Topic("three_clicks", 4, Cleanup.COMPACT, value_schema="clicks.avsc")
         state = describe(admin, [source])[0]
         assert (state.replication_factor, state.configs["min.insync.replicas"]) == (3, "2")
         table = tmp_path / "pipeline" / "delta" / "raw_clicks" / "v1"

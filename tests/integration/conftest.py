@@ -36,7 +36,7 @@ def avro_topic(stack: KappaSettings, unique_name: Callable[[str], str]) -> Calla
     subject of its own.
     """
 
-    def make(base: str, value_schema: str = "click_event.avsc", partitions: int = 2) -> Topic:
+    def make(base: str, value_schema: str = "clicks.avsc", partitions: int = 2) -> Topic:
         like = next((t for t in find_catalog().datasets if t.value_schema == value_schema), None)
         topic = Topic(
             unique_name(base), partitions=partitions, cleanup=Cleanup.COMPACT, value_schema=value_schema,

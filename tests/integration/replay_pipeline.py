@@ -169,8 +169,8 @@ def copy_schemas(to: Path, prefix: str) -> Path:
 
 def produce(stack: KappaSettings, d: Deployment, part: slice, config: StreamConfig = CONFIG) -> None:
     """That part of the generated stream into the copy's clicks and user_profiles."""
-    clicks = Topic(f"{d.prefix}clicks", 4, Cleanup.COMPACT, value_schema="click_event.avsc")
-    profiles = Topic(f"{d.prefix}user_profiles", 4, Cleanup.COMPACT, value_schema="user_profile.avsc")
+    clicks = Topic(f"{d.prefix}clicks", 4, Cleanup.COMPACT, value_schema="clicks.avsc")
+    profiles = Topic(f"{d.prefix}user_profiles", 4, Cleanup.COMPACT, value_schema="user_profiles.avsc")
     generate(stack, config, clicks, profiles, progress=None, emissions=part)
 
 

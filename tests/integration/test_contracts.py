@@ -37,7 +37,7 @@ def test_raw_clicks_dead_letters_contract_violations_and_keeps_the_rest(
     stack: KappaSettings, spark: SparkSession, unique_name: Callable[[str], str]
 ) -> None:
     # A physical topic of the clicks dataset (as a versioned or test copy is): the clicks suite applies.
-    topic = Topic(unique_name("clicks"), partitions=2, cleanup=Cleanup.COMPACT, value_schema="click_event.avsc",
+    topic = Topic(unique_name("clicks"), partitions=2, cleanup=Cleanup.COMPACT, value_schema="clicks.avsc",
                   dataset="clicks")  # fmt: skip
     apply(admin_client(stack), [topic, Topic(f"{topic.name}.dlq", partitions=1, cleanup=Cleanup.DELETE)])
     apply_schemas(stack.schemas_path, [topic], stack.registry)

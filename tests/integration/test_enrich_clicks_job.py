@@ -83,9 +83,9 @@ def test_enriched_clicks_equal_the_as_of_rule_over_the_whole_log(
     shuffle_partitions: int,
     max_offsets: int | None,
 ) -> None:
-    clicks = avro_topic("clicks", value_schema="click_event.avsc", partitions=3)
-    profiles = avro_topic("profiles", value_schema="user_profile.avsc", partitions=3)
-    output = avro_topic("enriched", value_schema="enriched_click.avsc", partitions=3)
+    clicks = avro_topic("clicks", value_schema="clicks.avsc", partitions=3)
+    profiles = avro_topic("profiles", value_schema="user_profiles.avsc", partitions=3)
+    output = avro_topic("enriched", value_schema="enriched_clicks.avsc", partitions=3)
     late = late_events_of(output)
     apply(admin_client(stack), [late])
     report = generate(stack, CONFIG, clicks, profiles, progress=None)

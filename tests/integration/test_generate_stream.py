@@ -23,7 +23,7 @@ def _count(stack: KappaSettings, topic: Topic) -> int:
 
 def test_generate_fills_both_topics(stack: KappaSettings, avro_topic: Callable[..., Topic]) -> None:
     clicks_topic = avro_topic("gen-clicks", partitions=4)
-    profiles_topic = avro_topic("gen-profiles", value_schema="user_profile.avsc", partitions=4)
+    profiles_topic = avro_topic("gen-profiles", value_schema="user_profiles.avsc", partitions=4)
     report = generate(
         stack, StreamConfig(events=3000, users=100, seed=9, malformed_share=0.01), clicks_topic, profiles_topic,
         progress=None,

@@ -176,12 +176,12 @@ def _same_rows(a: DataFrame, b: DataFrame, what: str) -> None:
 @pytest.fixture
 def topics(avro_topic: Callable[..., Topic], stack: KappaSettings) -> dict[str, Topic]:
     made = {
-        "clicks": avro_topic("clicks", value_schema="click_event.avsc", partitions=CLICKS.partitions),
-        "profiles": avro_topic("profiles", value_schema="user_profile.avsc", partitions=USER_PROFILES.partitions),
+        "clicks": avro_topic("clicks", value_schema="clicks.avsc", partitions=CLICKS.partitions),
+        "profiles": avro_topic("profiles", value_schema="user_profiles.avsc", partitions=USER_PROFILES.partitions),
     }
     for run in ("live", "replay"):
-        made[f"enriched_{run}"] = avro_topic(f"enriched-{run}", "enriched_click.avsc", ENRICHED_CLICKS.partitions)
-        made[f"sessions_{run}"] = avro_topic(f"sessions-{run}", "session.avsc", SESSIONS.partitions)
+        made[f"enriched_{run}"] = avro_topic(f"enriched-{run}", "enriched_clicks.avsc", ENRICHED_CLICKS.partitions)
+        made[f"sessions_{run}"] = avro_topic(f"sessions-{run}", "sessions.avsc", SESSIONS.partitions)
     late = [late_events_of(t) for k, t in made.items() if k.startswith(("enriched", "sess"))]
     apply(admin_client(stack), late)
     return made

@@ -41,7 +41,7 @@ def take_until(changes: Iterator[Change], failing_key: str, taken: list[str]) ->
 def test_a_change_the_caller_did_not_take_comes_again_after_a_restart(
     stack: KappaSettings, unique_name: Callable[[str], str]
 ) -> None:
-    dataset = Topic(unique_name("followed"), 1, Cleanup.COMPACT, value_schema="enriched_click.avsc")
+    dataset = Topic(unique_name("followed"), 1, Cleanup.COMPACT, value_schema="enriched_clicks.avsc")
     physical = dataset.versioned(1)
     apply(require_kafka(stack), [physical])
     with Registry(stack.registry) as registry:

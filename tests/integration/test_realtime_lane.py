@@ -98,9 +98,9 @@ class Reader:
 def test_real_time_lane_enriches_refreshes_its_profiles_and_sets_bad_records_aside(
     stack: KappaSettings, spark: SparkSession, avro_topic: Callable[..., Topic], tmp_path: Path
 ) -> None:
-    clicks = avro_topic("clicks", value_schema="click_event.avsc", partitions=2)
-    profiles = avro_topic("profiles", value_schema="user_profile.avsc", partitions=2)
-    output = avro_topic("enriched-rt", value_schema="enriched_click.avsc", partitions=2)
+    clicks = avro_topic("clicks", value_schema="clicks.avsc", partitions=2)
+    profiles = avro_topic("profiles", value_schema="user_profiles.avsc", partitions=2)
+    output = avro_topic("enriched-rt", value_schema="enriched_clicks.avsc", partitions=2)
     apply(admin_client(stack), [late_events_of(output)])
     profile_encoder, click_encoder = encoder(stack, profiles), encoder(stack, clicks)
 
@@ -178,7 +178,7 @@ def test_real_time_lane_enriches_refreshes_its_profiles_and_sets_bad_records_asi
 
     # 4. A replay (availableNow, as `kappa replay start` runs it) runs the same plan as micro-batches over the
     # whole log, with the profiles as published by then: every click once, each with its user's latest profile.
-    replay_output = avro_topic("enriched-rt-replay", value_schema="enriched_click.avsc", partitions=2)
+    replay_output = avro_topic("enriched-rt-replay", value_schema="enriched_clicks.avsc", partitions=2)
     apply(admin_client(stack), [late_events_of(replay_output)])
     replay = dataclasses.replace(job, output=replay_output)
     replayed = run_job(replay, settings.model_copy(update={"checkpoint_root": str(tmp_path / "cp-replay")}),

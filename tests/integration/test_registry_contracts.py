@@ -19,9 +19,9 @@ def test_apply_sets_the_level_and_the_registry_refuses_an_incompatible_change(
 ) -> None:
     schemas = tmp_path / "schemas"
     schemas.mkdir()
-    original = json.loads((stack.schemas_path / "click_event.avsc").read_text())
-    (schemas / "click_event.avsc").write_text(json.dumps(original))
-    topic = Topic(unique_name("contract"), partitions=1, cleanup=Cleanup.COMPACT, value_schema="click_event.avsc")
+    original = json.loads((stack.schemas_path / "clicks.avsc").read_text())
+    (schemas / "clicks.avsc").write_text(json.dumps(original))
+    topic = Topic(unique_name("contract"), partitions=1, cleanup=Cleanup.COMPACT, value_schema="clicks.avsc")
     subject = value_subject(topic.name)
 
     [applied] = apply_schemas(schemas, [topic], stack.registry)
@@ -33,9 +33,9 @@ def test_apply_sets_the_level_and_the_registry_refuses_an_incompatible_change(
     # A new required field without a default: old records could not be read any more.
     broken = copy.deepcopy(original)
     broken["fields"].append({"name": "campaign", "type": "string", "doc": "Marketing campaign."})
-    (schemas / "click_event.avsc").write_text(json.dumps(broken))
+    (schemas / "clicks.avsc").write_text(json.dumps(broken))
 
-    [report] = [r for r in check_schemas(schemas, [topic], stack.registry) if r.file == "click_event.avsc"]
+    [report] = [r for r in check_schemas(schemas, [topic], stack.registry) if r.file == "clicks.avsc"]
     assert report.problems == [
         f"against {subject}: [new reads old] ClickEvent.campaign: the reader's field has no default and the "
         "writer does not have it (add a default, or keep the field)"
@@ -47,8 +47,8 @@ def test_apply_sets_the_level_and_the_registry_refuses_an_incompatible_change(
 
     # With a default it is a compatible evolution: version 2.
     broken["fields"][-1]["default"] = "none"
-    (schemas / "click_event.avsc").write_text(json.dumps(broken))
-    assert [r.problems for r in check_schemas(schemas, [topic], stack.registry) if r.file == "click_event.avsc"] == [[]]
+    (schemas / "clicks.avsc").write_text(json.dumps(broken))
+    assert [r.problems for r in check_schemas(schemas, [topic], stack.registry) if r.file == "clicks.avsc"] == [[]]
     assert apply_schemas(schemas, [topic], stack.registry)[0].version == 2
 
 

@@ -20,7 +20,7 @@ from kappa.spark.topic_io import decode_topic, kafka_source, writer_schemas
 def test_old_and_new_writers_in_one_batch(
     stack: KappaSettings, spark: SparkSession, unique_name: Callable[[str], str]
 ) -> None:
-    topic = Topic(unique_name("evolving"), partitions=1, cleanup=Cleanup.COMPACT, value_schema="click_event.avsc")
+    topic = Topic(unique_name("evolving"), partitions=1, cleanup=Cleanup.COMPACT, value_schema="clicks.avsc")
     apply(admin_client(stack), [topic])
     v2: dict[str, Any] = topic_value_schema(stack.schemas_path, topic)
     v1 = copy.deepcopy(v2)

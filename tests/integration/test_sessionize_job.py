@@ -79,8 +79,8 @@ def test_sessions_equal_the_rule_over_the_whole_log(
     tmp_path: Path,
     shuffle_partitions: int,
 ) -> None:
-    source = avro_topic("enriched", value_schema="enriched_click.avsc", partitions=3)
-    output = avro_topic("sessions", value_schema="session.avsc", partitions=3)
+    source = avro_topic("enriched", value_schema="enriched_clicks.avsc", partitions=3)
+    output = avro_topic("sessions", value_schema="sessions.avsc", partitions=3)
     apply(admin_client(stack), [late_events_of(output)])
     clicks = _clicks_in_log_order()
     with Registry(stack.registry) as registry:

@@ -118,7 +118,7 @@ def _expected_page_stats(log: list[tuple[Click, str]]) -> Rows:
 def test_page_stats_is_exact_whatever_the_batches(
     stack: KappaSettings, spark: SparkSession, avro_topic: Callable[..., Topic], tmp_path: Path
 ) -> None:
-    source = avro_topic("enriched", value_schema="enriched_click.avsc", partitions=3)
+    source = avro_topic("enriched", value_schema="enriched_clicks.avsc", partitions=3)
     log = _enriched_log(seed=23)
     encoder = _encoder(stack, source)
     records = [
@@ -228,7 +228,7 @@ def _expected_user_activity(state: dict[str, dict[str, Any]]) -> Rows:
 def test_session_views_follow_upserts_and_tombstones(
     stack: KappaSettings, spark: SparkSession, avro_topic: Callable[..., Topic], tmp_path: Path
 ) -> None:
-    source = avro_topic("sessions", value_schema="session.avsc", partitions=3)
+    source = avro_topic("sessions", value_schema="sessions.avsc", partitions=3)
     log = _sessions_log(seed=31)
     encoder = _encoder(stack, source)
     records = [

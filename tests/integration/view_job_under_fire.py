@@ -25,7 +25,7 @@ APP_ID = "page_views_under_fire.v1"
 def main(topic_name: str, table: str, checkpoint: str) -> None:
     settings = load_settings()
     spark = get_spark(settings, "view-under-fire")
-    topic = Topic(topic_name, partitions=2, cleanup=Cleanup.COMPACT, value_schema="click_event.avsc")
+    topic = Topic(topic_name, partitions=2, cleanup=Cleanup.COMPACT, value_schema="clicks.avsc")
     clicks = read_topic(spark, settings, topic, job="page_views_under_fire", job_version=1, max_offsets_per_trigger=250)
     merge = DeltaMerge(table, keys=("page",), app_id=APP_ID, mode=MergeMode.ACCUMULATE, summed=("views",))
     write = foreach_batch(merge, prepare=lambda batch: batch.groupBy("page").agg(F.count("*").alias("views")))

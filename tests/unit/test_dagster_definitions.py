@@ -77,7 +77,7 @@ def test_static_metadata_comes_from_the_topic_declarations() -> None:
     enriched = graph.get(topic_key(ENRICHED_CLICKS.name)).metadata
     assert enriched["job"] == "enrich_clicks"
     assert enriched["job_version"] == JOBS["enrich_clicks"].version
-    assert enriched["value_schema"].path == "schemas/enriched_click.avsc"
+    assert enriched["value_schema"].path == "schemas/enriched_clicks.avsc"
     assert enriched["retention_ms"] == -1
     assert "jobs run enrich_clicks --version 1 --available-now --pipes" in enriched["catch_up_command"]
 

@@ -39,7 +39,7 @@ ALIASES = Topic(
     name="kappa.aliases",
     partitions=1,  # one partition: a total order of moves, read in a few milliseconds
     cleanup=Cleanup.COMPACT,
-    value_schema="alias.avsc",
+    value_schema="kappa.aliases.avsc",
     doc="The live version of each dataset (compacted by dataset); readers follow it.",
 )
 AUDIT = Topic(
@@ -47,7 +47,7 @@ AUDIT = Topic(
     partitions=1,
     cleanup=Cleanup.DELETE,
     retention_ms=FOREVER,
-    value_schema="replay_step.avsc",
+    value_schema="kappa.audit.avsc",
     doc="Every deployment and replay step: who, when, from and to (retained forever).",
 )
 CONTROL_TOPICS: tuple[Topic, ...] = (ALIASES, AUDIT)
@@ -201,7 +201,7 @@ class AliasWatch:
     few seconds (`AliasConsumer`) costs one offsets request while nothing moves."""
 
     def __init__(self, settings: KappaSettings) -> None:
-        self._reader = ControlReader(settings, ALIASES, load(settings.schemas_path / "alias.avsc"))
+        self._reader = ControlReader(settings, ALIASES, load(settings.schemas_path / "kappa.aliases.avsc"))
         self._live: dict[str, Alias] = {}
 
     def live(self, dataset: str) -> Alias | None:
@@ -219,8 +219,8 @@ class AliasRegistry:
 
     def __init__(self, settings: KappaSettings) -> None:
         self.settings = settings
-        self._alias_schema = load(settings.schemas_path / "alias.avsc")
-        self._step_schema = load(settings.schemas_path / "replay_step.avsc")
+        self._alias_schema = load(settings.schemas_path / "kappa.aliases.avsc")
+        self._step_schema = load(settings.schemas_path / "kappa.audit.avsc")
 
     # -------------------------------------------------------------- aliases
     def all(self) -> dict[str, Alias]:

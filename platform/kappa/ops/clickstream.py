@@ -34,7 +34,7 @@ class Click:
     device: str = "UNKNOWN"
 
     def as_avro(self) -> dict[str, object]:
-        """The record as schemas/click_event.avsc has it (fastavro takes datetimes for timestamp-millis)."""
+        """The record as schemas/clicks.avsc has it (fastavro takes datetimes for timestamp-millis)."""
         return {
             "event_id": self.event_id,
             "user_id": self.user_id,
