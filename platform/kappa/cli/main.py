@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from kappa.cli.demo import add_demo_command, add_generate_command
 from kappa.cli.dlq import add_dlq_commands
 from kappa.cli.jobs import add_jobs_commands
+from kappa.cli.produce import add_produce_command
 from kappa.cli.replay import add_replay_commands
 from kappa.cli.schemas import add_schemas_commands
 from kappa.cli.stack import add_stack_commands
@@ -30,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_dlq_commands(sub)
     add_jobs_commands(sub)
     add_generate_command(sub)
+    add_produce_command(sub)
     add_replay_commands(sub)
     add_demo_command(sub)
     return parser

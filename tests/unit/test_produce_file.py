@@ -1,0 +1,447 @@
+"""`kappa produce`'s logic without services: reading JSON lines, CSV and Parquet, converting and validating rows
+against the value schema, rejects with row numbers and reasons, and each record's key and partition.
+
+Expected values are written out or computed here from first principles (calendar.timegm, fastavro's own reader,
+`partition_for`), never by the code under test; records are encoded with a wire-format encoder built here.
+"""
+
+import calendar
+import io
+import json
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from fastavro import parse_schema, schemaless_reader, schemaless_writer
+
+from jobs.catalog import CLICKS
+from kappa.contracts.schema_files import topic_value_schema
+from kappa.contracts.topic_declarations import Cleanup, Topic
+from kappa.contracts.wire_format import frame, unframe
+from kappa.core.errors import KappaError
+from kappa.core.settings import project_root
+from kappa.kafka.clients import Outgoing
+from kappa.kafka.partitioning import partition_for
+from kappa.ops.produce_file import (
+    FileFormat,
+    Progress,
+    RecordShape,
+    RejectsFile,
+    RowError,
+    default_rejects_path,
+    detect_format,
+    find_topic,
+    from_text,
+    open_source,
+    placement,
+    produce_rows,
+)
+
+SCHEMAS = project_root() / "schemas" if project_root() else Path("schemas")
+CLICK_SCHEMA: dict[str, Any] = topic_value_schema(SCHEMAS, CLICKS)
+SCHEMA_ID = 42
+
+# One field of every type a CSV cell can carry.
+EVERY_TYPE: dict[str, Any] = {
+    "type": "record",
+    "name": "EveryType",
+    "namespace": "io.kappa.test",
+    "fields": [
+        {"name": "name", "type": "string"},
+        {"name": "count", "type": "int"},
+        {"name": "total", "type": "long"},
+        {"name": "ratio", "type": "float"},
+        {"name": "score", "type": "double"},
+        {"name": "active", "type": "boolean"},
+        {"name": "note", "type": ["null", "string"], "default": None},
+        {"name": "amount", "type": ["null", "long"], "default": None},
+        {
+            "name": "kind",
+            "type": {"type": "enum", "name": "Kind", "symbols": ["UNKNOWN", "RED", "BLUE"], "default": "UNKNOWN"},
+            "default": "UNKNOWN",
+        },
+        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "seen", "type": ["null", {"type": "long", "logicalType": "timestamp-millis"}], "default": None},
+        {"name": "again", "type": ["null", "Kind"], "default": None},  # a named type by reference
+    ],
+}
+
+
+def epoch_ms(year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0, ms: int = 0) -> int:
+    return calendar.timegm((year, month, day, hour, minute, second)) * 1000 + ms
+
+
+def encoder(schema: dict[str, Any]) -> Any:
+    parsed = parse_schema(schema)
+
+    def encode(record: dict[str, Any]) -> bytes:
+        out = io.BytesIO()
+        schemaless_writer(out, parsed, record)
+        return frame(SCHEMA_ID, out.getvalue())
+
+    return encode
+
+
+def decoded(value: bytes | None, schema: dict[str, Any] = CLICK_SCHEMA) -> dict[str, Any]:
+    """Raw values (timestamps as epoch milliseconds), read back with fastavro's own reader."""
+    schema_id, body = unframe(value)
+    assert schema_id == SCHEMA_ID
+    record = schemaless_reader(
+        io.BytesIO(body), parse_schema(schema), return_record_name=False, handle_unicode_errors="strict"
+    )
+    return {k: (calendar.timegm(v.utctimetuple()) * 1000 + v.microsecond // 1000 if isinstance(v, datetime) else v)
+            for k, v in record.items()}  # fmt: skip
+
+
+def run(
+    path: Path, file_format: FileFormat, schema: dict[str, Any] = CLICK_SCHEMA, topic: Topic = CLICKS
+) -> tuple[list[Outgoing], list[dict[str, Any]]]:
+    """Produce the file into a list; (what was sent, the rejects file's entries)."""
+    shape = RecordShape(schema)
+    sent: list[Outgoing] = []
+    rejects_path = default_rejects_path(path)
+    with RejectsFile(rejects_path) as rejects:
+        count = produce_rows(open_source(path, file_format, shape), shape, topic, encoder(schema), sent.append, rejects)
+    assert count == len(sent)
+    entries = [json.loads(line) for line in rejects_path.read_text().splitlines()] if rejects_path.exists() else []
+    assert len(entries) == rejects.count
+    return sent, entries
+
+
+def click(n: int, user: str = "user-1", **overrides: Any) -> dict[str, Any]:
+    return {
+        "event_id": f"e{n}", "user_id": user, "page": f"/page/{n}", "referrer": None,
+        "event_time": epoch_ms(2026, 1, 1, 0, 0, n), "device": "MOBILE", **overrides,
+    }  # fmt: skip
+
+
+# --- CSV cells to the schema's types ------------------------------------------------------------------
+
+
+def test_csv_cells_become_each_type() -> None:
+    shape = RecordShape(EVERY_TYPE)
+    cells = {
+        "name": " Ada ", "count": "-12", "total": "9007199254740993", "ratio": "0.5", "score": "-1.25e3",
+        "active": "TRUE", "note": "", "amount": "17", "kind": "BLUE", "at": "2026-03-01T12:34:56.789Z",
+        "seen": "1767225600000", "again": "RED",
+    }  # fmt: skip
+    assert shape.record(shape.from_cells(cells)) == {
+        "name": " Ada ", "count": -12, "total": 9007199254740993, "ratio": 0.5, "score": -1250.0, "active": True,
+        "note": None, "amount": 17, "kind": "BLUE", "at": epoch_ms(2026, 3, 1, 12, 34, 56, 789),
+        "seen": 1767225600000, "again": "RED",
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2026-03-01T12:34:56.789Z", epoch_ms(2026, 3, 1, 12, 34, 56, 789)),
+        ("2026-03-01T14:34:56.789+02:00", epoch_ms(2026, 3, 1, 12, 34, 56, 789)),  # the offset is applied
+        ("2026-03-01 12:34:56+00:00", epoch_ms(2026, 3, 1, 12, 34, 56)),
+        ("2026-03-01T12:34:56.789999Z", epoch_ms(2026, 3, 1, 12, 34, 56, 789)),  # microseconds floored
+        ("1969-12-31T23:59:59.999Z", -1),
+        ("1772368496789", 1772368496789),  # epoch milliseconds
+        ("-5", -5),
+    ],
+)
+def test_csv_timestamps_are_iso_8601_or_epoch_milliseconds(text: str, expected: int) -> None:
+    assert from_text(text, {"type": "long", "logicalType": "timestamp-millis"}) == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [("true", True), ("False", False), ("1", True), ("0", False)])
+def test_csv_booleans(text: str, expected: bool) -> None:
+    assert from_text(text, "boolean") is expected
+
+
+def test_csv_empty_cells() -> None:
+    shape = RecordShape(EVERY_TYPE)
+    values = shape.from_cells({"name": "", "note": "", "amount": "", "kind": "", "seen": ""})
+    # The empty string in a string, null in a nullable field, the default where a field has one.
+    assert values == {"name": "", "note": None, "amount": None, "kind": "UNKNOWN", "seen": None}
+    with pytest.raises(RowError, match=re.escape("count: '' is not an integer (int)")):
+        shape.from_cells({"count": ""})
+
+
+@pytest.mark.parametrize(
+    ("cells", "reason"),
+    [
+        ({"count": "12.5"}, "count: '12.5' is not an integer (int)"),
+        ({"total": "1_000"}, "total: '1_000' is not an integer (long)"),
+        ({"ratio": "half"}, "ratio: 'half' is not a number (float)"),
+        ({"score": "1_0.5"}, "score: '1_0.5' is not a number (double)"),
+        ({"active": "yes"}, "active: 'yes' is not a boolean (true, false, 1 or 0)"),
+        ({"kind": "GREEN"}, "kind: 'GREEN' is not one of UNKNOWN, RED, BLUE"),
+        ({"amount": "many"}, "amount: 'many' is not an integer (long)"),
+        ({"at": "yesterday"}, "at: 'yesterday' is neither an ISO 8601 timestamp nor epoch milliseconds"),
+        ({"at": "2026-03-01T12:00:00"}, "at: '2026-03-01T12:00:00' has no UTC offset"),
+        ({"count": "x", "kind": "y"}, "count: 'x' is not an integer (int); kind: 'y' is not one of"),  # every cell
+    ],
+)
+def test_csv_cells_that_do_not_read_are_reasons(cells: dict[str, str], reason: str) -> None:
+    with pytest.raises(RowError, match="^" + re.escape(reason)):
+        RecordShape(EVERY_TYPE).from_cells(cells)
+
+
+def test_values_out_of_range_fail_validation() -> None:
+    shape = RecordShape(EVERY_TYPE)
+    values = shape.from_cells({"name": "n", "count": "2147483648", "total": "1", "ratio": "1", "score": "1",
+                               "active": "1", "at": "0"})  # fmt: skip
+    with pytest.raises(RowError, match=re.escape("count: 2147483648 is not int")):
+        shape.record(values)
+
+
+# --- defaults, missing and unknown fields -------------------------------------------------------------
+
+
+def test_missing_fields_take_the_schemas_default() -> None:
+    row = {"event_id": "e1", "user_id": "u1", "page": "/", "event_time": 5}
+    assert RecordShape(CLICK_SCHEMA).record(row) == {**row, "referrer": None, "device": "UNKNOWN"}
+
+
+def test_missing_fields_without_default_and_unknown_fields_are_reasons() -> None:
+    with pytest.raises(RowError) as err:
+        RecordShape(CLICK_SCHEMA).record({"event_id": "e1", "page": "/", "event_time": 5, "referer": "/a"})
+    assert str(err.value) == (
+        "not fields of ClickEvent: referer; user_id: missing, and ClickEvent has no default for it"
+    )
+
+
+# --- key and partition ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("user", ["user-00001", "user-00042", "ünïcode-user", ""])
+def test_key_is_the_key_field_and_partition_is_partition_for_the_user(user: str) -> None:
+    key, partition = placement(CLICKS, click(7, user=user))
+    assert key == b"e7"
+    assert partition == partition_for(user, 4)
+
+
+def test_without_partition_field_kafka_partitions_by_key() -> None:
+    topic = Topic("t", partitions=4, cleanup=Cleanup.COMPACT, key_field="event_id")
+    assert placement(topic, click(1)) == (b"e1", None)
+    unkeyed = Topic("t", partitions=4, cleanup=Cleanup.DELETE)
+    assert placement(unkeyed, click(1)) == (None, None)
+
+
+def test_key_of_a_non_text_field_is_its_text() -> None:
+    topic = Topic("t", partitions=3, cleanup=Cleanup.COMPACT, key_field="n", partition_field="n")
+    assert placement(topic, {"n": 12}) == (b"12", partition_for("12", 3))
+
+
+# --- whole files ------------------------------------------------------------------------------------------
+
+
+def test_jsonl_rows_are_produced_and_bad_lines_rejected(tmp_path: Path) -> None:
+    good = [click(1, user="u-a"), click(2, user="u-b", referrer="/page/1"), click(3, user="u-c")]
+    missing_default = {k: v for k, v in click(4, user="u-d").items() if k not in ("referrer", "device")}
+    lines = [
+        json.dumps(good[0]),
+        "",  # blank: no row
+        json.dumps(good[1]),
+        '{"event_id": "e9", "user_id": ',  # line 4: broken JSON
+        json.dumps(click(10, device="SMARTWATCH")),
+        json.dumps(click(11, event_time="2026-01-01T00:00:00Z")),  # JSON as it is: a string is no long
+        "[1, 2]",
+        json.dumps(missing_default),
+        json.dumps(good[2]),
+    ]
+    path = tmp_path / "clicks.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+
+    sent, rejects = run(path, FileFormat.JSONL)
+
+    expected = [*good[:2], {**missing_default, "referrer": None, "device": "UNKNOWN"}, good[2]]
+    assert [decoded(o.value) for o in sent] == expected
+    assert [(o.key, o.partition) for o in sent] == [
+        (r["event_id"].encode(), partition_for(r["user_id"], 4)) for r in expected
+    ]
+    assert [(r["row"], r["line"]) for r in rejects] == [(3, 4), (4, 5), (5, 6), (6, 7)]
+    assert rejects[0]["reason"].startswith("not valid JSON:")
+    assert rejects[0]["input"] == '{"event_id": "e9", "user_id": '
+    assert rejects[1]["reason"] == "device: 'SMARTWATCH' is not one of UNKNOWN, DESKTOP, MOBILE, TABLET"
+    assert rejects[1]["input"] == click(10, device="SMARTWATCH")  # the row as it was, to fix and produce again
+    assert rejects[2]["reason"] == "event_time: '2026-01-01T00:00:00Z' is not timestamp-millis"
+    assert rejects[3]["reason"] == "not a JSON object but list"
+
+
+def test_csv_rows_are_converted_and_bad_rows_rejected(tmp_path: Path) -> None:
+    path = tmp_path / "clicks.csv"
+    path.write_bytes(
+        b"\xef\xbb\xbfevent_id,user_id,page,referrer,event_time,device\r\n"  # a byte-order mark, as Excel writes
+        b"e1,u-a,/a,,2026-01-01T00:00:01Z,MOBILE\r\n"
+        b'e2,u-b,"/b,with comma",/a,1767225602000,\r\n'  # empty enum cell: its default
+        b"e3,u-c,/c,,not-a-time,DESKTOP\r\n"
+        b"e4,u-d,/d\r\n"
+        b"\r\n"
+        b"e5,u-e,/caf\xe9,,1767225605000,TABLET\r\n"  # Latin-1, not UTF-8
+        b'e6,u-f,"/multi\nline",,2026-01-01T01:00:06+01:00,DESKTOP\r\n'
+    )
+
+    sent, rejects = run(path, FileFormat.CSV)
+
+    assert [decoded(o.value) for o in sent] == [
+        {"event_id": "e1", "user_id": "u-a", "page": "/a", "referrer": None,
+         "event_time": epoch_ms(2026, 1, 1, 0, 0, 1), "device": "MOBILE"},
+        {"event_id": "e2", "user_id": "u-b", "page": "/b,with comma", "referrer": "/a",
+         "event_time": epoch_ms(2026, 1, 1, 0, 0, 2), "device": "UNKNOWN"},
+        {"event_id": "e6", "user_id": "u-f", "page": "/multi\nline", "referrer": None,
+         "event_time": epoch_ms(2026, 1, 1, 0, 0, 6), "device": "DESKTOP"},
+    ]  # fmt: skip
+    assert [(o.key, o.partition) for o in sent] == [
+        (b"e1", partition_for("u-a", 4)), (b"e2", partition_for("u-b", 4)), (b"e6", partition_for("u-f", 4))
+    ]  # fmt: skip
+    assert [(r["row"], r["line"], r["reason"]) for r in rejects] == [
+        (3, 4, "event_time: 'not-a-time' is neither an ISO 8601 timestamp nor epoch milliseconds"),
+        (4, 5, "3 cells, but the header names 6 columns"),
+        (5, 7, "page: is not UTF-8 text"),
+    ]
+    assert rejects[0]["input"]["event_time"] == "not-a-time"
+    assert rejects[2]["input"]["page"] == "/caf\\xe9"
+
+
+def _parquet(path: Path, rows: dict[str, list[Any]], time_type: pa.DataType) -> None:
+    pq.write_table(
+        pa.table({**rows, "event_time": pa.array(rows["event_time"], type=time_type)}), path, row_group_size=2
+    )
+
+
+@pytest.mark.parametrize("time_type", [pa.timestamp("ms", tz="UTC"), pa.timestamp("us"), pa.int64()])
+def test_parquet_rows_are_produced_and_bad_rows_rejected(tmp_path: Path, time_type: pa.DataType) -> None:
+    times = [epoch_ms(2026, 1, 1, 0, 0, n) for n in range(5)]
+    column: list[Any] = (
+        times if pa.types.is_integer(time_type) else [datetime.fromtimestamp(t // 1000, UTC) for t in times]
+    )
+    if pa.types.is_timestamp(time_type) and time_type.tz is None:
+        column = [t.replace(tzinfo=None) for t in column]  # stored without a zone: counted from the epoch as UTC
+    path = tmp_path / "clicks.parquet"
+    _parquet(
+        path,
+        {
+            "event_id": ["e0", "e1", "e2", "e3", "e4"],
+            "user_id": ["u-a", "u-b", None, "u-d", "u-e"],
+            "page": ["/0", "/1", "/2", "/3", "/4"],
+            "referrer": [None, "/0", None, None, None],
+            "event_time": column,
+            "device": ["MOBILE", "DESKTOP", "MOBILE", "PHONE", "TABLET"],
+        },
+        time_type,
+    )
+
+    sent, rejects = run(path, FileFormat.PARQUET)
+
+    devices = ["MOBILE", "DESKTOP", "TABLET"]
+    assert [decoded(o.value) for o in sent] == [
+        {"event_id": f"e{n}", "user_id": u, "page": f"/{n}", "referrer": r, "event_time": times[n], "device": d}
+        for n, u, r, d in ((0, "u-a", None, devices[0]), (1, "u-b", "/0", devices[1]), (4, "u-e", None, devices[2]))
+    ]
+    assert [o.partition for o in sent] == [partition_for(u, 4) for u in ("u-a", "u-b", "u-e")]
+    assert [(r["row"], r["reason"]) for r in rejects] == [
+        (3, "user_id: None is not string"),
+        (4, "device: 'PHONE' is not one of UNKNOWN, DESKTOP, MOBILE, TABLET"),
+    ]
+    assert "line" not in rejects[0]
+
+
+def test_a_file_without_rejects_leaves_no_rejects_file(tmp_path: Path) -> None:
+    path = tmp_path / "clicks.jsonl"
+    path.write_text(json.dumps(click(1)) + "\n")
+    default_rejects_path(path).write_text("from an earlier run\n")
+    sent, rejects = run(path, FileFormat.JSONL)
+    assert (len(sent), rejects) == (1, [])
+    assert not default_rejects_path(path).exists()
+    assert default_rejects_path(path) == tmp_path / "clicks.jsonl.rejected.jsonl"
+
+
+# --- files that are not their format ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "file_format", "message"),
+    [
+        ("c.csv", b"PAR1\x00\x00\x01binary", FileFormat.CSV, "is not CSV: it is a binary file"),
+        ("c.csv", b"", FileFormat.CSV, "is empty: a CSV file starts with a header row"),
+        ("c.csv", b"event_id,user_id,page,event_time,referer\n", FileFormat.CSV,
+         "column(s) referer are not fields of ClickEvent"),
+        ("c.csv", b"event_id,page,event_time\n", FileFormat.CSV, "no column for user_id (ClickEvent has no default"),
+        ("c.csv", b"event_id,event_id,user_id,page,event_time\n", FileFormat.CSV,
+         "column(s) event_id appear more than once"),
+        ("c.jsonl", b'[{"event_id": "e1"}]\n', FileFormat.JSONL,
+         "is not JSON lines (one JSON object per line): its first line is a JSON value, not an object"),
+        ("c.jsonl", b"event_id,user_id\ne1,u1\n", FileFormat.JSONL, "its first line is not JSON"),
+        ("c.parquet", b"event_id,user_id\n", FileFormat.PARQUET, "is not a Parquet file"),
+    ],
+)  # fmt: skip
+def test_a_file_not_of_its_format_is_refused_whole(
+    tmp_path: Path, name: str, content: bytes, file_format: FileFormat, message: str
+) -> None:
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(KappaError, match=re.escape(message)):
+        open_source(path, file_format, RecordShape(CLICK_SCHEMA))
+
+
+def test_a_missing_file_is_one_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(KappaError, match=re.escape(f"cannot read {tmp_path / 'nope.csv'}: No such file")):
+        open_source(tmp_path / "nope.csv", FileFormat.CSV, RecordShape(CLICK_SCHEMA))
+
+
+def test_one_bad_first_line_is_a_reject_not_a_refusal(tmp_path: Path) -> None:
+    path = tmp_path / "clicks.jsonl"
+    path.write_text("not json\n" + json.dumps(click(1)) + "\n")
+    sent, rejects = run(path, FileFormat.JSONL)
+    assert (len(sent), [(r["row"], r["line"]) for r in rejects]) == (1, [(1, 1)])
+
+
+# --- format, topic, progress --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [("a.jsonl", FileFormat.JSONL), ("a.json", FileFormat.JSONL), ("a.NDJSON", FileFormat.JSONL),
+     ("a.csv", FileFormat.CSV), ("dir.v1/a.parquet", FileFormat.PARQUET)],
+)  # fmt: skip
+def test_format_from_the_extension(name: str, expected: FileFormat) -> None:
+    assert detect_format(Path(name)) is expected
+
+
+def test_an_explicit_format_wins_and_an_unknown_extension_asks_for_one() -> None:
+    assert detect_format(Path("rows.txt"), "csv") is FileFormat.CSV
+    assert detect_format(Path("rows.csv"), "jsonl") is FileFormat.JSONL
+    with pytest.raises(KappaError, match=re.escape("pass --format jsonl|csv|parquet")):
+        detect_format(Path("rows.txt"))
+
+
+def test_an_unknown_topic_names_the_declared_ones() -> None:
+    other = Topic("user_profiles", partitions=4, cleanup=Cleanup.COMPACT)
+    assert find_topic("clicks", [other, CLICKS]) is CLICKS
+    with pytest.raises(KappaError) as err:
+        find_topic("click", [other, CLICKS])
+    assert str(err.value) == "no topic 'click' is declared; the declared topics are: clicks, user_profiles"
+
+
+def test_progress_is_drawn_only_once_the_run_lasts(tmp_path: Path) -> None:
+    path = tmp_path / "clicks.jsonl"
+    path.write_text("".join(json.dumps(click(n, user=f"u{n}")) + "\n" for n in range(200)))
+    shape = RecordShape(CLICK_SCHEMA)
+    for after_s, drawn in ((0.0, True), (60.0, False)):
+        out = io.StringIO()
+        bar = Progress(out, after_s=after_s)
+        with RejectsFile(tmp_path / "r.jsonl") as rejects:
+            produce_rows(open_source(path, FileFormat.JSONL, shape), shape, CLICKS, encoder(CLICK_SCHEMA),
+                         lambda _: None, rejects, bar)  # fmt: skip
+        bar.finish()
+        assert bar.drawn is drawn
+        if drawn:
+            last = out.getvalue().rstrip("\n").split("\r")[-1]
+            assert re.fullmatch(r"\[#{30}\] 100% [\d,]+ rows/s", last), last
+        else:
+            assert out.getvalue() == ""
+
+
+def test_a_rejects_path_that_cannot_be_written_fails_before_any_row(tmp_path: Path) -> None:
+    with pytest.raises(KappaError, match=re.escape(f"cannot write the rejects file {tmp_path / 'no' / 'r.jsonl'}")):
+        RejectsFile(tmp_path / "no" / "r.jsonl")
