@@ -21,7 +21,7 @@ export UV_COMPILE_BYTECODE := 1
 DAGSTER_HOME ?= $(CURDIR)/.state/dagster
 DAGSTER_PORT ?= 3000
 
-.PHONY: help setup system-packages demo test test-quick test-unit test-integration test-e2e soak lint format up down status topics dagster bench-avro bench-pipeline bench-contracts bench-latency bench-replay bench-views ci clean
+.PHONY: help setup system-packages demo test test-quick test-unit test-integration test-e2e soak lint docs format up down status topics dagster bench-avro bench-pipeline bench-contracts bench-latency bench-replay bench-views ci clean
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-18s %s\n", $$1, $$2}'
@@ -68,6 +68,10 @@ lint: setup ## ruff, ruff format --check, mypy, the import layers (no cycle), an
 	$(UV) run --frozen mypy
 	$(UV) run --frozen lint-imports --no-cache
 	$(KAPPA) schemas check --offline
+	$(UV) run --frozen python docs/api_reference.py --check
+
+docs: setup ## regenerate docs/job_api.md, the job API's reference page, from the code's docstrings and field comments
+	$(UV) run --frozen python docs/api_reference.py
 
 format: setup ## apply ruff's fixes and formatting
 	$(UV) run --frozen ruff check --fix .

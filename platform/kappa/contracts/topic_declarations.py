@@ -13,11 +13,13 @@ from kappa.contracts.dead_letter_format import dlq_topic, late_topic
 from kappa.core.errors import KappaError
 
 FOREVER = -1  # retention.ms = -1: a retained log keeps everything
-DAY_MS = 24 * 60 * 60 * 1000
+DAY_MS = 24 * 60 * 60 * 1000  # one day in milliseconds, for retention and compaction lags
 SIDE_RETENTION_MS = 30 * DAY_MS  # dead letters and late events: 30 days to inspect and re-inject them
 
 
 class Cleanup(StrEnum):
+    """A topic's `cleanup.policy`: what Kafka removes, and when."""
+
     DELETE = "delete"  # time/size retention only
     COMPACT = "compact"  # latest value per key, kept forever
     COMPACT_DELETE = "compact,delete"  # compacted, and older than retention.ms deleted too
@@ -27,10 +29,10 @@ class Cleanup(StrEnum):
 class Topic:
     """One Kafka topic as the platform wants it."""
 
-    name: str
-    partitions: int
-    cleanup: Cleanup
-    retention_ms: int = FOREVER
+    name: str  # the topic's name in Kafka; a job version writes its output to `<dataset>.v<version>` (`versioned`)
+    partitions: int  # fixed for a keyed topic: adding partitions would move its keys
+    cleanup: Cleanup  # what Kafka removes: by time, by key (compaction), or both
+    retention_ms: int = FOREVER  # how long records are kept (`retention.ms`); FOREVER: a retained log
     # A compacted topic keeps every version younger than this: the replay window it promises.
     min_compaction_lag_ms: int = 0
     replication_factor: int | None = None  # None: min(3, brokers in the cluster)
@@ -46,8 +48,8 @@ class Topic:
     value_schema: str | None = None  # file in schemas/
     # How the value (and key) schema may evolve; the registry enforces it, `kappa schemas check` explains it.
     compatibility: Compatibility = Compatibility.BACKWARD_TRANSITIVE
-    doc: str = ""
-    extra_configs: dict[str, str] = field(default_factory=dict)
+    doc: str = ""  # what a record of the topic is, in one sentence (shown in Dagster)
+    extra_configs: dict[str, str] = field(default_factory=dict)  # other topic configs, as Kafka spells them
     # The logical dataset a physical topic holds a version of (`enriched_clicks` for `enriched_clicks.v2`):
     # every version shares its schema subject, so consumers following the alias decode each one alike.
     dataset: str = ""
@@ -66,6 +68,7 @@ class Topic:
 
     @property
     def dataset_name(self) -> str:
+        """The logical dataset: `dataset`, or the topic's own name."""
         return self.dataset or self.name
 
     @property
@@ -78,6 +81,7 @@ class Topic:
         return replace(self, name=f"{self.dataset_name}.v{version}", dataset=self.dataset_name)
 
     def replication(self, brokers: int) -> int:
+        """The replication factor on a cluster of `brokers` brokers."""
         return self.replication_factor or min(3, brokers)
 
     def configs(self, brokers: int) -> dict[str, str]:

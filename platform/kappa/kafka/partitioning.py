@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
 
 def partition_for(user_id: str, partitions: int) -> int:
+    """The partition of a user's records: CRC-32 of the UTF-8 user id, modulo the partition count."""
     return zlib.crc32(user_id.encode("utf-8")) % partitions
 
 

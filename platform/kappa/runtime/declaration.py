@@ -1,4 +1,4 @@
-"""What a job declares (one `JOB = JobSpec(...)` in jobs/<name>/declaration.py), and what it gets to run.
+"""What a job declares (one `JOB = JobSpec(...)` in `jobs/<name>/declaration.py`), and what it gets to run.
 
 The runtime, the replay engine, Dagster and the tests all read the declaration; nothing repeats it. The
 checkpoint, query name and progress consumer group derive from the job's name and logic version, so a new
@@ -23,13 +23,14 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class DeltaTable:
-    """A Delta table output; its physical path is versioned: <delta_root>/<name>/v<version>."""
+    """A Delta table output; its physical path is versioned: `<delta_root>/<name>/v<version>`."""
 
-    name: str
-    doc: str = ""
+    name: str  # the table's name: its folder under KAPPA_DELTA_ROOT and its expectation suite's dataset name
+    doc: str = ""  # what a row of the table is, in one sentence (shown in Dagster)
     keys: tuple[str, ...] = ()  # the columns that identify a row (what a reconciliation joins versions on)
 
     def path(self, settings: KappaSettings, version: int) -> str:
+        """The physical path of one job version's table (a job calls `ctx.output_path()` instead)."""
         return f"{settings.delta_root}/{self.name}/v{version}"
 
 
@@ -37,11 +38,12 @@ class DeltaTable:
 class Starting:
     """Where a job starts reading when it has no checkpoint: `earliest`, `latest` or an event timestamp."""
 
-    offsets: str = "earliest"
-    timestamp_ms: int | None = None
+    offsets: str = "earliest"  # `earliest`, `latest`, or `timestamp` (then `timestamp_ms` says where)
+    timestamp_ms: int | None = None  # with `timestamp`: start at the first record of this time or later (epoch ms)
 
     @classmethod
     def parse(cls, text: str) -> Starting:
+        """From `--from`: `earliest`, `latest` or an ISO timestamp with a zone (e.g. 2026-01-01T00:00:00Z)."""
         if text in ("earliest", "latest"):
             return cls(offsets=text)
 
@@ -71,7 +73,7 @@ class JobPlan:
     Each micro-batch the runtime sends the side rows to their topics, then calls `write` with the rest.
     """
 
-    rows: DataFrame
+    rows: DataFrame  # the output rows and the side rows, streamed (usually built from `ctx.read(topic).rows`)
     # (one batch's output rows, batch id) -> the job's output; the same batch id may come again after a crash
     write: Callable[[DataFrame, int], None]
 
@@ -86,11 +88,11 @@ class TopicPlan:
     output rows are records (default: all); on a row where `delete` holds, the record is a tombstone of its key.
     """
 
-    rows: DataFrame
-    key: Column
-    partition: Column | None = None
-    keep: Column | None = None
-    delete: Column | None = None
+    rows: DataFrame  # the output rows (the output topic's schema fields as columns) and the side rows
+    key: Column  # each output record's Kafka key (cast to a string)
+    partition: Column | None = None  # each record's partition (`partition_column`); None: by key
+    keep: Column | None = None  # which output rows are records (the others are dropped); None: every row
+    delete: Column | None = None  # where true, the record is a tombstone of its key (the topic declares deletes)
 
 
 @dataclass(frozen=True)
@@ -103,24 +105,25 @@ class RealTimePlan:
     and sends each side row to its dead-letter topic, all in one Kafka write.
     """
 
-    rows: DataFrame
-    key: Column
-    partition: Column | None = None
+    rows: DataFrame  # the output rows and the side rows, from a stateless, one-stage plan
+    key: Column  # each output record's Kafka key (cast to a string)
+    partition: Column | None = None  # each record's partition (`partition_column`); None: by key
 
 
 @dataclass(frozen=True)
 class JobSpec:
     """A single-step streaming job: inputs (topics), exactly one output (a topic or a Delta table)."""
 
-    name: str
+    name: str  # an identifier, the job's folder name: it names checkpoints, queries and consumer groups
     version: int  # the logic version: bump it when the output would change for the same input
-    description: str
-    inputs: tuple[Topic, ...]
-    output: Topic | DeltaTable
+    description: str  # one line: what the job computes (the description of its Dagster asset)
+    inputs: tuple[Topic, ...]  # the topics it streams; each is read and decoded once per batch
+    output: Topic | DeltaTable  # its one output, written as `<dataset>.v<version>` or `<table>/v<version>`
     # Builds the job's rows and batch write from the context (reads its inputs with `ctx.read`).
     plan: Callable[[JobContext], JobPlan | TopicPlan | RealTimePlan]
-    processing_interval: str = "5 seconds"
-    settings: dict[str, Any] = field(default_factory=dict)  # job-specific knobs, documented in the job
+    processing_interval: str = "5 seconds"  # the live trigger's interval, as Spark reads it ("0 seconds": at once)
+    # Job-specific knobs (the plan reads `ctx.spec.settings[...]`), documented in the job's declaration module.
+    settings: dict[str, Any] = field(default_factory=dict)
     # Compacted topics the job reads whole, as a table (`ctx.read_lookup`), again in every batch: not streamed,
     # so they have no offsets and no lag of the job's own.
     lookups: tuple[Topic, ...] = ()
@@ -159,24 +162,27 @@ def version_checkpoints(settings: KappaSettings, job: str, version: int) -> str:
 
 @dataclass(frozen=True)
 class JobContext:
-    """Everything a job's `start` needs, derived once by the runner."""
+    """Everything a job's `plan` needs, derived once by the runner: `plan(ctx)` reads, the runtime writes."""
 
-    spark: SparkSession
-    settings: KappaSettings
-    spec: JobSpec
-    version: int
-    available_now: bool = False
-    starting: Starting = field(default_factory=Starting)
-    max_offsets_per_trigger: int | None = None
+    spark: SparkSession  # the session the job's query runs in
+    settings: KappaSettings  # the platform's settings (see Settings)
+    spec: JobSpec  # the declaration, bound to this version's physical topics (read `ctx.spec.inputs` from here)
+    version: int  # the logic version this run executes
+    available_now: bool = False  # a replay or catch-up: drain what is there, then stop
+    starting: Starting = field(default_factory=Starting)  # where the inputs start without a checkpoint
+    max_offsets_per_trigger: int | None = None  # at most this many records per input and batch; None: no cap
 
     @property
     def id(self) -> str:
+        """`<job>_v<version>`: the version's name in query names and progress lines."""
         return f"{self.spec.name}_v{self.version}"
 
     def checkpoint(self, part: str = "output") -> str:
+        """The checkpoint folder of one of the version's queries: `<checkpoint_root>/<job>/v<version>/<part>`."""
         return f"{version_checkpoints(self.settings, self.spec.name, self.version)}/{part}"
 
     def query_name(self, part: str = "output") -> str:
+        """The Spark query name of one of the version's queries: `id`, or `<id>_<part>` for another part."""
         return self.id if part == "output" else f"{self.id}_{part}"
 
     @property
@@ -185,6 +191,8 @@ class JobContext:
         return f"kappa.{self.spec.name}.v{self.version}"
 
     def trigger(self) -> dict[str, Any]:
+        """The query's trigger, as `DataStreamWriter.trigger` takes it: availableNow for a replay, else
+        realTime (a `real_time` job) or processingTime (`processing_interval`)."""
         if self.available_now:
             return {"availableNow": True}
         if self.spec.real_time is not None:
@@ -192,11 +200,17 @@ class JobContext:
         return {"processingTime": self.spec.processing_interval}
 
     def output_path(self) -> str:
+        """The version's Delta table path (`DeltaTable.path`); a TypeError for a job writing a topic."""
         if not isinstance(self.spec.output, DeltaTable):
             raise TypeError(f"job {self.spec.name} writes a topic, not a Delta table")
         return self.spec.output.path(self.settings, self.version)
 
     def read(self, topic: Topic, with_raw: bool = False) -> DecodedTopic:
+        """One of the job's inputs, streamed and decoded from where this run starts (`starting`, or the checkpoint).
+
+        `with_raw`: records also carry `kafka_topic` and their original bytes (`raw_value`), so a per-key rule can
+        set a late record aside with its bytes.
+        """
         # Lazy: imports pyspark, only where a Spark session runs (this module is imported without one).
         from kappa.spark.topic_io import read_topic
 

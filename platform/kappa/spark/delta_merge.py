@@ -29,19 +29,27 @@ def forget_table(path: str) -> None:
 
 
 class MergeMode(StrEnum):
+    """How a batch's rows meet the table's rows of the same key."""
+
     UPSERT = "upsert"  # the batch holds whole rows: insert or replace by key
     ACCUMULATE = "accumulate"  # the batch holds partial sums per key: add them to what the table has
 
 
 @dataclass(frozen=True)
 class DeltaMerge:
-    path: str
-    keys: tuple[str, ...]
-    app_id: str  # <job>.v<version>: one idempotency stream per job version
-    mode: MergeMode = MergeMode.UPSERT
+    """One Delta table written by MERGE, each batch id at most once: `write` is a foreachBatch function.
+
+    The table is created on its first batch, with the batch's columns (the `deleted` column left out).
+    """
+
+    path: str  # the table's path (`ctx.output_path()` for the job's output)
+    keys: tuple[str, ...]  # the columns that identify a row: the MERGE's condition (null equals null)
+    app_id: str  # `<job>.v<version>`: one idempotency stream per job version
+    mode: MergeMode = MergeMode.UPSERT  # replace whole rows, or add partial sums
     summed: tuple[str, ...] = ()  # ACCUMULATE: the columns that add up
     # UPSERT: a boolean column of the batch; where true the row deletes its key (a tombstone). Never stored.
     deleted: str | None = None
+    # Table properties set when the table is created (default: the Change Data Feed on, for followers).
     properties: dict[str, str] = field(default_factory=lambda: {"delta.enableChangeDataFeed": "true"})
     partitioned_by: tuple[str, ...] = ()  # a MERGE rewrites only the files of the partitions it touches
 

@@ -33,7 +33,7 @@ from kappa.core.settings import KappaSettings
 from kappa.spark.confluent_avro import DEAD_LETTER, RECORD, decode_confluent, encode_confluent, struct_for
 from kappa.spark.side_outputs import SIDE_KIND, side_records
 
-KAFKA_META = ("kafka_partition", "kafka_offset", "kafka_timestamp")
+KAFKA_META = ("kafka_partition", "kafka_offset", "kafka_timestamp")  # each record's Kafka position and time
 DELETED = "deleted"  # on a topic that declares deletes: the row is a tombstone, deleting its key
 
 
@@ -46,11 +46,11 @@ class DecodedTopic:
     (`deleted` true, the fields null). The other frames are views of it, for batch readers and tests.
     """
 
-    rows: DataFrame
+    rows: DataFrame  # what a job's query reads: records, dead letters and tombstones, each Kafka record once
     fields: tuple[str, ...]  # the record columns (key, the schema's fields, Kafka position[, raw columns])
-    job: str
-    job_version: int
-    deletes: bool
+    job: str  # the reading job, named in its dead letters' headers
+    job_version: int  # the reading job's version, named in its dead letters' headers
+    deletes: bool  # the topic declares deletes: `rows` has the DELETED column
 
     @property
     def records(self) -> DataFrame:
