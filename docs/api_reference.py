@@ -36,7 +36,17 @@ from kappa.core.settings import KappaSettings
 from kappa.kafka import partitioning
 from kappa.kafka.partitioning import partition_column, partition_for
 from kappa.runtime import declaration
-from kappa.runtime.declaration import DeltaTable, JobContext, JobPlan, JobSpec, RealTimePlan, Starting, TopicPlan
+from kappa.runtime.declaration import (
+    DeltaTable,
+    JobContext,
+    JobPlan,
+    JobSpec,
+    RealTimePlan,
+    Starting,
+    TablePlan,
+    TableWrite,
+    TopicPlan,
+)
 from kappa.spark import compacted, delta_merge, delta_views, side_outputs, topic_io
 from kappa.spark.compacted import latest_per_key
 from kappa.spark.delta_merge import DeltaMerge, MergeMode, append_once
@@ -519,11 +529,15 @@ SECTIONS = [
     ),
     Section(
         "Writing a Delta table",
-        "A job whose output is a `DeltaTable` returns a `JobPlan`: its `write` appends (`append_once`), merges "
-        "(`DeltaMerge`) or keeps a view exact (`FactsView`), each batch id at most once.",
+        "A job whose output is a `DeltaTable` returns a `TablePlan`: its rows, and what each batch becomes; the "
+        "runtime writes them as the table declares (`DeltaTable.write`: append, upsert or accumulate by `keys`), each "
+        "batch id at most once. A job that writes its own way returns a `JobPlan`: its `write` appends "
+        "(`append_once`), merges (`DeltaMerge`) or keeps a view exact (`FactsView`), each batch id at most once.",
         [
-            Class(JobPlan),
+            Class(TablePlan),
             Class(DeltaTable),
+            Class(TableWrite),
+            Class(JobPlan),
             ModuleDoc(delta_merge),
             Function(append_once),
             Class(DeltaMerge),

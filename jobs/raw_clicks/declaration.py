@@ -7,24 +7,17 @@ sends its dead letters to `clicks.dlq`. Every input record lands in exactly one 
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
-
 from jobs.catalog import CLICKS
 from jobs.raw_clicks.transforms import click_rows
-from kappa.runtime import DeltaTable, JobContext, JobPlan, JobSpec
-from kappa.spark.delta_merge import append_once
+from kappa.runtime import DeltaTable, JobContext, JobSpec, TablePlan
 
+# Appended (the declaration's default), each batch at most once.
 TABLE = DeltaTable("raw_clicks", doc="Every decodable click, one row each, with its Kafka position.")
 
 
-def plan(ctx: JobContext) -> JobPlan:
+def plan(ctx: JobContext) -> TablePlan:
     [source] = ctx.spec.inputs  # CLICKS, or the topic a bound spec names
-    path, app_id = ctx.output_path(), f"{ctx.spec.name}.v{ctx.version}"
-
-    def write(records: DataFrame, batch_id: int) -> None:
-        append_once(click_rows(records), path, app_id, batch_id)
-
-    return JobPlan(ctx.read(source).rows, write)
+    return TablePlan(ctx.read(source).rows, batch=click_rows)
 
 
 JOB = JobSpec(

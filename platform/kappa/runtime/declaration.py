@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from kappa.contracts.topic_declarations import Topic
@@ -21,6 +22,14 @@ if TYPE_CHECKING:
     from kappa.spark.topic_io import DecodedTopic
 
 
+class TableWrite(StrEnum):
+    """How the runtime writes a `TablePlan`'s batch into its Delta table, exactly once per batch id."""
+
+    APPEND = "append"  # each batch's rows are added
+    UPSERT = "upsert"  # each batch's rows replace the table's rows of the same `keys`, or are inserted
+    ACCUMULATE = "accumulate"  # each batch holds partial sums per `keys`: the `summed` columns are added up
+
+
 @dataclass(frozen=True)
 class DeltaTable:
     """A Delta table output; its physical path is versioned: `<delta_root>/<name>/v<version>`."""
@@ -28,6 +37,14 @@ class DeltaTable:
     name: str  # the table's name: its folder under KAPPA_DELTA_ROOT and its expectation suite's dataset name
     doc: str = ""  # what a row of the table is, in one sentence (shown in Dagster)
     keys: tuple[str, ...] = ()  # the columns that identify a row (what a reconciliation joins versions on)
+    write: TableWrite = TableWrite.APPEND  # how a TablePlan's batches are written (a JobPlan writes its own way)
+    summed: tuple[str, ...] = ()  # ACCUMULATE: the columns that add up across batches
+
+    def __post_init__(self) -> None:
+        if self.write is not TableWrite.APPEND and not self.keys:
+            raise ValueError(f"table {self.name}: {self.write} needs the keys that identify a row (keys=...)")
+        if (self.write is TableWrite.ACCUMULATE) != bool(self.summed):
+            raise ValueError(f"table {self.name}: the columns that add up (summed=...) go with ACCUMULATE, only")
 
     def path(self, settings: KappaSettings, version: int) -> str:
         """The physical path of one job version's table (a job calls `ctx.output_path()` instead)."""
@@ -79,6 +96,21 @@ class JobPlan:
 
 
 @dataclass(frozen=True)
+class TablePlan:
+    """What the `plan` of a job writing a Delta table returns when the table's declaration says how it is written
+    (`DeltaTable.write`): the job gives its rows and, optionally, what each batch becomes; the runtime writes the
+    result exactly once per batch id (Delta's idempotent writes), so the job's folder holds no write code.
+
+    `rows` as in JobPlan. Each micro-batch the runtime sends the side rows to their topics, applies `batch` to the
+    rest (a pure DataFrame function: the place to join a lookup read with `ctx.read_lookup`, which is read again
+    in every batch, or to pre-aggregate) and writes the result to the table.
+    """
+
+    rows: DataFrame  # the output rows and the side rows, streamed (usually built from `ctx.read(topic).rows`)
+    batch: Callable[[DataFrame], DataFrame] | None = None  # one batch's rows -> the table's rows (None: as they are)
+
+
+@dataclass(frozen=True)
 class TopicPlan:
     """What the `plan` of a job writing a topic returns: its output and side rows leave in one Kafka write.
 
@@ -120,7 +152,7 @@ class JobSpec:
     inputs: tuple[Topic, ...]  # the topics it streams; each is read and decoded once per batch
     output: Topic | DeltaTable  # its one output, written as `<dataset>.v<version>` or `<table>/v<version>`
     # Builds the job's rows and batch write from the context (reads its inputs with `ctx.read`).
-    plan: Callable[[JobContext], JobPlan | TopicPlan | RealTimePlan]
+    plan: Callable[[JobContext], JobPlan | TablePlan | TopicPlan | RealTimePlan]
     processing_interval: str = "5 seconds"  # the live trigger's interval, as Spark reads it ("0 seconds": at once)
     # Job-specific knobs (the plan reads `ctx.spec.settings[...]`), documented in the job's declaration module.
     settings: dict[str, Any] = field(default_factory=dict)
@@ -198,6 +230,12 @@ class JobContext:
         if self.spec.real_time is not None:
             return {"realTime": self.spec.real_time}
         return {"processingTime": self.spec.processing_interval}
+
+    @property
+    def delta_app_id(self) -> str:
+        """The version's idempotency stream in Delta (`txnAppId`): a batch id it has committed is not written
+        again."""
+        return f"{self.spec.name}.v{self.version}"
 
     def output_path(self) -> str:
         """The version's Delta table path (`DeltaTable.path`); a TypeError for a job writing a topic."""

@@ -25,7 +25,15 @@ from kappa.contracts.dead_letter_format import DeadLetterKind
 from kappa.contracts.registry import Registry, RegistryError
 from kappa.contracts.topic_declarations import Topic
 from kappa.core.errors import KappaError
-from kappa.runtime.declaration import JobContext, JobPlan, RealTimePlan, TopicPlan
+from kappa.runtime.declaration import (
+    DeltaTable,
+    JobContext,
+    JobPlan,
+    RealTimePlan,
+    TablePlan,
+    TableWrite,
+    TopicPlan,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -101,7 +109,7 @@ class WriterWatch:
 
 
 def start_query(
-    ctx: JobContext, plan: JobPlan | TopicPlan | RealTimePlan, control: QueryControl, watch: WriterWatch
+    ctx: JobContext, plan: JobPlan | TablePlan | TopicPlan | RealTimePlan, control: QueryControl, watch: WriterWatch
 ) -> StreamingQuery:
     """Start the job's one query over `plan.rows` (ctx names it, checkpoints it and sets its trigger)."""
     if isinstance(plan, RealTimePlan):
@@ -173,8 +181,20 @@ def kafka_records(
     return records
 
 
+def table_write(ctx: JobContext, table: DeltaTable) -> Callable[[DataFrame, int], None]:
+    """The write a table's declaration asks for, once per batch id (a batch run again after a crash is skipped)."""
+    # Lazy: imports pyspark and Delta, only where a Spark session runs (this module is imported without one).
+    from kappa.spark.delta_merge import DeltaMerge, MergeMode, append_once
+
+    path, app_id = ctx.output_path(), ctx.delta_app_id
+    if table.write is TableWrite.APPEND:
+        return lambda batch, batch_id: append_once(batch, path, app_id, batch_id)
+    mode = MergeMode.ACCUMULATE if table.write is TableWrite.ACCUMULATE else MergeMode.UPSERT
+    return DeltaMerge(path, keys=table.keys, app_id=app_id, mode=mode, summed=table.summed).write
+
+
 def _start_batch_function_query(
-    ctx: JobContext, plan: JobPlan | TopicPlan, control: QueryControl, watch: WriterWatch
+    ctx: JobContext, plan: JobPlan | TablePlan | TopicPlan, control: QueryControl, watch: WriterWatch
 ) -> StreamingQuery:
     # Lazy: pyspark, only where a Spark session runs (this module is imported without one).
     from pyspark.sql import functions as F
@@ -188,10 +208,18 @@ def _start_batch_function_query(
     inputs = tuple(t.name for t in ctx.spec.inputs)
     output_topic = ctx.spec.output.name if isinstance(ctx.spec.output, Topic) else None
     to_records: Callable[[DataFrame], DataFrame] | None = None
+    write: Callable[[DataFrame, int], None] | None = None
     if isinstance(plan, TopicPlan):
         if output_topic is None:
             raise KappaError(f"job {ctx.spec.name}: a TopicPlan writes Kafka records, not {ctx.spec.output.name}")
         to_records = kafka_records(ctx, plan.key, plan.partition, plan.keep, plan.delete)
+    elif isinstance(plan, TablePlan):
+        if not isinstance(ctx.spec.output, DeltaTable):
+            raise KappaError(f"job {ctx.spec.name}: a TablePlan writes a Delta table, not {ctx.spec.output.name}")
+        table_rows, to_table = plan.batch or (lambda rows: rows), table_write(ctx, ctx.spec.output)
+        write = lambda rows, batch_id: to_table(table_rows(rows), batch_id)  # noqa: E731
+    else:
+        write = plan.write
 
     def run_batch(batch: DataFrame, batch_id: int) -> None:
         if control.stop.is_set():
@@ -216,9 +244,9 @@ def _start_batch_function_query(
             if to_records is not None:
                 publish(to_records(batch), ctx.settings)
             else:
-                assert isinstance(plan, JobPlan)
+                assert write is not None
                 publish(side_records(side, ctx.spec.name, ctx.version, inputs, output_topic), ctx.settings)
-                plan.write(batch.where(F.col(SIDE_KIND).isNull()).drop(*SIDE_COLUMNS), batch_id)
+                write(batch.where(F.col(SIDE_KIND).isNull()).drop(*SIDE_COLUMNS), batch_id)
         finally:
             if cached:
                 batch.unpersist()
