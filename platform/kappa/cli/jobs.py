@@ -1,16 +1,18 @@
-"""`kappa jobs list | run | start | stop | restart | status | host`: the streaming jobs in jobs/."""
+"""`kappa jobs list | new | run | start | stop | restart | status | host`: the streaming jobs in jobs/."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
 import time
+from pathlib import Path
 from typing import Any
 
 from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings
 from kappa.lifecycle import deployments, job_host
 from kappa.lifecycle.deployments import checkpoint_lock
+from kappa.ops import scaffold
 from kappa.runtime.binding import declared_job, deployed_job, ensure_live
 from kappa.runtime.declaration import DeltaTable, Starting
 from kappa.runtime.discovery import discover, get_job
@@ -64,6 +66,18 @@ def cmd_jobs_run(settings: KappaSettings, args: argparse.Namespace) -> int:
     how = "stopped by signal" if report.stopped_by_signal else "done"
     rows = sum(report.input_rows.values())
     print(f"{report.job} v{report.version}: {how} after {report.seconds:.1f} s, {rows} input rows")
+    return 0
+
+
+def cmd_jobs_new(settings: KappaSettings, args: argparse.Namespace) -> int:
+    made = scaffold.scaffold(settings, args.job, args.input)
+    for path in scaffold.write(Path.cwd(), made):
+        print(f"wrote {path}")
+    if made.skipped:
+        print(f"left out of the test's sample record (nested types: add them by hand): {', '.join(made.skipped)}")
+    print(
+        f"next: `uv run pytest tests/unit/test_{args.job}.py`, then `uv run kappa jobs run {args.job} --available-now`"
+    )
     return 0
 
 
@@ -160,6 +174,16 @@ def add_jobs_commands(sub: Any) -> None:
     run.add_argument(
         "--pipes", action="store_true", help="report progress and the run to Dagster (set by Dagster's launcher)"
     )
+
+    new = jobs_sub.add_parser(
+        "new",
+        help="scaffold a job folder and its test (they pass as generated)",
+        description="jobs/<job>/ (declaration, transforms) reading a declared topic into a Delta table named after "
+        "the job, and tests/unit/test_<job>.py; run from the project's root",
+    )
+    new.set_defaults(func=cmd_jobs_new)
+    new.add_argument("job", help="the new job's name (lower_case_with_underscores)")
+    new.add_argument("--input", required=True, help="the declared topic it reads")
 
     for name, func, help_ in (
         ("start", cmd_jobs_start, "deploy a job version: run it continuously, detached, supervised"),
