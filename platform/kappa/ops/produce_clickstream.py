@@ -39,12 +39,11 @@ def generate(
     """Produce the stream; `rate` caps records per second (None: as fast as possible). `emissions` produces
     only that part of the stream (e.g. slice(0, 2000), then slice(2000, None): a log that grows later)."""
     rng = random.Random(config.seed * 31)
+    # The registered schemas, never registered here: `kappa schemas apply` registers them (checked first).
     with Registry(settings.registry) as registry:
-        click_encoder = AvroEncoder(
-            registry, value_subject(clicks_topic.name), topic_value_schema(settings.schemas_path, clicks_topic)
-        )
-        profile_encoder = AvroEncoder(
-            registry, value_subject(profiles_topic.name), topic_value_schema(settings.schemas_path, profiles_topic)
+        click_encoder, profile_encoder = (
+            AvroEncoder(registry, value_subject(t.name), topic_value_schema(settings.schemas_path, t), register=False)
+            for t in (clicks_topic, profiles_topic)
         )
     publisher = Publisher(settings)
     counts = {"clicks": 0, "profiles": 0, "malformed": 0}
