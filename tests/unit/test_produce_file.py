@@ -34,12 +34,12 @@ from kappa.ops.produce_file import (
     RowError,
     default_rejects_path,
     detect_format,
-    find_topic,
     from_text,
     open_source,
     placement,
     produce_rows,
 )
+from kappa.runtime.discovery import find_topic
 
 SCHEMAS = project_root() / "schemas" if project_root() else Path("schemas")
 CLICK_SCHEMA: dict[str, Any] = topic_value_schema(SCHEMAS, CLICKS)

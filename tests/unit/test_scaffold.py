@@ -37,7 +37,9 @@ def test_refusals_name_the_problem(tmp_path: Path) -> None:
         scaffold.scaffold(SETTINGS, "Bounced-Clicks", "clicks")
     with pytest.raises(KappaError, match="a job 'raw_clicks' exists already"):
         scaffold.scaffold(SETTINGS, "raw_clicks", "clicks")
-    with pytest.raises(KappaError, match="no declared topic 'clickz'; the topics are: clicks, enriched_clicks"):
+    with pytest.raises(
+        KappaError, match="no topic 'clickz' is declared; the declared topics are: clicks, enriched_clicks"
+    ):
         scaffold.scaffold(SETTINGS, "bounced_clicks", "clickz")
     made = scaffold.scaffold(SETTINGS, "bounced_clicks", "clicks")
     (tmp_path / "jobs" / "bounced_clicks").mkdir(parents=True)

@@ -8,11 +8,12 @@ from typing import Any
 
 from kappa.cli.parsing import add_command
 from kappa.core.settings import KappaSettings
-from kappa.ops.produce_file import FileFormat, declared_topic, detect_format, produce_file
+from kappa.ops.produce_file import FileFormat, detect_format, produce_file
+from kappa.runtime.discovery import find_topic, load_catalog
 
 
 def cmd_produce(settings: KappaSettings, args: argparse.Namespace) -> int:
-    topic = declared_topic(args.topic)
+    topic = find_topic(args.topic, load_catalog())
     report = produce_file(settings, topic, args.file, detect_format(args.file, args.format), rejects_path=args.rejects)
     print(f"produced {report.produced} records to {report.topic} (schema id {report.schema_id})")
     if report.rejected:

@@ -37,7 +37,6 @@ from kappa.core.settings import KappaSettings
 from kappa.kafka.clients import Outgoing, Publisher, require_kafka
 from kappa.kafka.partitioning import partition_for
 from kappa.kafka.topic_admin import describe
-from kappa.runtime.discovery import load_catalog
 
 
 class FileFormat(StrEnum):
@@ -76,20 +75,6 @@ def detect_format(path: Path, explicit: str | None = None) -> FileFormat:
             f"cannot tell the format of {path} from its extension ({known}): pass --format jsonl|csv|parquet"
         )
     return found
-
-
-def find_topic(name: str, topics: Sequence[Topic]) -> Topic:
-    """The declared topic of that name, or an error naming the declared ones."""
-    for topic in topics:
-        if topic.name == name:
-            return topic
-    declared = ", ".join(sorted(t.name for t in topics)) or "none"
-    raise KappaError(f"no topic {name!r} is declared; the declared topics are: {declared}")
-
-
-def declared_topic(name: str) -> Topic:
-    """The topic of that name in the catalog (`jobs/catalog.py`'s TOPICS)."""
-    return find_topic(name, load_catalog())
 
 
 def default_rejects_path(path: Path) -> Path:

@@ -18,7 +18,7 @@ from kappa.contracts.schema_files import topic_value_schema
 from kappa.contracts.topic_declarations import Topic
 from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings
-from kappa.runtime.discovery import discover, find_catalog
+from kappa.runtime.discovery import discover, find_catalog, find_topic
 
 # An Avro type -> (its Spark DDL type, a sample value as Python source).
 _SAMPLES: dict[str, tuple[str, str]] = {
@@ -86,10 +86,7 @@ def scaffold(settings: KappaSettings, name: str, input_topic: str, jobs_package:
         raise KappaError(f"job name {name!r}: use lower_case_with_underscores (it names a folder and a table)")
     if name in discover(jobs_package):
         raise KappaError(f"a job {name!r} exists already (jobs/{name})")
-    topics = {t.name: t for t in find_catalog(module=f"{jobs_package}.catalog").datasets}
-    if input_topic not in topics:
-        raise KappaError(f"no declared topic {input_topic!r}; the topics are: {', '.join(sorted(topics))}")
-    topic = topics[input_topic]
+    topic = find_topic(input_topic, find_catalog(module=f"{jobs_package}.catalog").datasets)
     fields = topic_value_schema(settings.schemas_path, topic)["fields"]
     columns = [c for c in map(_column, fields) if c is not None]
     skipped = tuple(f["name"] for f in fields if _column(f) is None)

@@ -43,6 +43,16 @@ def get_job(name: str, package: str = "jobs") -> JobSpec:
     return jobs[name]
 
 
+def find_topic(name: str, topics: Iterable[Topic]) -> Topic:
+    """The declared topic of that name, or an error naming the declared ones."""
+    topics = list(topics)
+    for topic in topics:
+        if topic.name == name:
+            return topic
+    declared = ", ".join(sorted(t.name for t in topics)) or "none"
+    raise KappaError(f"no topic {name!r} is declared; the declared topics are: {declared}")
+
+
 def writers_of(jobs: Iterable[JobSpec]) -> dict[str, str]:
     """Topic -> the job that writes it, among these jobs."""
     return {job.output.name: job.name for job in jobs if isinstance(job.output, Topic)}

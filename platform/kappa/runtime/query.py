@@ -216,8 +216,11 @@ def _start_batch_function_query(
     elif isinstance(plan, TablePlan):
         if not isinstance(ctx.spec.output, DeltaTable):
             raise KappaError(f"job {ctx.spec.name}: a TablePlan writes a Delta table, not {ctx.spec.output.name}")
-        table_rows, to_table = plan.batch or (lambda rows: rows), table_write(ctx, ctx.spec.output)
-        write = lambda rows, batch_id: to_table(table_rows(rows), batch_id)  # noqa: E731
+        table_rows, to_table = plan.batch, table_write(ctx, ctx.spec.output)
+
+        def write(rows: DataFrame, batch_id: int) -> None:
+            to_table(table_rows(rows) if table_rows else rows, batch_id)
+
     else:
         write = plan.write
 
