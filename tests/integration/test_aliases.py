@@ -12,7 +12,7 @@ import pytest
 
 from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings
-from kappa.kafka.aliases import ALIASES, TOPIC_KIND, Alias, AliasRegistry, AliasWatch
+from kappa.kafka.aliases import ALIASES, TOPIC_KIND, Alias, AliasRegistry, AliasWatch, Move
 
 pytestmark = pytest.mark.usefixtures("control_topics")
 
@@ -146,20 +146,66 @@ def test_a_move_fenced_by_another_datasets_move_starts_again_and_lands_once(
     move(registry, this, 1, expected=None)
     move(registry, other, 1, expected=None)
     checks = 0
-    read_live = AliasRegistry.live
+    read_all = AliasRegistry.all
 
-    def live_then_fenced(self: AliasRegistry, dataset: str) -> Alias | None:
+    def all_then_fenced(self: AliasRegistry) -> dict[str, Alias]:
         nonlocal checks
         checks += 1
-        seen = read_live(self, dataset)
+        seen = read_all(self)
         if checks == 1:  # inside this move's first transaction: another operator moves `other` meanwhile
             move(AliasRegistry(stack), other, 2, expected=1)
         return seen
 
     mover = AliasRegistry(stack)
-    monkeypatch.setattr(mover, "live", live_then_fenced.__get__(mover))
+    monkeypatch.setattr(mover, "all", all_then_fenced.__get__(mover))
     moved = move(mover, this, 2, expected=1)
     assert checks == 2  # fenced once, then started again
     assert (moved.version, moved.previous_version) == (2, 1)
     assert [a.version for a in registry.history(this)] == [1, 2]  # one record: the fenced attempt wrote nothing
     assert [a.version for a in registry.history(other)] == [1, 2]
+
+
+def test_a_set_moves_in_one_transaction_and_a_reader_never_sees_a_mix(
+    stack: KappaSettings, unique_name: Callable[[str], str]
+) -> None:
+    registry = AliasRegistry(stack)
+    datasets = [unique_name(f"set{i}") for i in range(3)]
+
+    def moves(to: int, expected: int | None) -> list[Move]:
+        return [Move(d, "enrich_clicks", TOPIC_KIND, to, f"{d}.v{to}", expected) for d in datasets]
+
+    registry.move_set(moves(1, None), reason="first", by="alice")
+    seen: list[tuple[int | None, ...]] = []
+    stop = threading.Event()
+
+    def poll() -> None:  # a reader of the registry throughout, as a downstream team's would be
+        watch = AliasWatch(stack)
+        try:
+            while not stop.is_set():
+                live = watch.all()  # one read: three calls of live() could straddle a move
+                versions = tuple(live[d].version if d in live else None for d in datasets)
+                seen.append(versions)
+        finally:
+            watch.close()
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    try:
+        for to, expected in [(2, 1), (1, 2), (2, 1), (3, 2)]:
+            moved = registry.move_set(moves(to, expected), reason=f"to v{to}", by="bob")
+            assert [(a.dataset, a.version, a.previous_version) for a in moved] == [(d, to, expected) for d in datasets]
+            assert len({a.changed_at for a in moved}) == 1  # one move, one time
+        # One alias moved by someone else: the set's check fails and nothing of the set moves.
+        move(registry, datasets[1], 4, expected=3)
+        with pytest.raises(KappaError, match=rf"{datasets[1]}: the alias points at v4 now, not v3.*nothing was moved"):
+            registry.move_set(moves(5, 3), reason="stale", by="carol")
+    finally:
+        stop.set()
+        poller.join(60)
+    assert {a.dataset: a.version for a in registry.all().values() if a.dataset in datasets} == dict(
+        zip(datasets, [3, 4, 3], strict=True)
+    )
+    mixed = [s for s in seen if len(set(s)) > 1 and s != (3, 4, 3)]
+    assert not mixed, mixed[:3]
+    # The reader saw the moves themselves, not only the first and last state.
+    assert {(1, 1, 1), (3, 3, 3)} <= set(seen)

@@ -12,6 +12,8 @@ cutovers cannot both win. The id is shared across datasets on purpose: a read_co
 partition's first open transaction, so an open move of another dataset could hide a committed move of this
 one from the check. Two moves at once fence each other; the fenced one changes nothing and starts again, check
 included (`MOVE_ATTEMPTS`): a move of another dataset does not fail this one, a move of this one does (the check).
+A set of aliases (a cascade replay's datasets) moves in one such transaction, with the check on each: a
+read_committed reader sees every alias of the set moved, or none of them.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import json
 import os
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -84,6 +86,18 @@ class Alias:
     changed_by: str
     changed_at: int
     reason: str
+
+
+@dataclass(frozen=True)
+class Move:
+    """One alias of a move: where it goes, and where it must still point (None: nowhere yet)."""
+
+    dataset: str
+    job: str
+    kind: str
+    version: int
+    physical: str
+    expected_version: int | None
 
 
 @dataclass(frozen=True)
@@ -205,10 +219,14 @@ class AliasWatch:
         self._live: dict[str, Alias] = {}
 
     def live(self, dataset: str) -> Alias | None:
+        return self.all().get(dataset)
+
+    def all(self) -> dict[str, Alias]:
+        """Every dataset's live alias, as of one read: a set moved together is seen moved together."""
         for record in self._reader.read_new():
             alias = _alias(record)
             self._live[alias.dataset] = alias
-        return self._live.get(dataset)
+        return dict(self._live)
 
     def close(self) -> None:
         self._reader.close()
@@ -251,47 +269,51 @@ class AliasRegistry:
         by: str | None = None,
     ) -> Alias:
         """Point `dataset` at `version`, atomically, if it still points at `expected_version` (None: no alias)."""
+        move = Move(dataset, job, kind, version, physical, expected_version)
+        return self.move_set([move], reason=reason, by=by)[0]
+
+    def move_set(self, moves: Sequence[Move], *, reason: str, by: str | None = None) -> list[Alias]:
+        """Move every alias of `moves` in one transaction, each only if it still points where the move expects:
+        a reader sees all of them moved or none, and one alias moved by someone else meanwhile fails the set."""
+        if len({m.dataset for m in moves}) != len(moves):
+            raise KappaError(f"a set moves each alias once: {', '.join(m.dataset for m in moves)}")
         for attempt in range(1, MOVE_ATTEMPTS + 1):
             try:
-                return self._move_once(dataset, job, kind, version, physical, expected_version, reason, by)
+                return self._move_once(moves, reason, by)
             except MoveFencedError:
                 if attempt == MOVE_ATTEMPTS:
                     raise
                 time.sleep(random.uniform(0.05, 0.3) * attempt)  # racing movers take turns
         raise AssertionError("unreachable")
 
-    def _move_once(
-        self,
-        dataset: str,
-        job: str,
-        kind: str,
-        version: int,
-        physical: str,
-        expected_version: int | None,
-        reason: str,
-        by: str | None,
-    ) -> Alias:
-        with self._transaction(dataset) as producer:
-            current = self.live(dataset)  # read after fencing: no other mover can commit in between
-            seen = current.version if current else None
-            if seen != expected_version:
-                raise KappaError(
-                    f"{dataset}: the alias points at v{seen} now, not v{expected_version}: someone moved it; "
-                    "check `kappa replay status` and retry"
+    def _move_once(self, moves: Sequence[Move], reason: str, by: str | None) -> list[Alias]:
+        names = ", ".join(m.dataset for m in moves)
+        with self._transaction(names) as producer:
+            current = self.all()  # read after fencing: no other mover can commit in between
+            changed_at = now_ms()  # one time for the set: it is one move
+            moved = []
+            for move in moves:
+                seen = current[move.dataset].version if move.dataset in current else None
+                if seen != move.expected_version:
+                    raise KappaError(
+                        f"{move.dataset}: the alias points at v{seen} now, not v{move.expected_version}: someone "
+                        f"moved it; nothing was moved{' in the set' if len(moves) > 1 else ''}. Check "
+                        "`kappa replay status` and retry"
+                    )
+                alias = Alias(
+                    dataset=move.dataset,
+                    kind=move.kind,
+                    job=move.job,
+                    version=move.version,
+                    physical=move.physical,
+                    previous_version=seen,
+                    changed_by=by or operator(),
+                    changed_at=changed_at,
+                    reason=reason,
                 )
-            alias = Alias(
-                dataset=dataset,
-                kind=kind,
-                job=job,
-                version=version,
-                physical=physical,
-                previous_version=seen,
-                changed_by=by or operator(),
-                changed_at=now_ms(),
-                reason=reason,
-            )
-            producer.produce(ALIASES.name, key=dataset.encode(), value=self._encode(ALIASES, asdict(alias)))
-        return alias
+                producer.produce(ALIASES.name, key=move.dataset.encode(), value=self._encode(ALIASES, asdict(alias)))
+                moved.append(alias)
+        return moved
 
     # -------------------------------------------------------------- audit trail
     def record(
