@@ -13,7 +13,7 @@ from kappa.core.settings import KappaSettings
 from kappa.lifecycle import deployments, job_host
 from kappa.lifecycle.deployments import checkpoint_lock
 from kappa.ops import scaffold
-from kappa.runtime.binding import declared_job, deployed_job, ensure_live
+from kappa.runtime.binding import deployed_job, ensure_live
 from kappa.runtime.declaration import DeltaTable, Starting
 from kappa.runtime.discovery import discover, get_job
 from kappa.runtime.run_record import RunRecorder, RunState
@@ -39,7 +39,7 @@ def cmd_jobs_run(settings: KappaSettings, args: argparse.Namespace) -> int:
         raise KappaError(str(exc)) from None
     if args.pipes:
         require_pipes()  # before anything is read or bound
-    version = declared_job(args.job, args.version).version
+    version = get_job(args.job).version if args.version is None else args.version
     with contextlib.ExitStack() as stack:
         # Launched by Dagster: each batch, the run's report and any refusal go back through Pipes.
         pipes = stack.enter_context(pipes_reporter()) if args.pipes else None
@@ -49,7 +49,7 @@ def cmd_jobs_run(settings: KappaSettings, args: argparse.Namespace) -> int:
         )
         # The run's own record of its state (`kappa jobs status` reads it), with any error that ends it from here on.
         record = stack.enter_context(RunRecorder.recording(settings, args.job, version))
-        spec = deployed_job(settings, args.job, args.version)
+        spec = deployed_job(settings, args.job, version, run=True)
         ensure_live(settings, spec, version)
         report = run_job(
             spec,

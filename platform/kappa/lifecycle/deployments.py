@@ -52,9 +52,10 @@ import kappa
 from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings, Launcher
 from kappa.core.waiting import WaitTimeoutError, wait_until
+from kappa.kafka.aliases import AliasRegistry
 from kappa.kafka.clients import admin_client
 from kappa.runtime import run_record
-from kappa.runtime.binding import deployed_job
+from kappa.runtime.binding import deployed_job, recorded_binding, refuse_moved_inputs
 from kappa.runtime.discovery import get_job
 from kappa.runtime.run_record import LastBatch, RunRecord
 from kappa.spark.session import spark_conf as session_conf
@@ -544,7 +545,7 @@ def start(
     this process's, with `env` (KAPPA_* variables, e.g. KappaResource.overrides) over it. Every KAPPA_*
     variable it starts with is recorded, so a restart, from whichever process, runs with the same settings.
     Refuses when it is already running."""
-    check_runnable(job, version)
+    check_runnable(settings, job, version)
     with _locked(settings, job, version):
         return _start(
             settings,
@@ -557,15 +558,19 @@ def start(
         )
 
 
-def check_runnable(job: str, version: int) -> None:
-    """The job exists and this code declares `version` (what `kappa jobs run` will insist on at once)."""
+def check_runnable(settings: KappaSettings, job: str, version: int) -> None:
+    """The job exists and this code runs `version`: the declared one, or one whose binding records this code
+    (what `kappa jobs run` will insist on at once)."""
 
     declared = get_job(job).version
-    if version != declared:
+    recorded = recorded_binding(settings, job, version)
+    if version != declared and (recorded is None or recorded.code_version != declared):
         raise KappaError(
             f"jobs/{job} declares v{declared}: this code cannot run v{version} (stop it, or deploy it from the "
             "code that declares it)"
         )
+    if recorded is not None:
+        refuse_moved_inputs(settings, get_job(job), version, recorded, AliasRegistry(settings).all())
 
 
 def _start(
@@ -731,7 +736,7 @@ def restart(
 ) -> Deployment:
     """Stop the version if it runs, start it again from its checkpoint (same settings, restarts + 1).
     `reason` is recorded as the last exit reason; by default, a crashed deployment's own."""
-    check_runnable(job, version)
+    check_runnable(settings, job, version)
     with _locked(settings, job, version):
         current = load(settings, job, version)
         if current is None:

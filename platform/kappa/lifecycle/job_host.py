@@ -144,7 +144,7 @@ def _run(settings: KappaSettings, spark: SparkSession, deployment: Deployment, s
             deployments.checkpoint_lock(settings, deployment.job, deployment.version, holder),
             RunRecorder.recording(settings, deployment.job, deployment.version) as record,
         ):
-            spec = deployed_job(settings, deployment.job, deployment.version)
+            spec = deployed_job(settings, deployment.job, deployment.version, run=True)
             with _BINDING:
                 ensure_live(settings, spec, deployment.version)
             report = run_job(spec, settings, version=deployment.version, stop=stop, run_record=record)

@@ -4,18 +4,26 @@ A job declares datasets (`enriched_clicks`); a running version writes its own ph
 (`enriched_clicks.v2`, or `<delta_root>/page_stats/v2`) and reads each derived input at the version its alias
 points to (a job's output read by another job), or, before any alias exists, at the version its writer
 declares. Source topics are read as they are. Nothing else names physical topics.
+
+What a version reads is part of what it is: its first run (or the replay that prepares it) records the code
+it runs (its job's declared version) and the version of each derived input (`binding.json` beside its
+checkpoints), and every later run binds those inputs again, whatever the aliases say then. So `sessionize` v2
+of a cascade replay is v1's code reading `enriched_clicks.v2`, and an old version kept running for a rollback
+restarts on the inputs it was built from.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
-from dataclasses import replace
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 
 from kappa.contracts.topic_declarations import Topic, dead_letters_of, late_events_of
 from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings
 from kappa.kafka.aliases import DELTA_KIND, TOPIC_KIND, Alias, AliasRegistry
-from kappa.runtime.declaration import DeltaTable, JobSpec
+from kappa.runtime.declaration import DeltaTable, JobSpec, version_checkpoints
 from kappa.runtime.discovery import discover, get_job
 
 
@@ -49,9 +57,13 @@ def input_versions(job: JobSpec, jobs: Mapping[str, JobSpec], aliases: Mapping[s
 
 
 def bind(job: JobSpec, version: int, jobs: Mapping[str, JobSpec], aliases: Mapping[str, Alias]) -> JobSpec:
-    """The job as `version` runs it: its versioned output topic, each derived input at its live version.
-    Each physical topic keeps its dataset, so its schema subject is the dataset's."""
-    inputs = input_versions(job, jobs, aliases)
+    """The job as `version` runs it: its versioned output topic, each derived input at its live version."""
+    return bind_inputs(job, version, input_versions(job, jobs, aliases))
+
+
+def bind_inputs(job: JobSpec, version: int, inputs: Mapping[str, int]) -> JobSpec:
+    """The job as `version` runs it: its versioned output topic, each derived input at the version `inputs`
+    names. Each physical topic keeps its dataset, so its schema subject is the dataset's."""
     output = job.output.versioned(version) if isinstance(job.output, Topic) else job.output
     return replace(
         job,
@@ -59,6 +71,81 @@ def bind(job: JobSpec, version: int, jobs: Mapping[str, JobSpec], aliases: Mappi
         lookups=tuple(t.versioned(inputs[t.name]) if t.name in inputs else t for t in job.lookups),
         output=output,
     )
+
+
+BINDING_FILE = "binding.json"
+RUN, REPLAY = "run", "replay"  # what made a version: its first run, or a replay (which never makes it live)
+
+
+@dataclass(frozen=True)
+class VersionBinding:
+    """What a version of a job is: the code it runs and the versions of the datasets it reads."""
+
+    code_version: int  # the job's declared version when it was made: the logic it runs
+    inputs: dict[str, int] = field(default_factory=dict)  # derived input dataset -> the version it reads
+    origin: str = RUN
+
+
+def _binding_file(settings: KappaSettings, job: str, version: int) -> Path | None:
+    root = version_checkpoints(settings, job, version)
+    return None if "://" in root else Path(root.removeprefix("file:"), BINDING_FILE)  # s3a: Spark's to read
+
+
+def recorded_binding(settings: KappaSettings, job: str, version: int) -> VersionBinding | None:
+    path = _binding_file(settings, job, version)
+    if path is None or not path.is_file():
+        return None
+    try:
+        recorded = json.loads(path.read_text())
+        return VersionBinding(int(recorded["code_version"]), dict(recorded["inputs"]), str(recorded["origin"]))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise KappaError(f"{path} is unreadable ({exc}): it records what {job} v{version} reads") from None
+
+
+def record_binding(settings: KappaSettings, job: str, version: int, binding: VersionBinding) -> VersionBinding:
+    """Record what the version is, once: a version already recorded keeps its binding (returned)."""
+    recorded = recorded_binding(settings, job, version)
+    if recorded is not None:
+        return recorded
+    path = _binding_file(settings, job, version)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text(json.dumps(asdict(binding), sort_keys=True) + "\n")
+        temporary.replace(path)  # whole or absent: a reader never sees half of it
+    return binding
+
+
+def describe_inputs(inputs: Mapping[str, int]) -> str:
+    return ", ".join(f"{d} v{v}" for d, v in sorted(inputs.items())) or "sources only"
+
+
+def known_versions(settings: KappaSettings, job: str) -> list[int]:
+    """The versions of the job that have a folder of checkpoints here (made by a run or a replay's prepare)."""
+    root = version_checkpoints(settings, job, 0).removesuffix("/v0")
+    if "://" in root or not Path(root.removeprefix("file:")).is_dir():
+        return []
+    found = [p.name.removeprefix("v") for p in Path(root.removeprefix("file:")).iterdir() if p.is_dir()]
+    return sorted(int(v) for v in found if v.isdigit())
+
+
+def next_version(settings: KappaSettings, job: JobSpec) -> int:
+    """The first version number no version of the job has used: above the declared one, the live one and any
+    made here (a retired version's number is not reused: the audit trail names it)."""
+    registry = AliasRegistry(settings)
+    live = registry.live(dataset_of(job))
+    used = [job.version, *([live.version] if live else []), *known_versions(settings, job.name)]
+    used += [s.to_version for s in registry.steps(job.name)]
+    return max(used) + 1
+
+
+def bound_versions(bound: JobSpec) -> dict[str, int]:
+    """Derived input dataset -> version, read back from a bound job's physical input topics."""
+    versions = {}
+    for topic in (*bound.inputs, *bound.lookups):
+        if topic.dataset and topic.name.startswith(f"{topic.dataset}.v"):
+            versions[topic.dataset] = int(topic.name.removeprefix(f"{topic.dataset}.v"))
+    return versions
 
 
 def physical_output(job: JobSpec, settings: KappaSettings, version: int) -> tuple[str, str]:
@@ -89,11 +176,46 @@ def cluster_topics(catalog: Iterable[Topic], jobs: Mapping[str, JobSpec], aliase
     return list(wanted.values())
 
 
-def deployed_job(settings: KappaSettings, name: str, version: int | None = None) -> JobSpec:
-    """The discovered job `name`, bound for `version` (default: its declared one) against the live aliases."""
+def deployed_job(settings: KappaSettings, name: str, version: int | None = None, *, run: bool = False) -> JobSpec:
+    """The discovered job `name`, bound for `version` (default: its declared one): on the inputs its binding
+    records, else (a version that never ran) on the live aliases. With `run`, a restart that would keep a live
+    version on inputs that have moved since is refused, with the replay that moves it."""
 
-    job = declared_job(name, version)
-    return bind(job, job.version, discover(), AliasRegistry(settings).all())
+    job = get_job(name)
+    version = job.version if version is None else version
+    aliases = AliasRegistry(settings).all()
+    recorded = recorded_binding(settings, name, version)
+    if recorded is None:
+        declared_job(name, version)  # a version that never ran is the declared one
+        return bind(job, version, discover(), aliases)
+    if recorded.code_version != job.version:
+        raise KappaError(
+            f"{name} v{version} runs the code of v{recorded.code_version}, but jobs/{name} declares "
+            f"v{job.version} now: run it from the code that declares v{recorded.code_version}, or replay the "
+            f"change as a new version (`kappa replay start {name}`)"
+        )
+    if run:
+        refuse_moved_inputs(settings, job, version, recorded, aliases)
+    return bind_inputs(job, version, recorded.inputs)
+
+
+def refuse_moved_inputs(
+    settings: KappaSettings, job: JobSpec, version: int, recorded: VersionBinding, aliases: Mapping[str, Alias]
+) -> None:
+    """A live version reads the live versions of its inputs; once one has moved, restarting it would go on
+    serving what the old input computes under the dataset's live name. Its replay onto the new input does not."""
+    live = aliases.get(dataset_of(job))
+    if live is None or live.version != version:
+        return  # not live: an old version kept for a rollback, or a replay's new one, reads what it was built on
+    moved = {d: v for d, v in recorded.inputs.items() if d in aliases and aliases[d].version != v}
+    if moved:
+        what = ", ".join(f"{d} v{v} (live: v{aliases[d].version})" for d, v in sorted(moved.items()))
+        raise KappaError(
+            f"{job.name} v{version} is live and reads {what}: its checkpoint cannot follow the moved input, and "
+            f"restarting it on the old one would keep the live {dataset_of(job)} on the old logic. Replay it onto "
+            f"the live inputs: `kappa replay start {job.name}` (or the whole set below the change: "
+            f"`kappa replay start <changed job> --downstream`)"
+        )
 
 
 def declared_job(name: str, version: int | None = None) -> JobSpec:
@@ -118,6 +240,9 @@ def ensure_live(settings: KappaSettings, job: JobSpec, version: int) -> Alias | 
     """A dataset with no live version gets one: the first version of its job that runs. Later versions go
     live only by a cutover. Returns the alias it set, None if the dataset already had one."""
 
+    recorded = recorded_binding(settings, job.name, version)
+    if recorded is not None and recorded.origin == REPLAY:
+        return None  # a replay's version goes live by its cutover, as every other version does
     registry = AliasRegistry(settings)
     dataset = dataset_of(job)
     if registry.live(dataset) is not None:
