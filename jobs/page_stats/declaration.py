@@ -19,7 +19,9 @@ from kappa.spark.delta_views import FactsView, facts_table
 from kappa.spark.topic_io import DELETED
 
 MINUTE_MS = 60_000
-TABLE = DeltaTable("page_stats", doc="Views, distinct users and median time on page per page and event-time hour.")
+TABLE = DeltaTable(
+    "page_stats", doc="Views, distinct users and median time on page per page and event-time hour.", keys=KEYS
+)
 
 
 def view(output_path: str, app_id: str, gap_ms: int) -> FactsView:

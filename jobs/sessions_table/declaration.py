@@ -15,11 +15,13 @@ from kappa.spark.delta_merge import DeltaMerge
 from kappa.spark.delta_views import changes_with_key
 from kappa.spark.topic_io import DELETED
 
-TABLE = DeltaTable("sessions", doc="Every live session, one row each (tombstoned sessions deleted).")
+TABLE = DeltaTable(
+    "sessions", doc="Every live session, one row each (tombstoned sessions deleted).", keys=("session_id",)
+)
 
 
 def sink(output_path: str, app_id: str) -> DeltaMerge:
-    return DeltaMerge(output_path, keys=("session_id",), app_id=app_id, deleted=DELETED)
+    return DeltaMerge(output_path, keys=TABLE.keys, app_id=app_id, deleted=DELETED)
 
 
 def plan(ctx: JobContext) -> JobPlan:

@@ -16,14 +16,16 @@ from kappa.spark.delta_merge import DeltaMerge
 from kappa.spark.delta_views import FactsView, changes_with_key, facts_table
 from kappa.spark.topic_io import DELETED
 
-TABLE = DeltaTable("user_activity", doc="Sessions, clicks, first and last seen, latest segment, per user.")
+TABLE = DeltaTable(
+    "user_activity", doc="Sessions, clicks, first and last seen, latest segment, per user.", keys=("user_id",)
+)
 
 
 def view(output_path: str, app_id: str) -> FactsView:
     """The view's tables and rules; `app_id` names the job version (each table adds its own suffix)."""
     return FactsView(
         facts=facts_table(output_path, ("session_id",), app_id),
-        view=DeltaMerge(output_path, keys=("user_id",), app_id=app_id, deleted=DELETED),
+        view=DeltaMerge(output_path, keys=TABLE.keys, app_id=app_id, deleted=DELETED),
         facts_schema=FACTS_SCHEMA,
         changes=session_facts,
         groups=touched_users,
