@@ -2,8 +2,11 @@
 
 Per job (every job writes one topic or one Delta table):
 
-- `replay_<job>`: launched from the Launchpad with `{version, from, by}` (defaults: the declared version, the
-  earliest retained record, the launching user). Its ops are the protocol's steps:
+- `replay_<job>`: launched from the Launchpad with `{version, from, by, downstream}` (defaults: the declared
+  version, the earliest retained record, the launching user, the job alone). With `downstream`, every step acts
+  on the job's set (`kappa replay plan`): each member replayed and verified (each one's checks on its own
+  asset; one failure stops the set before anything goes live), the set gone live, and cut over in one
+  transaction. Its ops are the protocol's steps:
   `catch_up` (`kappa replay start --pipes` in a subprocess: check, prepare, catch-up, verify; progress per batch
   live in the run's logs and as observations of the output asset) -> `verification` (the report as the results
   of the output asset's blocking checks `replay_quality` and `replay_reconciliation`; a failed check fails the
@@ -19,6 +22,7 @@ who, when, from and to in the audit trail, exactly as when an operator runs the 
 """
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -64,6 +68,7 @@ from kappa.cli.replay import INTERRUPTED, NOT_VERIFIED, PROGRESS_MESSAGE, REFUSE
 from kappa.kafka.aliases import Alias, Step
 from kappa.runtime.binding import dataset_of
 from kappa.runtime.declaration import JobSpec
+from kappa.runtime.discovery import discover, get_job
 
 QUALITY_CHECK = "replay_quality"
 RECONCILIATION_CHECK = "replay_reconciliation"
@@ -142,6 +147,7 @@ CATCH_UP_CONFIG = {
     "from": Field(str, default_value="earliest"),
     "by": Field(str, default_value=""),
     "max_offsets_per_trigger": Field(Noneable(int), default_value=None),
+    "downstream": Field(bool, default_value=False),
 }
 
 
@@ -163,11 +169,21 @@ def catch_up(context: OpExecutionContext) -> Iterator[Any]:
     config = context.op_config
     kappa: KappaResource = context.resources.kappa
     kappa.settings()  # a bad setting fails here, with its name, before a JVM starts
-    args = ["replay", "start", config["job"], "--version", str(config["version"]), "--from", config["from"]]
-    args += _operator(context, config["by"])
+    # A cascade replays the plan's versions (`kappa replay plan`): the changed job's declared one, and below it.
+    which = ["--downstream"] if config["downstream"] else ["--version", str(config["version"])]
+    args = ["replay", "start", config["job"], *which, "--from", config["from"], *_operator(context, config["by"])]
     if config["max_offsets_per_trigger"]:
         args += ["--max-offsets-per-trigger", str(config["max_offsets_per_trigger"])]
     key = AssetKey(config["asset_key"])
+    plan: dict[str, Any] = {}
+    if config["downstream"]:  # the change's reach, in the run's logs and the step's output metadata
+        plan = json.loads(run_cli(context, kappa, ["replay", "plan", config["job"], "--json"]))
+        for m in plan["members"]:
+            estimate = f"{m['estimate_s']:.0f} s" if m["estimate_s"] is not None else "no estimate"
+            context.log.info(
+                f"the set: {m['job']} v{m['live']} -> v{m['version']} ({m['why']}; reads {m['reads']}; "
+                f"{m['records']:,} records, {estimate})"
+            )
     context.log.info("running " + " ".join(["kappa", *args, "--pipes"]))
     with (
         tempfile.TemporaryDirectory(prefix="kappa-replay-") as tmp,
@@ -232,13 +248,18 @@ def catch_up(context: OpExecutionContext) -> Iterator[Any]:
             description=f"kappa replay start exited {status} without a verification report",
             metadata={"stderr": MetadataValue.text(error)},
         )
-    report = {k: v for k, v in reports[-1].items() if k != "kind"}
+    members = [{k: v for k, v in r.items() if k != "kind"} for r in reports]
+    report = members[0] | {"set": members} if config["downstream"] else members[-1]
+    report["passed"] = all(bool(m.get("passed")) for m in members) and status == VERIFIED
     metadata: dict[str, Any] = {
         "version": config["version"],
         "from": config["from"],
         "progress_reports": len(progress),
-        "verification_passed": bool(report.get("passed")),
+        "verification_passed": report["passed"],
     }
+    if config["downstream"]:
+        metadata["set"] = MetadataValue.json([f"{m.get('job')} v{m.get('version')}" for m in members])
+        metadata["plan"] = MetadataValue.json(plan)
     if progress:
         metadata |= _progress_metadata(progress[-1])
     yield Output(report | {"version": config["version"]}, metadata=metadata)
@@ -303,34 +324,50 @@ def check_evaluations(report: Mapping[str, Any]) -> dict[str, tuple[bool, str, d
     "cut over.",
 )
 def verification(context: OpExecutionContext, report: dict[str, Any]) -> None:
-    key = AssetKey(context.op_config["asset_key"])
-    version = report.get("version")
-    results = check_evaluations(report)
-    for name, (passed, description, metadata) in results.items():
-        context.log_event(
-            AssetCheckEvaluation(
-                asset_key=key,
-                check_name=name,
-                passed=passed,
-                description=f"v{version}: {description}",
-                metadata={"replay_version": version, **metadata},
-                blocking=True,
+    root = context.op_config["job"]
+    failed: list[str] = []
+    # A cascade's report holds each member's: each one's checks land on its own output asset.
+    for member in report.get("set") or [report | {"job": root}]:
+        job, version = str(member.get("job", root)), member.get("version", report.get("version"))
+        key = AssetKey(context.op_config["asset_key"]) if job == root else output_key(get_job(job))
+        results = check_evaluations(member)
+        for name, (passed, description, metadata) in results.items():
+            context.log_event(
+                AssetCheckEvaluation(
+                    asset_key=key,
+                    check_name=name,
+                    passed=passed,
+                    description=f"v{version}: {description}",
+                    metadata={"replay_version": version, **metadata},
+                    blocking=True,
+                )
             )
-        )
-    failed = [name for name, (passed, _, _) in results.items() if not passed]
+        names = [name for name, (passed, _, _) in results.items() if not passed]
+        if names or not member.get("passed"):
+            problems = "; ".join(str(p) for p in member.get("problems") or [])
+            failed.append(f"{job} v{version} ({', '.join(names) or 'failed'}){': ' + problems if problems else ''}")
     if failed or not report.get("passed"):
+        whole = " and the set with it" if report.get("set") else ""
         raise Failure(
-            description=f"{context.op_config['job']} v{version} failed verification ({', '.join(failed)}): "
-            "it does not go live and is not cut over. " + "; ".join(str(p) for p in report.get("problems") or []),
+            description=f"failed verification: {'; '.join(failed) or 'the replay did not finish'}: it does not go "
+            f"live{whole}, and nothing is cut over.",
         )
-    context.log.info(f"{context.op_config['job']} v{version} passed verification")
+    context.log.info(
+        f"{root} v{report.get('version')} passed verification" + (" with its set" if report.get("set") else "")
+    )
 
 
 # ------------------------------------------------------------------------------ go-live, cutover -------
 
 
 BY_STEP = Field(str, default_value="")
-STEP_CONFIG = {"job": Field(str), "asset_key": Field([str]), "version": Field(int), "by": BY_STEP}
+STEP_CONFIG = {
+    "job": Field(str),
+    "asset_key": Field([str]),
+    "version": Field(int),
+    "by": BY_STEP,
+    "downstream": Field(bool, default_value=False),
+}
 
 
 @op(
@@ -343,7 +380,8 @@ STEP_CONFIG = {"job": Field(str), "asset_key": Field([str]), "version": Field(in
 )
 def go_live(context: OpExecutionContext) -> None:
     config = context.op_config
-    args = ["replay", "golive", config["job"], "--version", str(config["version"]), *_operator(context, config["by"])]
+    which = ["--downstream"] if config["downstream"] else ["--version", str(config["version"])]
+    args = ["replay", "golive", config["job"], *which, *_operator(context, config["by"])]
     run_cli(context, context.resources.kappa, args)
 
 
@@ -379,10 +417,16 @@ def _alias_materialization(kappa: KappaResource, key: AssetKey, dataset: str, st
 )
 def cutover(context: OpExecutionContext) -> None:
     config = context.op_config
-    args = ["replay", "cutover", config["job"], "--version", str(config["version"]), *_operator(context, config["by"])]
-    run_cli(context, context.resources.kappa, args)
+    which = ["--downstream"] if config["downstream"] else ["--version", str(config["version"])]
+    out = run_cli(context, context.resources.kappa, ["replay", "cutover", config["job"], *which,
+                                                      *_operator(context, config["by"])])  # fmt: skip
     key = AssetKey(config["asset_key"])
     context.log_event(_alias_materialization(context.resources.kappa, key, config["dataset"], "cutover"))
+    if config["downstream"]:  # every member's asset: the version its readers now follow
+        for job in discover().values():
+            if job.name != config["job"] and f"{dataset_of(job)}: v" in out:
+                kappa = context.resources.kappa
+                context.log_event(_alias_materialization(kappa, output_key(job), dataset_of(job), "cutover"))
 
 
 @op(
@@ -438,7 +482,7 @@ def replay_job(job: JobSpec) -> JobDefinition:
     ident = {"job": job.name, "asset_key": key}
 
     def to_ops(config: dict[str, Any]) -> dict[str, Any]:
-        step = ident | {"version": config["version"], "by": config["by"]}
+        step = ident | {"version": config["version"], "by": config["by"], "downstream": config["downstream"]}
         return {
             "ops": {
                 "catch_up": {"config": step | {k: config[k] for k in ("from", "max_offsets_per_trigger")}},
@@ -461,6 +505,12 @@ def replay_job(job: JobSpec) -> JobDefinition:
                 "by": BY,
                 "max_offsets_per_trigger": Field(
                     Noneable(int), default_value=None, description="cap each catch-up batch (more progress reports)"
+                ),
+                "downstream": Field(
+                    bool,
+                    default_value=False,
+                    description="also replay every dataset below the job (`kappa replay plan`), verify the set, "
+                    "and cut it over in one transaction",
                 ),
             },
             config_fn=to_ops,

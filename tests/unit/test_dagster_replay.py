@@ -95,6 +95,7 @@ def test_launchpad_config_is_version_from_by_with_the_declared_defaults() -> Non
             "from": "earliest",
             "by": "",
             "max_offsets_per_trigger": None,
+            "downstream": False,
         }
         assert AssetKey(ops["verification"]["config"]["asset_key"]) == output_key(job)
         assert ops["cutover"]["config"]["dataset"] == dataset_of(job)
@@ -105,6 +106,8 @@ def test_launchpad_config_is_version_from_by_with_the_declared_defaults() -> Non
     assert typed["catch_up"]["config"]["from"] == "2026-11-01T00:00:00Z"
     assert {typed[step]["config"]["version"] for step in ("catch_up", "go_live", "cutover")} == {3}
     assert {typed[step]["config"]["by"] for step in ("catch_up", "go_live", "cutover")} == {"alice"}
+    cascade = validate_run_config(defs.get_job_def("replay_enrich_clicks"), {"downstream": True})["ops"]
+    assert {cascade[step]["config"]["downstream"] for step in ("catch_up", "go_live", "cutover")} == {True}
     with pytest.raises(DagsterInvalidConfigError):
         validate_run_config(defs.get_job_def("replay_enrich_clicks"), {"version": "two"})
     with pytest.raises(DagsterInvalidConfigError, match="version"):
@@ -168,7 +171,12 @@ def _gate(report: dict[str, Any]) -> tuple[bool, list[str], dict[str, bool]]:
     # From the instance's event log: a failed step's logged evaluations are not in the result's own events.
     logged = instance.all_logs(result.run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION)
     evaluations = [entry.dagster_event.asset_check_evaluation_data for entry in logged if entry.dagster_event]
+    gated.clear()
+    gated.extend((e.asset_key, e.check_name, e.passed) for e in evaluations)
     return result.success, ran, {e.check_name: e.passed for e in evaluations}
+
+
+gated: list[tuple[AssetKey, str, bool]] = []  # every evaluation of the last _gate, with its asset
 
 
 def test_a_failed_check_blocks_what_comes_after() -> None:
@@ -181,6 +189,26 @@ def test_a_failed_check_blocks_what_comes_after() -> None:
     assert success
     assert ran == ["after"]
     assert checks == {QUALITY_CHECK: True, RECONCILIATION_CHECK: True}
+
+
+def test_a_cascade_reports_each_members_checks_on_its_asset_and_one_failure_blocks_the_set() -> None:
+    sessionize = JOBS["sessionize"]
+    members = [PASSED | {"job": "enrich_clicks", "version": 2}, MISSING_KEYS | {"job": "sessionize", "version": 2}]
+    success, ran, _ = _gate(members[0] | {"set": members, "passed": False})
+    assert not success
+    assert ran == []  # nothing of the set goes live
+    assert sorted(gated) == sorted(
+        [
+            (AssetKey(["kafka", "enriched_clicks"]), QUALITY_CHECK, True),
+            (AssetKey(["kafka", "enriched_clicks"]), RECONCILIATION_CHECK, True),
+            (output_key(sessionize), QUALITY_CHECK, True),
+            (output_key(sessionize), RECONCILIATION_CHECK, False),
+        ]
+    )
+    passed = [PASSED | {"job": "enrich_clicks", "version": 2}, PASSED | {"job": "sessionize", "version": 2}]
+    success, ran, _ = _gate(passed[0] | {"set": passed, "passed": True})
+    assert success
+    assert ran == ["after"]
 
 
 def _verify_step(version: int, outcome: str, details: dict[str, Any], dataset: str) -> Step:

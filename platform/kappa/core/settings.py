@@ -144,6 +144,9 @@ class KappaSettings(BaseSettings):
     spark_submit: str | None = Field(None, description="spark-submit executable (default: pyspark's bin/)")
     deploy_stop_timeout_s: float = Field(60.0, gt=0, description="SIGTERM, then SIGKILL after this long")
     deploy_lag_alert: int = Field(10_000, ge=0, description="lag (records) at which a deployment is reported")
+    cutover_max_lag: int = Field(
+        10_000, ge=0, description="a cutover is refused while a version to go live is more records than this behind"
+    )
 
     @model_validator(mode="after")
     def _derive(self) -> KappaSettings:

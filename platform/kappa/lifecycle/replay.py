@@ -42,7 +42,20 @@ from kappa.kafka.clients import admin_client, require_kafka
 from kappa.kafka.topic_admin import apply
 from kappa.lifecycle import deployments
 from kappa.runtime import start_point
-from kappa.runtime.binding import bind, dataset_of, deployment_topics, physical_output, point_alias
+from kappa.runtime.binding import (
+    REPLAY,
+    VersionBinding,
+    bind_inputs,
+    dataset_of,
+    deployment_topics,
+    describe_inputs,
+    input_versions,
+    next_version,
+    physical_output,
+    point_alias,
+    record_binding,
+    recorded_binding,
+)
 from kappa.runtime.declaration import DeltaTable, JobContext, JobSpec, Starting, version_checkpoints
 from kappa.runtime.discovery import discover, get_job
 from kappa.spark.session import get_spark
@@ -68,6 +81,10 @@ class Replay:
     version: int
     jobs: Mapping[str, JobSpec]  # every declared job (inputs resolve through their writers)
     aliases: Mapping[str, Alias]
+    # What the version reads (derived input dataset -> version): recorded by its prepare, given by a cascade;
+    # None: the live versions.
+    inputs: Mapping[str, int] | None = None
+    code_version: int | None = None  # the declared version whose code it runs; None: a version this code lacks
 
     @property
     def dataset(self) -> str:
@@ -78,8 +95,12 @@ class Replay:
         return self.aliases.get(self.dataset)
 
     @property
+    def input_versions(self) -> dict[str, int]:
+        return dict(self.inputs) if self.inputs is not None else input_versions(self.job, self.jobs, self.aliases)
+
+    @property
     def bound(self) -> JobSpec:
-        return bind(self.job, self.version, self.jobs, self.aliases)
+        return bind_inputs(self.job, self.version, self.input_versions)
 
     def context(self, settings: KappaSettings) -> JobContext:
         """The version's checkpoint, query and group names (no Spark session needed for those)."""
@@ -87,8 +108,16 @@ class Replay:
 
 
 def load(settings: KappaSettings, job_name: str, version: int | None = None) -> Replay:
+    """The version as recorded (what it reads, whose code it runs), else the declared one on the live inputs."""
     job = get_job(job_name)
-    return Replay(job, version or job.version, discover(), AliasRegistry(settings).all())
+    version = version or job.version
+    recorded = recorded_binding(settings, job_name, version)
+    if recorded is not None:
+        inputs: dict[str, int] | None = recorded.inputs
+        code: int | None = recorded.code_version
+    else:
+        inputs, code = None, job.version if version == job.version else None
+    return Replay(job, version, discover(), AliasRegistry(settings).all(), inputs, code)
 
 
 # ------------------------------------------------------------------ 1. check ----------------------------
@@ -174,10 +203,15 @@ def _iso(ms: int) -> str:
 def check(settings: KappaSettings, replay: Replay, starting: Starting) -> dict[str, Any]:
     """Refuse (ReplayRefusedError) a replay that must not run; return what was checked."""
     job, version, live = replay.job, replay.version, replay.live
-    if version != job.version:
+    if replay.code_version is None:
         raise ReplayRefusedError(
             f"{job.name} v{version} is not declared: jobs/{job.name}/declaration.py declares v{job.version}. "
             "A logic change bumps `version` there, and the replay deploys the declared version."
+        )
+    if replay.code_version != job.version:
+        raise ReplayRefusedError(
+            f"{job.name} v{version} exists already and runs the code of v{replay.code_version} (made by a cascade "
+            f"replay): declare v{next_version(settings, job)} in jobs/{job.name}/declaration.py for the new logic"
         )
     if live is not None and live.version == version:
         raise ReplayRefusedError(f"{job.name} v{version} is already live for {replay.dataset}: nothing to replay")
@@ -248,6 +282,14 @@ def prepare(settings: KappaSettings, replay: Replay) -> dict[str, Any]:
     """The version's topics exist and its output schema is registered; checkpoint and group are its own."""
 
     bound = replay.bound
+    binding = VersionBinding(replay.job.version, replay.input_versions, REPLAY)
+    recorded = record_binding(settings, replay.job.name, replay.version, binding)  # what the version is, for good
+    if recorded != binding:
+        raise ReplayRefusedError(
+            f"{replay.job.name} v{replay.version} was prepared reading {describe_inputs(recorded.inputs)}, not "
+            f"{describe_inputs(binding.inputs)}: a version reads what it was made on. Replay the new inputs as a new "
+            f"version, or retire v{replay.version} first"
+        )
     created = [c.topic for c in apply(require_kafka(settings), deployment_topics(bound)) if c.kind == "created"]
     if isinstance(bound.output, Topic) and bound.output.value_schema:
         apply_schemas(settings.schemas_path, [bound.output], settings.registry)
@@ -592,6 +634,30 @@ def verified(registry: AliasRegistry, job: str, version: int, dataset: str) -> b
     return bool(outcomes) and outcomes[-1] == "ok"
 
 
+def running(settings: KappaSettings, job: str, version: int) -> bool:
+    deployment = deployments.load(settings, job, version)
+    return deployment is not None and deployment.desired == "running" and deployments.is_running(deployment)
+
+
+def require_running(settings: KappaSettings, job: str, version: int, doing: str) -> None:
+    if not running(settings, job, version):
+        raise ReplayRefusedError(
+            f"{job} v{version} is not running: {doing} would point readers at a version nobody updates. "
+            f"Start it first: `kappa replay golive {job} --version {version}`"
+        )
+
+
+def require_caught_up(settings: KappaSettings, job: str, version: int) -> int:
+    behind = deployments.lag(settings, job, version).total
+    if behind > settings.cutover_max_lag:
+        raise ReplayRefusedError(
+            f"{job} v{version} is {behind:,} records behind its inputs, more than the cutover allows "
+            f"({settings.cutover_max_lag:,}, KAPPA_CUTOVER_MAX_LAG): let it catch up (`kappa jobs status`), then "
+            "cut over"
+        )
+    return behind
+
+
 def cutover(settings: KappaSettings, replay: Replay, *, by: str | None = None, force: bool = False) -> Alias:
     registry = AliasRegistry(settings)
     live = replay.live
@@ -602,6 +668,8 @@ def cutover(settings: KappaSettings, replay: Replay, *, by: str | None = None, f
             f"{replay.job.name} v{replay.version} has not passed verification: run "
             f"`kappa replay verify {replay.job.name} --version {replay.version}` (or `replay start`) first"
         )
+    require_running(settings, replay.job.name, replay.version, "the cutover")
+    require_caught_up(settings, replay.job.name, replay.version)
     reason = "cutover" + (" (forced past verification)" if force else "")
     expected = live.version if live else None
     return point_alias(settings, registry, replay.job, replay.version, expected=expected, reason=reason, by=by)
@@ -620,6 +688,7 @@ def rollback(settings: KappaSettings, replay: Replay, *, by: str | None = None) 
         )
     if not output_exists(settings, replay.job, back):
         raise ReplayRefusedError(f"{replay.job.name} v{back} was retired: its output is gone; replay it instead")
+    require_running(settings, replay.job.name, back, "the rollback")
     reason = f"rollback from v{live.version}"
     return point_alias(settings, AliasRegistry(settings), replay.job, back, expected=live.version, reason=reason, by=by)
 
@@ -640,6 +709,19 @@ def retire(settings: KappaSettings, replay: Replay) -> dict[str, Any]:
             f"{replay.job.name} v{replay.version} is live for {replay.dataset}: cut over to another version first"
         )
 
+    output = physical_output(replay.job, settings, replay.version)[1]
+    readers = [  # a Delta output is read by no job: only a topic can be another running version's input
+        f"{d.deployment.job} v{d.deployment.version}"
+        for d in deployments.status(settings)
+        if d.health is deployments.Health.RUNNING
+        and output in deployments.input_topics(settings, d.deployment.job, d.deployment.version)
+    ]
+    if readers:
+        raise ReplayRefusedError(
+            f"{', '.join(readers)} read {output} and run: retiring it would pull their input from under them. "
+            "Cut them over to versions that read the new one (`kappa replay start <changed job> --downstream`), "
+            "roll them over, and stop or retire them first"
+        )
     stopped = deployments.stop_if_running(settings, replay.job.name, replay.version)
     with deployments.checkpoint_lock(settings, replay.job.name, replay.version, "a retire"):  # refused while in use
         deleted = _delete_version(settings, replay)

@@ -135,7 +135,16 @@ def next_version(settings: KappaSettings, job: JobSpec) -> int:
     registry = AliasRegistry(settings)
     live = registry.live(dataset_of(job))
     used = [job.version, *([live.version] if live else []), *known_versions(settings, job.name)]
-    used += [s.to_version for s in registry.steps(job.name)]
+    # The audit names the versions made and retired since: those a replay prepared or a first run deployed (a
+    # refused step names a version that may never be made). A job's steps on another dataset (a copy of the
+    # pipeline on the same cluster) number another dataset's versions.
+    used += [
+        s.to_version
+        for s in registry.steps(job.name)
+        if s.step in ("prepare", "deploy")
+        and s.outcome == "ok"
+        and s.facts.get("dataset", dataset_of(job)) == dataset_of(job)
+    ]
     return max(used) + 1
 
 
@@ -253,7 +262,8 @@ def ensure_live(settings: KappaSettings, job: JobSpec, version: int) -> Alias | 
         if registry.live(dataset) is not None:
             return None  # another first run won the race: that one is live
         raise
-    registry.record(job.name, "deploy", to_version=version, from_version=None, details={"physical": alias.physical})
+    details = {"physical": alias.physical, "dataset": dataset}
+    registry.record(job.name, "deploy", to_version=version, from_version=None, details=details)
     return alias
 
 
