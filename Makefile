@@ -21,7 +21,7 @@ export UV_COMPILE_BYTECODE := 1
 DAGSTER_HOME ?= $(CURDIR)/.state/dagster
 DAGSTER_PORT ?= 3000
 
-.PHONY: help setup system-packages demo test test-quick test-unit test-integration test-e2e soak lint docs format up down status topics dagster bench-avro bench-pipeline bench-contracts bench-latency bench-replay bench-views ci clean
+.PHONY: help setup system-packages demo test test-quick test-unit test-integration test-e2e soak lint docs format up down status topics dagster bench-avro bench-pipeline bench-contracts bench-latency bench-replay bench-cascade bench-views ci clean
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-18s %s\n", $$1, $$2}'
@@ -105,6 +105,9 @@ bench-contracts: setup ## benchmark: raw_clicks replay throughput with and witho
 
 bench-replay: setup ## benchmark: a replay of enrich_clicks on the demo data set (wall, events/s, checks' overhead, cutover)
 	$(UV) run --frozen python -m tests.benchmarks.bench_replay $(BENCH_ARGS)
+
+bench-cascade: setup ## benchmark: a cascade replay of enrich_clicks and the datasets below it (wall, events/s, the set's cutover)
+	$(UV) run --frozen python -m tests.benchmarks.bench_cascade $(BENCH_ARGS)
 
 bench-views: setup ## benchmark: a Delta view's cost per live batch after a long history, with and without each layout choice
 	$(UV) run --frozen python -m tests.benchmarks.bench_view_batches $(BENCH_ARGS)

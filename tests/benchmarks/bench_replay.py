@@ -8,7 +8,8 @@
    alternating *with* the data contracts (the row-level rules while decoding, the quality suite in verify) and
    *without* them (settings pointing at a schemas folder with the .avsc files only). The reconciliation
    against the live version runs in both: it is the protocol, not a contract.
-3. Time a cutover: `kappa replay cutover`, the whole command as an operator launches it.
+3. Time a cutover: `kappa replay cutover`, the whole command as an operator launches it (after `replay golive`:
+   a cutover needs the version running and caught up).
 
 Per round: wall time of the command, catch-up rows, seconds and events/s and verification seconds, read
 from the audit trail the command writes (`kappa.audit`). The checks' overhead compares the best wall time
@@ -108,9 +109,11 @@ def main() -> None:
         # A cutover to the last version that ran with the contracts.
         target = max(r["version"] for r in rounds if r["contracts"] == "with")
         d.edit(DECLARATION, f"version={version},", f"version={target},")
+        d.kappa("replay", "golive", JOB, "--version", str(target))  # a cutover needs the version running
         started = time.perf_counter()
         d.kappa("replay", "cutover", JOB, "--version", str(target))
         cutover_s = time.perf_counter() - started
+        d.kappa("jobs", "stop", JOB, "--version", str(target))
         alias = registry.live(dataset)
         assert alias is not None
         assert alias.version == target

@@ -228,16 +228,26 @@ def test_replay_cutover_and_rollback_through_the_cli(
         follow(consumer, seen, counts)  # the follower sees both before the cutover
         assert seen.get(later.key.decode()) is None
 
+        # A cutover to a version that does not run is refused: readers would follow a version nobody updates.
+        idle = v2.kappa("replay", "cutover", "enrich_clicks", "--version", "2", check=False)
+        assert idle.returncode == 2
+        assert "enrich_clicks v2 is not running" in idle.stderr
+        v2.kappa("replay", "golive", "enrich_clicks", "--by", "alice")
         cut = v2.kappa("replay", "cutover", "enrich_clicks", "--version", "2", "--by", "alice")
         assert "v1 -> v2" in cut.stdout
         follow(consumer, seen, counts)
         assert counts[-1] == len(differing)  # each changed key once, nothing else again
         assert table(seen) == v2_first
 
-        # The log grows; both versions keep running (one batch each here), the follower reads v2.
+        # The log grows; both versions keep running, the follower reads v2.
+        v1.kappa("jobs", "start", "enrich_clicks")
         produce(stack, v1, slice(FIRST_PART.stop, None))
-        v1.kappa("jobs", "run", "enrich_clicks", "--available-now")
-        v2.kappa("jobs", "run", "enrich_clicks", "--available-now")
+        wait_until(
+            lambda: v1.caught_up(stack, {"enrich_clicks": 1}) and v2.caught_up(stack, {"enrich_clicks": 2}),
+            300,
+            "both versions to read the grown log",
+            interval_s=1,
+        )
         follow(consumer, seen, counts)
         assert table(seen) == rule(CONFIG, 5, slice(0, None))
 
@@ -252,6 +262,8 @@ def test_replay_cutover_and_rollback_through_the_cli(
         assert "is at v1 by a rollback from v2" in again.stderr
     finally:
         consumer.close()
+        for version in (1, 2):  # the next flow starts from v1 live, nothing running
+            deployments.stop_if_running(v1.settings(stack), "enrich_clicks", version, timeout_s=30)
 
     steps = [(s.step, s.from_version, s.to_version, s.outcome, s.by) for s in registry.steps("enrich_clicks")]
     assert ("cutover", 1, 2, "ok", "alice") in steps
@@ -304,6 +316,8 @@ def test_every_runbook_in_replays_is_covered() -> None:
         "rollback.md",
         "replay-from-timestamp.md",
         "schema-change.md",
+        "cascade-replay.md",  # and the cascade's two: tests/e2e/test_cascade_replay.py
+        "cascade-rollback.md",
     }
 
 

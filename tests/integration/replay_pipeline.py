@@ -15,7 +15,7 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -29,12 +29,15 @@ from kappa.contracts.schema_files import topic_value_schema
 from kappa.contracts.topic_declarations import Cleanup, Topic
 from kappa.core.settings import KappaSettings
 from kappa.kafka.clients import produce_all
+from kappa.lifecycle import deployments
 from kappa.ops.clickstream import StreamConfig, click_messages, clicks
 from kappa.ops.produce_clickstream import generate
 from tests.environment import stack_env
 
 REPO = Path(__file__).resolve().parents[2]
 CATALOG_TOPICS = ("clicks", "user_profiles", "enriched_clicks", "sessions")
+# The Delta views' tables, by the job that writes each (a table's alias is `delta:<table>`, global on the stack).
+VIEW_TABLES = {"page_stats": "page_stats", "sessions_table": "sessions", "user_activity": "user_activity"}
 # Small, and with late profile versions: a shorter profile lateness changes some answers.
 CONFIG = StreamConfig(events=3000, users=30, seed=41, profile_change_share=0.04, late_profile_share=0.5)
 
@@ -112,6 +115,17 @@ class Deployment:
                 for name in jobs_modules():  # the copy's
                     del sys.modules[name]
 
+    def caught_up(self, stack: KappaSettings, versions: Mapping[str, int]) -> bool:
+        """Has each job version read its inputs to their ends (consumer lag 0)? Asked with this copy's code: the
+        topics a version reads are its declaration's, which the checkout's `jobs` would name differently."""
+        settings = self.settings(stack)
+        with self.imported():
+            for job, version in versions.items():
+                assert deployments.input_topics(settings, job, version), f"{job} v{version}: no inputs found"
+                if deployments.lag(settings, job, version).total:
+                    return False
+        return True
+
     def copy(self, to: Path) -> Deployment:
         """The same deployment from another copy of the code (to change it while this one stays)."""
         shutil.copytree(self.code, to)
@@ -124,9 +138,12 @@ def deploy_copy(
     prefix: str,
     catalog_edits: dict[str, str] | None = None,
     env: dict[str, str] | None = None,
+    *,
+    tables: bool = False,
 ) -> Deployment:
     """A copy of jobs/ whose catalog topics are `<prefix><name>` (and `catalog_edits` applied to the catalog's
-    text), set up on the stack (topics, schemas)."""
+    text), set up on the stack (topics, schemas). With `tables`, the views' Delta tables are `<prefix><table>`
+    too (their aliases are the stack's: a copy that deploys the views must not share them)."""
     code = where / "code"
     shutil.copytree(REPO / "jobs", code / "jobs", ignore=shutil.ignore_patterns("__pycache__"))
     catalog = code / "jobs" / "catalog.py"
@@ -138,6 +155,12 @@ def deploy_copy(
         assert old in text, old
         text = text.replace(old, new)
     catalog.write_text(text)
+    for job, table in VIEW_TABLES.items() if tables else ():
+        declaration = code / "jobs" / job / "declaration.py"
+        declared = declaration.read_text()
+        declared, n = re.subn(rf'DeltaTable\(\s*"{table}"', f'DeltaTable("{prefix}{table}"', declared)
+        assert n == 1, job
+        declaration.write_text(declared)
     env = stack_env(
         stack,
         PYTHONPATH=str(code),
@@ -146,7 +169,7 @@ def deploy_copy(
             "KAPPA_DELTA_ROOT": str(where / "delta"),
             "KAPPA_CHECKPOINT_ROOT": str(where / "checkpoints"),
             "KAPPA_DEPLOYMENTS_DIR": str(where / "deployments"),
-            "KAPPA_SCHEMAS_DIR": str(copy_schemas(where / "schemas", prefix)),
+            "KAPPA_SCHEMAS_DIR": str(copy_schemas(where / "schemas", prefix, tables)),
             **(env or {}),
         },
     )
@@ -156,12 +179,12 @@ def deploy_copy(
     return deployment
 
 
-def copy_schemas(to: Path, prefix: str) -> Path:
+def copy_schemas(to: Path, prefix: str, tables: bool = False) -> Path:
     """The repository's schemas and expectation suites for a copy: a topic's suite is kept under its dataset
     name, which the copy prefixes, so the copy runs under the same data contracts as the pipeline itself."""
     shutil.copytree(REPO / "schemas", to)
     suites = to / EXPECTATIONS_DIR
-    for name in CATALOG_TOPICS:
+    for name in (*CATALOG_TOPICS, *(VIEW_TABLES.values() if tables else ())):
         if (suites / f"{name}.json").exists():
             shutil.copy(suites / f"{name}.json", suites / f"{prefix}{name}.json")
     return to

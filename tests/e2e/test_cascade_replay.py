@@ -1,0 +1,378 @@
+"""A logic change of enrich_clicks replayed through the five datasets below it, cut over and rolled back as one
+set, on the session's stack, as an operator runs it: the cascade runbooks as written, with the CLI around them.
+
+A copy of the pipeline (its own topics and Delta tables) runs its live set continuously: enrich_clicks,
+sessionize and the three Delta views, v1. Then:
+
+1. The change (a shorter profile lateness) is enrich_clicks v2, in a second copy of the code; `kappa replay
+   plan` names the five datasets it reaches and the versions each gets. A cascade replay killed during its
+   third member (sessionize) is launched again by the runbook (`replays/cascade-replay.md`), which resumes it, goes live
+   and cuts the set over. Meanwhile a follower reads `enriched_clicks` through its alias (`AliasConsumer`),
+   another reads the `page_stats` table through its alias, and a third reader polls the alias registry: none
+   ever sees a new dataset beside an old one. The follower gets each changed key once.
+2. Every dataset of the new set equals a fresh run of the new code over the same log (a third copy).
+3. Retiring the old `enriched_clicks` is refused while the old `sessionize` runs and reads it; a rollback with
+   a version to return to stopped is refused; then `replays/cascade-rollback.md` moves the set back at once,
+   and the follower gets each key's old value back once.
+4. The defects the issue names: a cutover to a version that does not run is refused; a live downstream
+   version whose input moved under it (enrich_clicks cut over alone) is refused a restart, with the command
+   that replays it.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import fastavro
+import pytest
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+from deltalake import DeltaTable
+
+from kappa.contracts.schema_files import load
+from kappa.contracts.topic_declarations import Cleanup, Topic
+from kappa.core.settings import KappaSettings
+from kappa.kafka.aliases import AliasRegistry, AliasWatch
+from kappa.lifecycle import deployments
+from kappa.runtime.readers import AliasConsumer, Change
+from tests.conftest import SHORT_RUN_JVM
+from tests.e2e.test_replay_lifecycle import rule, run
+from tests.integration.replay_pipeline import CONFIG, Deployment, deploy_copy, produce
+from tests.waiting import wait_until
+
+JOBS = ("enrich_clicks", "page_stats", "sessionize", "sessions_table", "user_activity")  # pipeline order
+TOPICS = {"enrich_clicks": "enriched_clicks", "sessionize": "sessions"}
+TABLES = {"page_stats": "page_stats", "sessions_table": "sessions", "user_activity": "user_activity"}
+DECLARATION = "enrich_clicks/declaration.py"
+DATA = CONFIG  # the lifecycle test's clickstream: 3,000 clicks of 30 users
+ENV = {
+    "KAPPA_SPARK_SHUFFLE_PARTITIONS": "1",  # one state store per stateful batch: the test's size
+    # A job host runs five queries for minutes: the short runs' C1-only JVM fills its code cache (48 MB) and dies.
+    "KAPPA_SPARK_DRIVER_JAVA_OPTIONS": f"{SHORT_RUN_JVM} -XX:ReservedCodeCacheSize=240m",
+}
+
+
+def datasets(prefix: str) -> dict[str, str]:
+    """Job -> the alias name of what it writes, in the copy with this prefix."""
+    return {job: f"{prefix}{TOPICS[job]}" if job in TOPICS else f"delta:{prefix}{TABLES[job]}" for job in JOBS}
+
+
+def change_logic(d: Deployment) -> None:
+    """v2 counts trial users as free: every TRIAL click's segment changes, and with it the segment of sessions a
+    trial click opened and of users whose latest session did (the profile lateness, the lifecycle test's change,
+    never reaches a session's first click, which comes 30 minutes after the user's last one)."""
+    d.edit(DECLARATION, "version=1,", "version=2,")
+    d.edit(
+        DECLARATION,
+        "profiles.rows), lateness_ms, disorder_ms)",
+        "profiles.rows), lateness_ms, disorder_ms).withColumn(\n"
+        '        "segment", F.when(F.col("segment") == "TRIAL", "FREE").otherwise(F.col("segment"))\n'
+        "    )",
+    )
+
+
+def run_set(stack: KappaSettings, d: Deployment) -> None:
+    """Every job of the copy deployed continuously (the first versions go live), until all have read everything."""
+    for job in JOBS:
+        d.kappa("jobs", "start", job)
+    caught_up(stack, d, dict.fromkeys(JOBS, 1))
+
+
+def caught_up(stack: KappaSettings, d: Deployment, versions: dict[str, int]) -> None:
+    """Each version has read its inputs to their ends and written its output (a view's table exists)."""
+    settings = d.settings(stack)
+
+    def written() -> bool:
+        aliases = AliasRegistry(stack).all()
+        for job, version in versions.items():
+            if job in TABLES and not Path(settings.delta_root, f"{d.prefix}{TABLES[job]}", f"v{version}").is_dir():
+                return False
+            if version == 1 and datasets(d.prefix)[job] not in aliases:
+                return False
+        return True
+
+    wait_until(lambda: written() and d.caught_up(stack, versions), 600, f"{versions} to catch up", interval_s=2)
+
+
+def stop_all(stack: KappaSettings, d: Deployment) -> None:
+    settings = d.settings(stack)
+    for state in deployments.status(settings):
+        deployments.stop_if_running(settings, state.deployment.job, state.deployment.version, timeout_s=30)
+
+
+# --- what readers see ----------------------------------------------------------------------------------------
+
+
+def topic_table(stack: KappaSettings, topic: str, schema_file: Path) -> dict[str, Any]:
+    """The latest decoded value per key of a physical topic (tombstones remove the key), read independently
+    of the platform's readers: a plain consumer and fastavro on the schema file."""
+    schema = fastavro.parse_schema(load(schema_file))
+    consumer = Consumer({"bootstrap.servers": stack.bootstrap, "group.id": f"t-{uuid.uuid4().hex}",
+                         "enable.partition.eof": True, "log_level": 0})  # fmt: skip
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        latest: dict[str, Any] = {}
+        ended: set[int] = set()
+        deadline = time.monotonic() + 120
+        while len(ended) < len(partitions) and time.monotonic() < deadline:
+            message = consumer.poll(1.0)
+            if message is None:
+                continue
+            if message.error() is not None:
+                if message.error().code() == KafkaError._PARTITION_EOF:
+                    ended.add(message.partition())
+                continue
+            key = message.key().decode()
+            raw = message.value()
+            if raw is None:
+                latest.pop(key, None)
+            else:
+                latest[key] = fastavro.schemaless_reader(io.BytesIO(raw[5:]), schema)
+        assert len(ended) == len(partitions), f"could not read {topic} to its end"
+        return latest
+    finally:
+        consumer.close()
+
+
+def delta_rows(path: str) -> list[str]:
+    """A Delta table's rows, each as sorted JSON, sorted: equal tables give equal lists."""
+    rows = DeltaTable(path.removeprefix("file:")).to_pyarrow_table().to_pylist()
+    return sorted(json.dumps(r, sort_keys=True, default=str) for r in rows)
+
+
+def outputs(stack: KappaSettings, d: Deployment) -> dict[str, Any]:
+    """Every live dataset of the copy, as its readers see it through the aliases."""
+    aliases = AliasRegistry(stack).all()
+    schemas = d.settings(stack).schemas_path
+    found: dict[str, Any] = {}
+    for job, dataset in datasets(d.prefix).items():
+        physical = aliases[dataset].physical
+        if job in TOPICS:
+            found[job] = topic_table(stack, physical, schemas / f"{TOPICS[job]}.avsc")
+        else:
+            found[job] = delta_rows(physical)
+    return found
+
+
+class Readers:
+    """Three readers through the aliases while the set moves: a follower of enriched_clicks (every change,
+    counted per key), a reader of the page_stats table, and a poller of the registry (every dataset's version
+    as of one read). They record what they saw; the test asserts on it."""
+
+    def __init__(self, stack: KappaSettings, prefix: str) -> None:
+        self.stack = stack
+        self.names = datasets(prefix)
+        enriched = Topic(self.names["enrich_clicks"], 4, Cleanup.COMPACT, value_schema="enriched_clicks.avsc")
+        self.follower = AliasConsumer(stack, enriched, group=f"follower-{uuid.uuid4().hex[:8]}", alias_poll_s=0.3)
+        self.changes: list[Change] = []
+        self.table: dict[str, Any] = {}
+        self.polled: list[tuple[int, ...]] = []  # the five versions, per poll
+        self.page_stats_reads: list[tuple[int, int, int]] = []  # (enriched version, page_stats version, rows)
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=f, daemon=True) for f in (self._poll, self._read_page_stats)]
+
+    def follow(self) -> None:
+        """The follower takes every change there is now (it runs between the steps, in this thread)."""
+        for change in self.follower.changes(idle_timeout_s=3):
+            self.changes.append(change)
+            if change.value is None:
+                self.table.pop(change.key, None)
+            else:
+                self.table[change.key] = change.value
+
+    def _poll(self) -> None:
+        watch = AliasWatch(self.stack)
+        try:
+            while not self._stop.is_set():
+                live = watch.all()  # one read: a set moved together is seen moved together
+                self.polled.append(tuple(live[d].version for d in self.names.values()))
+        finally:
+            watch.close()
+
+    def _read_page_stats(self) -> None:
+        watch = AliasWatch(self.stack)
+        try:
+            while not self._stop.is_set():
+                live = watch.all()
+                enriched, stats = live[self.names["enrich_clicks"]], live[self.names["page_stats"]]
+                rows = len(DeltaTable(stats.physical.removeprefix("file:")).to_pyarrow_table())
+                self.page_stats_reads.append((enriched.version, stats.version, rows))
+                time.sleep(0.2)
+        finally:
+            watch.close()
+
+    def __enter__(self) -> Readers:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(60)
+        self.follower.close()
+
+
+# --- the test --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def copies(stack: KappaSettings, tmp_path: Path) -> Iterator[Callable[[str], Deployment]]:
+    """Copies of the pipeline for the test; every deployment they start is stopped at the end."""
+    made: list[Deployment] = []
+
+    def make(name: str) -> Deployment:
+        d = deploy_copy(stack, tmp_path / name, f"cr{uuid.uuid4().hex[:6]}_", env=ENV, tables=True)
+        made.append(d)
+        return d
+
+    yield make
+    for d in made:
+        stop_all(stack, d)
+
+
+@pytest.mark.timeout(2400)
+def test_a_change_replays_through_everything_below_it_and_the_set_moves_at_once(
+    stack: KappaSettings, tmp_path: Path, copies: Callable[[str], Deployment]
+) -> None:
+    v1 = copies("v1")
+    produce(stack, v1, slice(0, None), DATA)
+    run_set(stack, v1)
+    registry = AliasRegistry(stack)
+    names = datasets(v1.prefix)
+    old = outputs(stack, v1)
+
+    # The change, in a second copy of the code: the jobs below enrich_clicks are not edited.
+    v2 = v1.copy(tmp_path / "v2")
+    change_logic(v2)
+    plan = json.loads(v2.kappa("replay", "plan", "enrich_clicks", "--json").stdout)
+    assert [(m["job"], m["dataset"], m["live"], m["version"]) for m in plan["members"]] == [
+        (job, names[job], 1, 2) for job in JOBS
+    ]
+    assert plan["members"][2]["reads"] == f"{names['enrich_clicks']} v2"  # sessionize
+    assert plan["members"][0]["records"] >= DATA.events  # the clicks, and the profiles it joins
+    assert all(m["estimate_s"] is not None for m in plan["members"])
+
+    # Killed while the set's third member (sessionize) catches up, then resumed by the runbook's own `start`.
+    killed = v2.popen("replay", "start", "enrich_clicks", "--downstream")
+    assert killed.stdout is not None
+    for line in killed.stdout:
+        if line.startswith("[3/5] sessionize v2"):
+            time.sleep(3)
+            killed.send_signal(signal.SIGKILL)
+            break
+    killed.wait(60)
+    # Not everything is verified: the set cannot be cut over (and nothing went live).
+    refused = v2.kappa("replay", "cutover", "enrich_clicks", "--downstream", check=False)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "has not passed verification" in refused.stderr
+    assert {a.version for d, a in registry.all().items() if d in names.values()} == {1}
+
+    with Readers(stack, v1.prefix) as readers:
+        readers.follow()
+        assert readers.table == old["enrich_clicks"]  # the follower reads the live v1
+        started = time.monotonic()
+        out = run(v2, "cascade-replay.md")
+        wall = time.monotonic() - started
+        assert "enrich_clicks v2: verified already, not replayed again" in out
+        assert "page_stats v2: verified already, not replayed again" in out
+        assert out.count("verification: PASSED") == 3  # the other three members, each verified
+        assert "5 aliases in one transaction" in out
+        readers.follow()
+        time.sleep(1)  # the readers' threads poll once more after the move
+    print(f"cascade runbook: {wall:.1f} s")
+    assert {d: registry.all()[d].version for d in names.values()} == {d: 2 for d in names.values()}
+
+    # The readers never saw a mix: each poll is the old set or the new set.
+    assert set(readers.polled) <= {(1,) * 5, (2,) * 5}, sorted(set(readers.polled))
+    assert {(1,) * 5, (2,) * 5} <= set(readers.polled)
+    assert all(e == s for e, s, _rows in readers.page_stats_reads), readers.page_stats_reads
+    # The follower got each TRIAL click once, now FREE (the as-of rule computed independently: rule()).
+    segments = {key: segment for key, (_version, segment) in rule(DATA, 20, slice(0, None)).items()}
+    changed = {key for key, segment in segments.items() if segment == "TRIAL"}
+    assert changed, "the logic change must change some answers, or the test proves nothing"
+    after_cutover = [c for c in readers.changes if c.version == 2]
+    assert sorted(c.key for c in after_cutover) == sorted(changed)
+    assert {c.value["segment"] for c in after_cutover if c.value is not None} == {"FREE"}
+
+    # 2. The new set equals a fresh run of the new code over the same log.
+    new = outputs(stack, v2)
+    fresh = copies("fresh")
+    change_logic(fresh)
+    fresh.kappa("topics", "apply")  # its first version is v2: its topics
+    produce(stack, fresh, slice(0, None), DATA)
+    for job in JOBS:
+        fresh.kappa("jobs", "run", job, "--available-now")
+    expected = outputs(stack, fresh)
+    for job in JOBS:
+        assert new[job] == expected[job], f"{job}: the cascade's output differs from a fresh run"
+    assert new["enrich_clicks"] == readers.table
+    assert any(new[job] != old[job] for job in JOBS[1:]), "the change must reach below enrich_clicks"
+
+    # 3. The old set still runs: its enriched_clicks cannot be retired while the old sessionize reads it.
+    settings = v1.settings(stack)
+    retire = v2.kappa("replay", "retire", "enrich_clicks", "--version", "1", check=False)
+    assert retire.returncode == 2
+    assert f"sessionize v1 read {names['enrich_clicks']}.v1 and run" in retire.stderr
+    # A version to return to that does not run: the set's rollback is refused, nothing moves.
+    v1.kappa("jobs", "stop", "sessions_table", "--version", "1")
+    stopped = v2.kappa("replay", "rollback", "enrich_clicks", "--downstream", check=False)
+    assert stopped.returncode == 2
+    assert "sessions_table v1 is not running" in stopped.stderr
+    v1.kappa("jobs", "start", "sessions_table", "--version", "1")
+    caught_up(stack, v1, {"sessions_table": 1})
+
+    with Readers(stack, v1.prefix) as readers:
+        readers.follow()
+        out = run(v2, "cascade-rollback.md")
+        assert "rollback of the set of enrich_clicks: 5 aliases in one transaction" in out
+        readers.follow()
+        time.sleep(1)
+    assert set(readers.polled) <= {(1,) * 5, (2,) * 5}, sorted(set(readers.polled))
+    assert all(e == s for e, s, _rows in readers.page_stats_reads), readers.page_stats_reads
+    assert sorted(c.key for c in readers.changes if c.version == 1) == sorted(changed)
+    assert outputs(stack, v1) == old
+
+    # 4. A cutover to a version that does not run is refused.
+    v2.kappa("jobs", "stop", "enrich_clicks", "--version", "2")
+    down = v2.kappa("replay", "cutover", "enrich_clicks", "--version", "2", check=False)
+    assert down.returncode == 2
+    assert "enrich_clicks v2 is not running" in down.stderr
+    v2.kappa("jobs", "start", "enrich_clicks", "--version", "2")
+    caught_up(stack, v2, {"enrich_clicks": 2})
+    # enrich_clicks alone moves: the live sessionize v1 now reads an input that is no longer live. Its
+    # restart is refused, naming the replay that moves it onto the live input.
+    v2.kappa("replay", "cutover", "enrich_clicks", "--version", "2")
+    restart = v2.kappa("jobs", "restart", "sessionize", "--version", "1", check=False)
+    assert restart.returncode == 2, restart.stdout + restart.stderr
+    assert f"sessionize v1 is live and reads {names['enrich_clicks']} v1 (live: v2)" in restart.stderr
+    assert "kappa replay start" in restart.stderr
+    assert deployments.state_of(deployments.load(settings, "sessionize", 1)).health is deployments.Health.RUNNING
+
+
+def test_a_first_versions_replay_goes_live_by_its_cutover(
+    stack: KappaSettings, copies: Callable[[str], Deployment]
+) -> None:
+    """A dataset nothing serves yet, replayed: its version runs after go-live, but readers get it only at the
+    cutover, like any other version (it used to go live at go-live, and its cutover then said "already v1")."""
+    d = copies("first")
+    produce(stack, d, slice(0, 600), DATA)
+    dataset = datasets(d.prefix)["enrich_clicks"]
+    registry = AliasRegistry(stack)
+    started = d.kappa("replay", "start", "enrich_clicks")
+    assert "nothing live yet: this is the first version" in started.stdout
+    d.kappa("replay", "golive", "enrich_clicks")
+    assert registry.live(dataset) is None  # running, not served
+    cut = d.kappa("replay", "cutover", "enrich_clicks")
+    assert f"{dataset}: vNone -> v1" in cut.stdout
+    live = registry.live(dataset)
+    assert live is not None
+    assert (live.version, live.previous_version, live.reason) == (1, None, "cutover")
