@@ -118,6 +118,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 LONGEST_FIRST = (
     "e2e/test_replay_lifecycle.py",  # 770
     "integration/test_kappa_promise.py",  # 455
+    "e2e/test_cascade_replay.py",  # 430
     "e2e/test_outages.py",  # 345
     "e2e/test_stack_lifecycle.py",  # 295
     "e2e/test_demo.py",  # 205
