@@ -17,6 +17,7 @@ is v1's code reading `enriched_clicks.v2` (kappa.runtime.binding records it).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,6 +52,9 @@ from kappa.runtime.binding import (
 from kappa.runtime.declaration import JobSpec, Starting
 from kappa.runtime.discovery import discover, get_job, pipeline_order
 
+# What a member costs beside reading its records: a Spark session's start, the suite and the reconciliation
+# (make bench-cascade on the demo data, 2 cores: 9 to 23 s per member).
+MEMBER_FIXED_S = 15.0
 # Replay events/s per job when this cluster has not replayed it yet: `make bench-pipeline`, 1,000,000 clicks,
 # 2 cores (README, "Replay throughput"). A job this cluster has replayed is estimated from its last catch-up.
 BENCH_EVENTS_PER_S = {
@@ -215,7 +219,7 @@ def _measured(settings: KappaSettings, member: Member, aliases: Mapping[str, Ali
         member.why,
         records,
         horizon,
-        round(records / rate, 1) if rate else None,
+        round(MEMBER_FIXED_S + records / rate, 1) if rate else None,
         source,
     )
 
@@ -258,8 +262,9 @@ def _rate(settings: KappaSettings, job: str) -> tuple[float | None, str]:
 # ------------------------------------------------------------------ go live, cut over, roll back ----------
 
 
-def cutover_set(settings: KappaSettings, the_plan: Plan, *, by: str | None = None) -> list[Alias]:
-    """Every member's alias to its new version, in one transaction; refused unless each is ready."""
+def cutover_set(settings: KappaSettings, the_plan: Plan, *, by: str | None = None) -> tuple[list[Alias], float]:
+    """Every member's alias to its new version, in one transaction; refused unless each is ready. Returns the
+    aliases and the transaction's seconds."""
     if not the_plan.members:
         raise ReplayRefusedError(f"nothing to cut over below {the_plan.root}: every dataset reads the live set")
     registry = AliasRegistry(settings)
@@ -276,7 +281,9 @@ def cutover_set(settings: KappaSettings, the_plan: Plan, *, by: str | None = Non
     for m in the_plan.members:
         kind, physical = physical_output(m.job, settings, m.version)
         moves.append(Move(m.dataset, m.job.name, kind, m.version, physical, m.live))
-    return registry.move_set(moves, reason=f"cutover of the set of {the_plan.root}", by=by)
+    started = time.monotonic()
+    moved = registry.move_set(moves, reason=f"cutover of the set of {the_plan.root}", by=by)
+    return moved, time.monotonic() - started
 
 
 def last_set(settings: KappaSettings, root: str) -> list[Alias]:
@@ -290,15 +297,18 @@ def last_set(settings: KappaSettings, root: str) -> list[Alias]:
     return [a for a in moved if a.changed_at == latest]
 
 
-def rollback_set(settings: KappaSettings, root: str, *, by: str | None = None) -> list[Alias]:
-    """The set's aliases back to the versions live before its cutover, in one transaction; each must still run."""
+def rollback_set(settings: KappaSettings, root: str, *, by: str | None = None) -> tuple[list[Alias], float]:
+    """The set's aliases back to the versions live before its cutover, in one transaction; each must still run.
+    Returns the aliases and the transaction's seconds."""
     moved = last_set(settings, root)
     for alias in moved:
         if alias.previous_version is None:
             raise ReplayRefusedError(f"{alias.dataset} had no version before v{alias.version}: nothing to return to")
         require_running(settings, alias.job, alias.previous_version, "the rollback")
     back = [Move(a.dataset, a.job, a.kind, a.previous_version or 0, _physical(settings, a), a.version) for a in moved]
-    return AliasRegistry(settings).move_set(back, reason=f"rollback of the set of {root}", by=by)
+    started = time.monotonic()
+    moved = AliasRegistry(settings).move_set(back, reason=f"rollback of the set of {root}", by=by)
+    return moved, time.monotonic() - started
 
 
 def _physical(settings: KappaSettings, alias: Alias) -> str:
