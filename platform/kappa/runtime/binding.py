@@ -23,7 +23,7 @@ from kappa.contracts.topic_declarations import Topic, dead_letters_of, late_even
 from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings
 from kappa.kafka.aliases import DELTA_KIND, TOPIC_KIND, Alias, AliasRegistry
-from kappa.runtime.declaration import DeltaTable, JobSpec, version_checkpoints
+from kappa.runtime.declaration import DeltaTable, JobSpec, job_checkpoints, version_checkpoints
 from kappa.runtime.discovery import discover, get_job
 
 
@@ -122,7 +122,7 @@ def describe_inputs(inputs: Mapping[str, int]) -> str:
 
 def known_versions(settings: KappaSettings, job: str) -> list[int]:
     """The versions of the job that have a folder of checkpoints here (made by a run or a replay's prepare)."""
-    root = version_checkpoints(settings, job, 0).removesuffix("/v0")
+    root = job_checkpoints(settings, job)
     if "://" in root or not Path(root.removeprefix("file:")).is_dir():
         return []
     found = [p.name.removeprefix("v") for p in Path(root.removeprefix("file:")).iterdir() if p.is_dir()]

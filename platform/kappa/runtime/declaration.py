@@ -187,9 +187,14 @@ class JobSpec:
             raise ValueError(f"job {self.name}: real time mode writes with the Kafka sink, so its output is a topic")
 
 
+def job_checkpoints(settings: KappaSettings, job: str) -> str:
+    """The folder of a job's versions' checkpoint folders."""
+    return f"{settings.checkpoint_root}/{job}"
+
+
 def version_checkpoints(settings: KappaSettings, job: str, version: int) -> str:
     """The folder of one job version's checkpoints (one subfolder per query)."""
-    return f"{settings.checkpoint_root}/{job}/v{version}"
+    return f"{job_checkpoints(settings, job)}/v{version}"
 
 
 @dataclass(frozen=True)
