@@ -121,8 +121,7 @@ class Deployment:
         settings = self.settings(stack)
         with self.imported():
             for job, version in versions.items():
-                assert deployments.input_topics(settings, job, version), f"{job} v{version}: no inputs found"
-                if deployments.lag(settings, job, version).total:
+                if deployments.lag(settings, job, version).total:  # lag raises when it cannot be measured
                     return False
         return True
 

@@ -10,12 +10,14 @@ import pytest
 from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings
 from kappa.kafka.aliases import TOPIC_KIND, Alias
+from kappa.lifecycle import deployments
 from kappa.lifecycle.cascade import reach
 from kappa.runtime.binding import (
     REPLAY,
     VersionBinding,
     bind_inputs,
     bound_versions,
+    read_topics,
     record_binding,
     recorded_binding,
     refuse_moved_inputs,
@@ -75,3 +77,20 @@ def test_a_live_version_whose_input_moved_is_refused_with_the_replay(settings: K
     refuse_moved_inputs(settings, sessionize, 1, reads_v1, moved | {"sessions": alias("sessions", 2)})
     # Live, and its input live too: nothing moved.
     refuse_moved_inputs(settings, sessionize, 1, reads_v1, moved | {"enriched_clicks": alias("enriched_clicks", 1)})
+
+
+def test_a_binding_names_the_topics_its_version_reads(settings: KappaSettings) -> None:
+    """An old version's lag is measured on what it reads, known from its binding without the code that declared
+    it; a version nobody can tell that of has an unknown lag, never a lag of 0 (read as caught up)."""
+    sessionize = discover()["sessionize"]
+    made = VersionBinding.of(bind_inputs(sessionize, 8, {"enriched_clicks": 2}), 3, REPLAY)
+    assert (made.inputs, made.reads) == ({"enriched_clicks": 2}, ("enriched_clicks.v2",))
+    record_binding(settings, "sessionize", 8, made)
+    assert recorded_binding(settings, "sessionize", 8).reads == ("enriched_clicks.v2",)  # type: ignore[union-attr]
+    assert read_topics(settings, "sessionize", 8) == ["enriched_clicks.v2"]  # v3's code: not this checkout's
+
+    record_binding(settings, "sessionize", 9, VersionBinding(3, {"enriched_clicks": 2}))  # recorded before reads
+    with pytest.raises(KappaError, match="sessionize v9 runs the code of v3, but jobs/sessionize declares v1"):
+        read_topics(settings, "sessionize", 9)
+    with pytest.raises(deployments.UnknownInputsError, match="the lag of sessionize v9 is unknown"):
+        deployments.lag(settings, "sessionize", 9)

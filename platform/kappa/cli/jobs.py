@@ -127,14 +127,15 @@ def cmd_jobs_status(settings: KappaSettings, args: argparse.Namespace) -> int:
     for state in states:
         d = state.deployment
         lag, batch = "?", "-"
+        last, _rows = deployments.last_batch(settings, d.job, d.version)  # what the run recorded: no Kafka
+        if last:
+            batch = f"#{last.batch_id} {last.at.strftime('%H:%M:%S')}Z {last.rows} rows"
         try:
             if not reachable:
                 raise KappaError("Kafka did not answer for an earlier row")
-            measured = deployments.lag(settings, d.job, d.version, timeout_s=5)
-            lag = str(measured.total)
-            if measured.last_batch:
-                at = measured.last_batch.at.strftime("%H:%M:%S")
-                batch = f"#{measured.last_batch.batch_id} {at}Z {measured.last_batch.rows} rows"
+            lag = str(deployments.lag(settings, d.job, d.version, timeout_s=5).total)
+        except deployments.UnknownInputsError:
+            pass  # this row's lag is "?" (a version recorded before bindings named its topics); Kafka answers
         except KappaError:
             reachable = False  # Kafka not reachable: the table still shows the processes, lag "?"
         pid = str(d.pid) if state.health is deployments.Health.RUNNING else "-"

@@ -52,10 +52,9 @@ import kappa
 from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings, Launcher
 from kappa.core.waiting import WaitTimeoutError, wait_until
-from kappa.kafka.aliases import AliasRegistry
 from kappa.kafka.clients import admin_client
 from kappa.runtime import run_record
-from kappa.runtime.binding import deployed_job, recorded_binding, refuse_moved_inputs
+from kappa.runtime.binding import deployed_job, read_topics
 from kappa.runtime.discovery import get_job
 from kappa.runtime.run_record import LastBatch, RunRecord
 from kappa.spark.session import spark_conf as session_conf
@@ -140,6 +139,10 @@ class Lag:
     @property
     def total(self) -> int:
         return sum(self.per_topic.values())
+
+
+class UnknownInputsError(KappaError):
+    """What a version reads is not known here, so neither is its lag (Kafka may well be up)."""
 
 
 # ------------------------------------------------------------------------ pure parts -----------------
@@ -559,18 +562,10 @@ def start(
 
 
 def check_runnable(settings: KappaSettings, job: str, version: int) -> None:
-    """The job exists and this code runs `version`: the declared one, or one whose binding records this code
-    (what `kappa jobs run` will insist on at once)."""
+    """The job exists and this code runs `version`, on inputs that have not moved under it: the rule the run
+    applies when it binds (`deployed_job`), checked before anything is started or stopped."""
 
-    declared = get_job(job).version
-    recorded = recorded_binding(settings, job, version)
-    if version != declared and (recorded is None or recorded.code_version != declared):
-        raise KappaError(
-            f"jobs/{job} declares v{declared}: this code cannot run v{version} (stop it, or deploy it from the "
-            "code that declares it)"
-        )
-    if recorded is not None:
-        refuse_moved_inputs(settings, get_job(job), version, recorded, AliasRegistry(settings).all())
+    deployed_job(settings, job, version, run=True)
 
 
 def _start(
@@ -847,21 +842,15 @@ def last_batch(settings: KappaSettings, job: str, version: int) -> tuple[LastBat
     return (run.last_batch, run.rows) if run is not None else (None, 0)
 
 
-def input_topics(settings: KappaSettings, job: str, version: int) -> list[str]:
-    """The physical topics the version reads (derived inputs at their bound versions)."""
-
-    try:
-        return [t.name for t in deployed_job(settings, job, version).inputs]
-    except KappaError:  # not the declared version (its inputs are not known to this code) or no Kafka
-        return []
-
-
 def lag(settings: KappaSettings, job: str, version: int, timeout_s: float = 15.0) -> Lag:
     """The version's consumer lag per input topic (its group's offsets vs the end offsets), and its last batch.
-    Kafka unreachable within `timeout_s`: a KappaError."""
+    Kafka unreachable within `timeout_s`: a KappaError; the inputs unknown here: an UnknownInputsError."""
 
     group = consumer_group(job, version)
-    topics = input_topics(settings, job, version)
+    try:
+        topics = read_topics(settings, job, version)
+    except KappaError as exc:
+        raise UnknownInputsError(f"the lag of {job} v{version} is unknown: {exc}") from None
     consumer = Consumer({"bootstrap.servers": settings.bootstrap, "group.id": f"{group}.lag-probe", "log_level": 0})
     try:
         watermarks: dict[str, dict[int, tuple[int, int]]] = {}

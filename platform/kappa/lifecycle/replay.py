@@ -53,6 +53,7 @@ from kappa.runtime.binding import (
     next_version,
     physical_output,
     point_alias,
+    read_topics,
     record_binding,
     recorded_binding,
 )
@@ -282,7 +283,7 @@ def prepare(settings: KappaSettings, replay: Replay) -> dict[str, Any]:
     """The version's topics exist and its output schema is registered; checkpoint and group are its own."""
 
     bound = replay.bound
-    binding = VersionBinding(replay.job.version, replay.input_versions, REPLAY)
+    binding = VersionBinding.of(bound, replay.job.version, REPLAY)
     recorded = record_binding(settings, replay.job.name, replay.version, binding)  # what the version is, for good
     if recorded != binding:
         raise ReplayRefusedError(
@@ -710,12 +711,17 @@ def retire(settings: KappaSettings, replay: Replay) -> dict[str, Any]:
         )
 
     output = physical_output(replay.job, settings, replay.version)[1]
-    readers = [  # a Delta output is read by no job: only a topic can be another running version's input
-        f"{d.deployment.job} v{d.deployment.version}"
-        for d in deployments.status(settings)
-        if d.health is deployments.Health.RUNNING
-        and output in deployments.input_topics(settings, d.deployment.job, d.deployment.version)
-    ]
+    readers = []  # a Delta output is read by no job: only a topic can be another running version's input
+    for running in (s.deployment for s in deployments.status(settings) if s.health is deployments.Health.RUNNING):
+        try:
+            reads = read_topics(settings, running.job, running.version)
+        except KappaError as exc:
+            raise ReplayRefusedError(
+                f"cannot tell whether {running.job} v{running.version}, which runs, reads {output} ({exc}): stop "
+                f"it first (`kappa jobs stop {running.job} --version {running.version}`)"
+            ) from None
+        if output in reads:
+            readers.append(f"{running.job} v{running.version}")
     if readers:
         raise ReplayRefusedError(
             f"{', '.join(readers)} read {output} and run: retiring it would pull their input from under them. "

@@ -84,6 +84,14 @@ class VersionBinding:
     code_version: int  # the job's declared version when it was made: the logic it runs
     inputs: dict[str, int] = field(default_factory=dict)  # derived input dataset -> the version it reads
     origin: str = RUN
+    # The physical topics it reads as inputs (what its lag is measured on), known without the code that declares
+    # it: an old version kept running for a rollback. They follow from the code and `inputs`: not compared.
+    reads: tuple[str, ...] = field(default=(), compare=False)
+
+    @classmethod
+    def of(cls, bound: JobSpec, code_version: int, origin: str = RUN) -> VersionBinding:
+        """What a bound job version is: `code_version`'s logic on the inputs it is bound to."""
+        return cls(code_version, bound_versions(bound), origin, tuple(t.name for t in bound.inputs))
 
 
 def _binding_file(settings: KappaSettings, job: str, version: int) -> Path | None:
@@ -97,7 +105,8 @@ def recorded_binding(settings: KappaSettings, job: str, version: int) -> Version
         return None
     try:
         recorded = json.loads(path.read_text())
-        return VersionBinding(int(recorded["code_version"]), dict(recorded["inputs"]), str(recorded["origin"]))
+        reads = tuple(str(t) for t in recorded.get("reads", ()))  # none in a binding older than the field
+        return VersionBinding(int(recorded["code_version"]), dict(recorded["inputs"]), str(recorded["origin"]), reads)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise KappaError(f"{path} is unreadable ({exc}): it records what {job} v{version} reads") from None
 
@@ -192,11 +201,10 @@ def deployed_job(settings: KappaSettings, name: str, version: int | None = None,
 
     job = get_job(name)
     version = job.version if version is None else version
-    aliases = AliasRegistry(settings).all()
     recorded = recorded_binding(settings, name, version)
     if recorded is None:
         declared_job(name, version)  # a version that never ran is the declared one
-        return bind(job, version, discover(), aliases)
+        return bind(job, version, discover(), AliasRegistry(settings).all())
     if recorded.code_version != job.version:
         raise KappaError(
             f"{name} v{version} runs the code of v{recorded.code_version}, but jobs/{name} declares "
@@ -204,8 +212,18 @@ def deployed_job(settings: KappaSettings, name: str, version: int | None = None,
             f"change as a new version (`kappa replay start {name}`)"
         )
     if run:
-        refuse_moved_inputs(settings, job, version, recorded, aliases)
+        refuse_moved_inputs(settings, job, version, recorded, AliasRegistry(settings).all())
     return bind_inputs(job, version, recorded.inputs)
+
+
+def read_topics(settings: KappaSettings, name: str, version: int) -> list[str]:
+    """The physical topics a version of a job reads as inputs: as its binding records them, else as this code
+    binds the version. A KappaError when neither knows (a version this code does not declare, recorded before
+    bindings named their topics), never an empty answer: a lag measured on no topic would read as caught up."""
+    recorded = recorded_binding(settings, name, version)
+    if recorded is not None and recorded.reads:
+        return list(recorded.reads)
+    return [t.name for t in deployed_job(settings, name, version).inputs]
 
 
 def refuse_moved_inputs(

@@ -21,7 +21,7 @@ from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings
 from kappa.kafka.clients import admin_client
 from kappa.runtime import start_point
-from kappa.runtime.binding import VersionBinding, bound_versions, deployment_topics, record_binding
+from kappa.runtime.binding import VersionBinding, deployment_topics, record_binding
 from kappa.runtime.declaration import JobContext, JobSpec, Starting, version_checkpoints
 from kappa.runtime.progress import ProgressHub, ProgressRecorder, checkpoint_offsets
 from kappa.runtime.query import QueryControl, QueryEnd, WriterWatch, start_query
@@ -110,7 +110,7 @@ def _start_and_run(
     # Before Spark starts: a start point that the checkpoint would silently override is refused at once.
     number = version or spec.version
     start_point.pin(version_checkpoints(settings, spec.name, number), spec.name, number, starting)
-    record_binding(settings, spec.name, number, VersionBinding(spec.version, bound_versions(spec)))  # once
+    record_binding(settings, spec.name, number, VersionBinding.of(spec, spec.version))  # once
     log.info("starting %s: Spark session", spec.name)
     if spec.real_time is not None and not available_now:
         settings = real_time_slots(spec, settings)
