@@ -30,6 +30,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
@@ -146,6 +147,21 @@ def follow(consumer: AliasConsumer, seen: dict[str, dict[str, object] | None], c
     counts.append(n)
 
 
+def follow_until(
+    consumer: AliasConsumer,
+    seen: dict[str, dict[str, object] | None],
+    counts: list[int],
+    expected: dict[str, tuple[int | None, str]],
+) -> None:
+    """Drain the follower until its table is `expected`, for at most 120 s (the caller asserts). For records
+    written while it waited: the writer's progress says they are written, and one idle timeout of the
+    follower's fetch is no promise that they reached it on a loaded machine."""
+    deadline = time.monotonic() + 120
+    follow(consumer, seen, counts)
+    while table(seen) != expected and time.monotonic() < deadline:
+        follow(consumer, seen, counts)
+
+
 @pytest.mark.timeout(1200)
 def test_replay_cutover_and_rollback_through_the_cli(
     stack: KappaSettings, pipeline: Deployment, tmp_path: Path, unique_name: Callable[[str], str]
@@ -248,7 +264,7 @@ def test_replay_cutover_and_rollback_through_the_cli(
             "both versions to read the grown log",
             interval_s=1,
         )
-        follow(consumer, seen, counts)
+        follow_until(consumer, seen, counts, rule(CONFIG, 5, slice(0, None)))
         assert table(seen) == rule(CONFIG, 5, slice(0, None))
 
         back = v2.kappa("replay", "rollback", "enrich_clicks", "--by", "bob")
