@@ -264,8 +264,13 @@ def test_replay_cutover_and_rollback_through_the_cli(
             "both versions to read the grown log",
             interval_s=1,
         )
-        follow_until(consumer, seen, counts, rule(CONFIG, 5, slice(0, None)))
-        assert table(seen) == rule(CONFIG, 5, slice(0, None))
+        grown = rule(CONFIG, 5, slice(0, None))
+        follow_until(consumer, seen, counts, grown)
+        got = table(seen)
+        assert got == grown, (  # what tells a slow follower from a writer that did not write, if it ever fails
+            f"{len(grown.keys() - got.keys())} keys missing, {sum(got[k] != v for k, v in grown.items() if k in got)} "
+            f"with another value; v2's lag now: {deployments.lag(v2.settings(stack), 'enrich_clicks', 2).total}"
+        )
 
         back = v2.kappa("replay", "rollback", "enrich_clicks", "--by", "bob")
         assert "v2 -> v1" in back.stdout
