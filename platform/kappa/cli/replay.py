@@ -186,6 +186,11 @@ def _replays(settings: KappaSettings, args: argparse.Namespace) -> list[Replay]:
         if args.downstream:
             raise ReplayRefusedError(f"nothing to replay: {'; '.join(found.unchanged)}")
         return [load(settings, args.job)]  # its check says why there is nothing to replay
+    return _members(settings, found)
+
+
+def _members(settings: KappaSettings, found: cascade.Plan) -> list[Replay]:
+    """The plan's members as replays (what each step of the protocol acts on)."""
     jobs, aliases = discover(), AliasRegistry(settings).all()
     return [m.replay(jobs, aliases) for m in found.members]
 
@@ -329,8 +334,7 @@ def _set_or_one(settings: KappaSettings, args: argparse.Namespace) -> list[Repla
     found = cascade.plan(settings, args.job)
     if not found.members:
         raise ReplayRefusedError(f"nothing below {args.job} to act on: {'; '.join(found.unchanged)}")
-    jobs, aliases = discover(), AliasRegistry(settings).all()
-    return [m.replay(jobs, aliases) for m in found.members]
+    return _members(settings, found)
 
 
 def cmd_cutover(settings: KappaSettings, args: argparse.Namespace) -> int:
@@ -353,9 +357,7 @@ def _cutover_set(settings: KappaSettings, args: argparse.Namespace, started: flo
     if args.force:
         raise ReplayRefusedError("a set is cut over only verified: --force applies to one job's cutover")
     found = cascade.plan(settings, args.job)
-    jobs, aliases = discover(), AliasRegistry(settings).all()
-    replays = [m.replay(jobs, aliases) for m in found.members]
-    with _steps(settings, replays, "cutover", args.by, root=args.job) as facts:
+    with _steps(settings, _members(settings, found), "cutover", args.by, root=args.job) as facts:
         moved, transaction_s = cascade.cutover_set(settings, found, by=args.by)
         for alias, fact in zip(moved, facts, strict=True):
             fact |= {"physical": alias.physical, "set": [a.dataset for a in moved], "transaction_s": transaction_s}

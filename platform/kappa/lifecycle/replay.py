@@ -712,16 +712,16 @@ def retire(settings: KappaSettings, replay: Replay) -> dict[str, Any]:
 
     output = physical_output(replay.job, settings, replay.version)[1]
     readers = []  # a Delta output is read by no job: only a topic can be another running version's input
-    for running in (s.deployment for s in deployments.status(settings) if s.health is deployments.Health.RUNNING):
+    for d in (s.deployment for s in deployments.status(settings) if s.health is deployments.Health.RUNNING):
         try:
-            reads = read_topics(settings, running.job, running.version)
+            reads = read_topics(settings, d.job, d.version)
         except KappaError as exc:
             raise ReplayRefusedError(
-                f"cannot tell whether {running.job} v{running.version}, which runs, reads {output} ({exc}): stop "
-                f"it first (`kappa jobs stop {running.job} --version {running.version}`)"
+                f"cannot tell whether {d.job} v{d.version}, which runs, reads {output} ({exc}): stop it first "
+                f"(`kappa jobs stop {d.job} --version {d.version}`)"
             ) from None
         if output in reads:
-            readers.append(f"{running.job} v{running.version}")
+            readers.append(f"{d.job} v{d.version}")
     if readers:
         raise ReplayRefusedError(
             f"{', '.join(readers)} read {output} and run: retiring it would pull their input from under them. "
