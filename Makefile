@@ -21,7 +21,7 @@ export UV_COMPILE_BYTECODE := 1
 DAGSTER_HOME ?= $(CURDIR)/.state/dagster
 DAGSTER_PORT ?= 3000
 
-.PHONY: help setup system-packages demo test test-quick test-unit test-integration test-e2e soak lint docs format up down status topics dagster bench-avro bench-pipeline bench-contracts bench-latency bench-replay bench-cascade bench-views ci clean
+.PHONY: help setup system-packages demo test test-quick test-unit test-integration test-e2e soak lint docs format up down status topics dagster bench-avro bench-pipeline bench-contracts bench-live bench-replay bench-cascade ci clean
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-18s %s\n", $$1, $$2}'
@@ -97,8 +97,8 @@ bench-avro: setup ## benchmark: Spark decoding Confluent Avro from Kafka (1 vs 3
 bench-pipeline: setup ## benchmark: replay throughput of every job (5M events) vs Kafka's ceiling, live latency, profiles
 	$(UV) run --frozen python -m tests.benchmarks.bench_pipeline $(BENCH_ARGS)
 
-bench-latency: setup ## benchmark: the deployed pipeline's live latency p50-p99 per path at 1,000, 10,000 clicks/s and the highest sustained rate
-	$(UV) run --frozen python -m tests.benchmarks.bench_latency $(BENCH_ARGS)
+bench-live: setup ## benchmark: the whole pipeline deployed, 10 min at 1,000 clicks/s and the highest rate it sustains: lag, latency per path, cores
+	$(UV) run --frozen python -m tests.benchmarks.bench_live $(BENCH_ARGS)
 
 bench-contracts: setup ## benchmark: raw_clicks replay throughput with and without the row-level data contract
 	$(UV) run --frozen python -m tests.benchmarks.bench_contracts $(BENCH_ARGS)
@@ -108,9 +108,6 @@ bench-replay: setup ## benchmark: a replay of enrich_clicks on the demo data set
 
 bench-cascade: setup ## benchmark: a cascade replay of enrich_clicks and the datasets below it (wall, events/s, the set's cutover)
 	$(UV) run --frozen python -m tests.benchmarks.bench_cascade $(BENCH_ARGS)
-
-bench-views: setup ## benchmark: a Delta view's cost per live batch after a long history, with and without each layout choice
-	$(UV) run --frozen python -m tests.benchmarks.bench_view_batches $(BENCH_ARGS)
 
 ci: lint test ## exactly what CI runs (.ci/run)
 

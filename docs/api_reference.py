@@ -47,10 +47,10 @@ from kappa.runtime.declaration import (
     TableWrite,
     TopicPlan,
 )
-from kappa.spark import compacted, delta_merge, delta_views, side_outputs, topic_io
+from kappa.spark import changes, compacted, delta_merge, side_outputs, topic_io
+from kappa.spark.changes import changes_with_key, last_per_key
 from kappa.spark.compacted import latest_per_key
 from kappa.spark.delta_merge import DeltaMerge, MergeMode, append_once
-from kappa.spark.delta_views import FactsView, changes_with_key, facts_table
 from kappa.spark.topic_io import DecodedTopic
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -531,8 +531,10 @@ SECTIONS = [
         "Writing a Delta table",
         "A job whose output is a `DeltaTable` returns a `TablePlan`: its rows, and what each batch becomes; the "
         "runtime writes them as the table declares (`DeltaTable.write`: append, upsert or accumulate by `keys`), each "
-        "batch id at most once. A job that writes its own way returns a `JobPlan`: its `write` appends "
-        "(`append_once`), merges (`DeltaMerge`) or keeps a view exact (`FactsView`), each batch id at most once.",
+        "batch id at most once. A view that stays exact under updates and late data keeps its groups in the state "
+        "store (the platform's operators, `kappa.operators`) and upserts the rows each batch changed, deleting those "
+        "flagged `deleted` (`DeltaTable.deletes`). A job that writes its own way returns a `JobPlan`: its `write` "
+        "appends (`append_once`) or merges (`DeltaMerge`), each batch id at most once.",
         [
             Class(TablePlan),
             Class(DeltaTable),
@@ -542,10 +544,9 @@ SECTIONS = [
             Function(append_once),
             Class(DeltaMerge),
             Class(MergeMode),
-            ModuleDoc(delta_views),
-            Class(FactsView),
-            Function(facts_table),
+            ModuleDoc(changes),
             Function(changes_with_key),
+            Function(last_per_key),
         ],
     ),
     Section(

@@ -6,32 +6,22 @@ batch is one MERGE of the latest change per key, at most once per batch id.
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
-
 from jobs.catalog import SESSIONS
 from jobs.sessions_table.transforms import session_changes
-from kappa.runtime import DeltaTable, JobContext, JobPlan, JobSpec
-from kappa.spark.delta_merge import DeltaMerge
-from kappa.spark.delta_views import changes_with_key
-from kappa.spark.topic_io import DELETED
+from kappa.runtime import DeltaTable, JobContext, JobSpec, TablePlan, TableWrite
 
 TABLE = DeltaTable(
-    "sessions", doc="Every live session, one row each (tombstoned sessions deleted).", keys=("session_id",)
+    "sessions",
+    doc="Every live session, one row each (tombstoned sessions deleted).",
+    keys=("session_id",),
+    write=TableWrite.UPSERT,
+    deletes=True,  # a tombstone: a session merged into another
 )
 
 
-def sink(output_path: str, app_id: str) -> DeltaMerge:
-    return DeltaMerge(output_path, keys=TABLE.keys, app_id=app_id, deleted=DELETED)
-
-
-def plan(ctx: JobContext) -> JobPlan:
+def plan(ctx: JobContext) -> TablePlan:
     [source] = ctx.spec.inputs
-    merge = sink(ctx.output_path(), f"{ctx.spec.name}.v{ctx.version}")
-
-    def write(batch: DataFrame, batch_id: int) -> None:
-        merge.write(session_changes(changes_with_key(batch, "session_id")), batch_id)
-
-    return JobPlan(ctx.read(source).rows, write)
+    return TablePlan(ctx.read(source).rows, batch=session_changes)
 
 
 JOB = JobSpec(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame
 
-from kappa.spark.delta_views import last_per_key
+from kappa.spark.changes import changes_with_key, last_per_key
 from kappa.spark.topic_io import DELETED
 
 SESSION_COLUMNS = (
@@ -21,6 +21,7 @@ SESSION_COLUMNS = (
 
 
 def session_changes(changes: DataFrame) -> DataFrame:
-    """A batch of `sessions` changes (records and tombstones, kappa.spark.delta_views.with_tombstones) -> one row per
+    """A batch of `sessions` changes (records and tombstones: `deleted`, only the Kafka key set) -> one row per
     session id: its latest value, or a deletion when the latest record is a tombstone."""
-    return last_per_key(changes, ["session_id"]).select(*SESSION_COLUMNS, DELETED)  # one row per session id
+    keyed = changes_with_key(changes, "session_id")
+    return last_per_key(keyed, ["session_id"]).select(*SESSION_COLUMNS, DELETED)  # one row per session id

@@ -9,9 +9,10 @@ and enrich_clicks' corrections reach each job interleaved, as in production). Ea
 its second batch and restarted from its checkpoint while the first half of the log is produced; the second half
 comes once the restarted enrich_clicks has caught up, so it is read as it is produced. Then the jobs are stopped in
 pipeline order, each when it has read its inputs to their end. Replay: each job in one availableNow run into its own
-outputs. Batch: each job's own transform over a batch read of its inputs (the JVM operators of kappa.operators
-run the per-user rule once per user there; a view's batch write runs once over the whole topic). Delta tables
-are compared row for row.
+outputs. Batch: enrich_clicks' and sessionize's own transforms over a batch read of their inputs (the JVM operators
+of kappa.operators run the per-user rule once per user there); the Delta views' pure-Python rules
+(jobs/page_stats/logic.py, jobs/user_activity/logic.py) over their input topics read in log order, and sessions as
+the topic's latest value per key. Delta tables are compared row for row.
 
 Size: KAPPA_TEST_PROMISE_EVENTS clicks (CI's default below); `make soak` runs 200,000. The generator spreads them
 over PRODUCE_S + LIVE_PART_S seconds at most, so the live jobs see many batches whatever the size.
@@ -29,26 +30,25 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.catalog import CLICKS, ENRICHED_CLICKS, SESSIONS, USER_PROFILES
 from jobs.enrich_clicks.declaration import JOB as ENRICH
 from jobs.enrich_clicks.logic import MINUTE_MS
 from jobs.enrich_clicks.transforms import ENRICHED, enriched_changes, union_inputs
+from jobs.page_stats import logic as page_logic
 from jobs.page_stats.declaration import JOB as PAGE_STATS
-from jobs.page_stats.declaration import view as page_stats_view
 from jobs.sessionize.declaration import JOB as SESSIONIZE
 from jobs.sessionize.transforms import LATE, UPSERT, session_changes
 from jobs.sessions_table.declaration import JOB as SESSIONS_TABLE
-from jobs.sessions_table.declaration import sink as sessions_sink
-from jobs.sessions_table.transforms import session_changes as sessions_table_changes
+from jobs.user_activity import logic as activity_logic
 from jobs.user_activity.declaration import JOB as USER_ACTIVITY
-from jobs.user_activity.declaration import view as user_activity_view
 from kappa.contracts.registry import Registry
 from kappa.contracts.topic_declarations import Topic, late_events_of
 from kappa.core.settings import KappaSettings
@@ -59,8 +59,7 @@ from kappa.ops.produce_clickstream import generate
 from kappa.runtime import DeltaTable, JobSpec
 from kappa.runtime.runner import run_job
 from kappa.spark.compacted import latest_per_key
-from kappa.spark.delta_views import with_tombstones
-from kappa.spark.topic_io import DecodedTopic, decode_topic, kafka_source, read_topic, value_schema, writer_schemas
+from kappa.spark.topic_io import decode_topic, kafka_source, read_topic, value_schema, writer_schemas
 from tests.environment import stack_env
 from tests.waiting import wait_until
 
@@ -159,6 +158,14 @@ def _caught_up(settings: KappaSettings, group: str, topics: list[Topic]) -> bool
     finally:
         consumer.close()
     return all(done.get(k, -1) >= end for k, end in ends.items())
+
+
+def _ms(t: datetime | None) -> int | None:
+    return None if t is None else int(t.astimezone(UTC).timestamp() * 1000)  # pyspark: naive local time
+
+
+def _utc(ms: int | None) -> datetime | None:
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
 def _same_rows(a: DataFrame, b: DataFrame, what: str) -> None:
@@ -323,27 +330,37 @@ def test_live_with_sigkill_replay_and_batch_give_identical_outputs(
         if run == "replay":
             assert late_ids == expected_late
 
-    # Delta views: live == replay == batch, row for row. Batch: each view's own batch write, once, over the
-    # whole of its input topic (the replay's), into a fresh table.
-    def views_input(topic: Topic) -> DecodedTopic:
-        return read_topic(spark, stack, topic, job="batch", job_version=0, streaming=False)
+    # Delta views: live == replay == batch, row for row. Batch: each view's rule over the whole of its input topic
+    # (the replay's), as read in one batch: page_stats' and user_activity's pure-Python specifications
+    # (jobs/*/logic.py, not the operators the jobs run), and sessions as the topic's latest value per key.
+    def in_log_order(topic: Topic) -> list[Row]:
+        decoded = read_topic(spark, stack, topic, job="batch", job_version=0, streaming=False)
+        rows = decoded.rows.where(F.col("side_kind").isNull()).collect()
+        return sorted(rows, key=lambda r: (r.kafka_partition, r.kafka_offset))
 
-    batch_root = tmp_path / "batch" / "delta"
-    page_stats_view(str(batch_root / "page_stats"), "batch.page_stats", gap).write(
-        views_input(topics["enriched_replay"]).records, 0
-    )
-    session_changes_in_log = with_tombstones(views_input(topics["sessions_replay"]), "session_id")
-    user_activity_view(str(batch_root / "user_activity"), "batch.user_activity").write(session_changes_in_log, 0)
-    sessions_sink(str(batch_root / "sessions"), "batch.sessions").write(
-        sessions_table_changes(session_changes_in_log), 0
-    )
-    for spec, batch_path in (
-        (PAGE_STATS, batch_root / "page_stats"),
-        (USER_ACTIVITY, batch_root / "user_activity"),
-        (SESSIONS_TABLE, batch_root / "sessions"),
-    ):
+    clicks_in_log = [
+        page_logic.Click(r.user_id, r.event_id, r.page, _ms(r.event_time))
+        for r in in_log_order(topics["enriched_replay"])
+    ]
+    expected_views = {
+        PAGE_STATS: spark.createDataFrame(
+            [(page, _utc(hour), v.views, v.distinct_users, v.median_time_on_page_ms)
+             for (page, hour), v in page_logic.page_stats(clicks_in_log, gap).items()],
+            "page string, hour_start timestamp, views long, distinct_users long, median_time_on_page_ms long",
+        ),
+        USER_ACTIVITY: spark.createDataFrame(
+            [(user, a.sessions, a.clicks, _utc(a.first_seen_ms), _utc(a.last_seen_ms), a.segment)
+             for user, a in activity_logic.user_activity(
+                 activity_logic.SessionChange(r.key, r.user_id, _ms(r.start_time), _ms(r.end_time), r.clicks,
+                                              r.segment, r.deleted)
+                 for r in in_log_order(topics["sessions_replay"])
+             ).items()],
+            "user_id string, sessions long, clicks long, first_seen timestamp, last_seen timestamp, segment string",
+        ),
+        SESSIONS_TABLE: latest_per_key(spark, stack, topics["sessions_replay"]).select(*SESSION_FIELDS),
+    }  # fmt: skip
+    for spec, expected_rows in expected_views.items():
         assert isinstance(spec.output, DeltaTable)
-        expected_rows = spark.read.format("delta").load(str(batch_path))
         assert expected_rows.count() > 100, spec.name
         for run, settings in (("live", live), ("replay", replay)):
             actual = spark.read.format("delta").load(spec.output.path(settings, spec.version))

@@ -11,17 +11,13 @@ record, in the order the rule emits, plus the passed-through dead letters.
 
 from __future__ import annotations
 
-import os
 import random
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
@@ -35,12 +31,12 @@ from jobs.sessionize.transforms import LATE, RETRACT, UPSERT, session_changes
 from kappa.contracts.dead_letter_format import DeadLetterKind
 from kappa.core.errors import SettingsError
 from kappa.operators.jvm import STATE_STORE_PROVIDER
+from tests.batch_streams import T0, cut, dead_letter, run_batches, write_batches
 from tests.integration.conftest import partitions_of
 
 L, D = 20 * MINUTE_MS, 10 * MINUTE_MS
 CLICKS, PROFILES = "clicks-t", "profiles-t"
 PARTITIONS = 3  # per topic; a user's records share a partition number in both
-T0 = 1_767_225_600_000  # 2026-01-01
 
 # One file holds both inputs (kind tells them apart): a micro-batch reads one file.
 SCHEMA = (
@@ -112,23 +108,8 @@ def hash_partition(user: str) -> int:
 
 
 def _dead_letter(i: int, columns: list[str]) -> dict[str, Any]:
-    row = dict.fromkeys(columns) | ({"is_profile": i % 2 == 0} if "is_profile" in columns else {})
-    row.update(side_kind=DeadLetterKind.UNDECODABLE.value, side_message=f"bad {i}", side_key=f"k{i}".encode(),
-               side_value=b"\x00junk", side_topic=CLICKS, side_partition=1, side_offset=10_000 + i,
-               side_timestamp=T0 + i * 1_000, side_broken=None, side_suite=None)  # fmt: skip
-    return row
-
-
-def _cut(
-    rows: list[dict[str, Any]], batches: int, rng: random.Random, columns: list[str]
-) -> list[list[dict[str, Any]]]:
-    """The log cut at random points into non-empty batches, a dead letter in some."""
-    cuts = sorted(rng.sample(range(1, len(rows)), batches - 1))
-    parts = [rows[a:b] for a, b in zip([0, *cuts], [*cuts, len(rows)], strict=True)]
-    for i, part in enumerate(parts):
-        if i % 3 == 1:
-            part.insert(rng.randint(0, len(part)), _dead_letter(i, columns))
-    return parts
+    row = dead_letter(i, columns, CLICKS)
+    return row | ({"is_profile": i % 2 == 0} if "is_profile" in columns else {})
 
 
 def _expected(batches: list[list[dict[str, Any]]]) -> list[dict[str, list[tuple[Any, ...]]]]:
@@ -198,44 +179,9 @@ def _dead_letter_out(r: Row) -> tuple[Any, ...]:
             r.side_offset, _ms(r.side_timestamp))  # fmt: skip
 
 
-def _write_batches(folder: Path, batches: list[list[dict[str, Any]]], ddl: str) -> None:
-    arrow = {"boolean": pa.bool_(), "string": pa.string(), "int": pa.int32(), "long": pa.int64(),
-             "binary": pa.binary(), "timestamp": pa.timestamp("ms", tz="UTC")}  # fmt: skip
-    schema = pa.schema([(c.split()[0], arrow[c.split()[1]]) for c in ddl.split(", ")])
-    folder.mkdir()
-    for i, batch in enumerate(batches):
-        path = folder / f"batch-{i:03d}.parquet"
-        pq.write_table(pa.Table.from_pylist(batch, schema=schema), path)
-        os.utime(path, (T0 / 1000 + i, T0 / 1000 + i))  # the file source takes files oldest first
-
-
 def _enriched_changes(stream: DataFrame) -> DataFrame:
     is_profile = F.col("is_profile") & F.col("side_kind").isNull()
     return enriched_changes(union_inputs(stream.where(~is_profile), stream.where(is_profile)), L, D)
-
-
-def _run(
-    spark: SparkSession, files: Path, ddl: str, job: Callable[[DataFrame], DataFrame], shuffle_partitions: int
-) -> dict[int, list[Row]]:
-    """`job` over the files as a stream, one file per micro-batch: each batch's output rows, in order."""
-    spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions))
-    stream = spark.readStream.schema(ddl).option("maxFilesPerTrigger", 1).parquet(str(files))
-    changes = job(stream)
-    seen: dict[int, list[Row]] = {}
-
-    def collect(batch: DataFrame, batch_id: int) -> None:
-        seen[batch_id] = batch.collect()
-
-    query = (
-        changes.writeStream.foreachBatch(collect)
-        .outputMode("update")
-        .option("checkpointLocation", str(files.parent / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination(600)
-    assert query.exception() is None, query.exception()
-    return seen
 
 
 @pytest.mark.slow
@@ -244,8 +190,8 @@ def test_the_as_of_operator_equals_the_python_rule(
     spark: SparkSession, tmp_path: Path, shuffle_partitions: int, session_conf_restored: None
 ) -> None:
     rng = random.Random(shuffle_partitions)
-    batches = _cut(_generate(seed=shuffle_partitions, users=150), batches=12, rng=rng, columns=COLUMNS)
-    _write_batches(tmp_path / "in", batches, SCHEMA)
+    batches = cut(_generate(seed=shuffle_partitions, users=150), 12, rng, lambda i: _dead_letter(i, COLUMNS))
+    write_batches(tmp_path / "in", batches, SCHEMA)
     expected = _expected(batches)
     # the generated log exercises every branch of the rule
     emitted = [r for b in expected for user, rs in b.items() if user is not None for r in rs]
@@ -256,18 +202,18 @@ def test_the_as_of_operator_equals_the_python_rule(
     )
     assert corrections >= 5
 
-    seen = _run(spark, tmp_path / "in", SCHEMA, _enriched_changes, shuffle_partitions)
+    seen = run_batches(spark, tmp_path / "in", SCHEMA, _enriched_changes, shuffle_partitions)
 
     assert sorted(seen) == list(range(len(batches)))
     for batch_id, rows in sorted(seen.items()):
         assert _actual(rows) == {u: r for u, r in expected[batch_id].items() if r}, f"batch {batch_id}"
-    assert partitions_of(tmp_path / "checkpoint") == (shuffle_partitions, shuffle_partitions)
+    assert partitions_of(tmp_path / "in-checkpoint") == (shuffle_partitions, shuffle_partitions)
 
 
 def test_the_as_of_operator_says_it_needs_rocksdb(
     spark: SparkSession, tmp_path: Path, session_conf_restored: None
 ) -> None:
-    _write_batches(tmp_path / "in", [[_dead_letter(0, COLUMNS)]], SCHEMA)
+    write_batches(tmp_path / "in", [[_dead_letter(0, COLUMNS)]], SCHEMA)
     stream = spark.readStream.schema(SCHEMA).parquet(str(tmp_path / "in"))
     spark.conf.set(STATE_STORE_PROVIDER, "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider")
     with pytest.raises(
@@ -377,16 +323,17 @@ def test_the_sessions_operator_equals_the_python_rule(
 ) -> None:
     rng = random.Random(10 + shuffle_partitions)
     log = _click_log(seed=shuffle_partitions, users=150)
-    batches = _cut(log, batches=12, rng=rng, columns=SESSION_COLUMNS)
-    _write_batches(tmp_path / "in", batches, SESSION_SCHEMA)
+    batches = cut(log, 12, rng, lambda i: _dead_letter(i, SESSION_COLUMNS))
+    write_batches(tmp_path / "in", batches, SESSION_SCHEMA)
     expected = _expected_sessions(batches)
     emitted = [r for b in expected for user, rs in b.items() if user is not None for r in rs]
     kinds = {kind: sum(r[0] == kind for r in emitted) for kind in (UPSERT, RETRACT, LATE)}
     assert min(kinds.values()) >= 5, kinds  # the log exercises merges and late events
 
-    seen = _run(spark, tmp_path / "in", SESSION_SCHEMA, lambda s: session_changes(s, GAP, LATENESS), shuffle_partitions)
+    sessionize = lambda s: session_changes(s, GAP, LATENESS)  # noqa: E731
+    seen = run_batches(spark, tmp_path / "in", SESSION_SCHEMA, sessionize, shuffle_partitions)
 
     assert sorted(seen) == list(range(len(batches)))
     for batch_id, rows in sorted(seen.items()):
         assert _actual_sessions(rows) == expected[batch_id], f"batch {batch_id}"
-    assert partitions_of(tmp_path / "checkpoint") == (shuffle_partitions, shuffle_partitions)
+    assert partitions_of(tmp_path / "in-checkpoint") == (shuffle_partitions, shuffle_partitions)

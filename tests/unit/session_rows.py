@@ -1,4 +1,4 @@
-"""Hand-made `sessions` changes as the view jobs receive them (records and tombstones, kappa.spark.delta_views)."""
+"""Hand-made `sessions` changes as the view jobs receive them (records and tombstones, kappa.spark.changes)."""
 
 from datetime import UTC, datetime
 

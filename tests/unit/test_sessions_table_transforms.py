@@ -5,8 +5,10 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from jobs.sessions_table.declaration import sink
+from jobs.sessions_table.declaration import TABLE
 from jobs.sessions_table.transforms import SESSION_COLUMNS, session_changes
+from kappa.spark.delta_merge import DeltaMerge
+from kappa.spark.topic_io import DELETED
 from tests.unit.session_rows import BATCH_0, BATCH_1, changes, ms
 
 
@@ -24,7 +26,7 @@ def test_last_change_per_session_wins_within_a_batch(spark: SparkSession) -> Non
 
 def test_upserts_replace_and_tombstones_delete(spark: SparkSession, tmp_path: Path) -> None:
     path = str(tmp_path / "sessions")
-    merge = sink(path, "sessions_table.test")
+    merge = DeltaMerge(path, keys=TABLE.keys, app_id="sessions_table.test", deleted=DELETED)
     merge.write(session_changes(changes(spark, *BATCH_0)), 0)
     assert sessions(spark, path) == {
         ("s1", "u1", ms(10), ms(10, 20), 5),

@@ -1,21 +1,62 @@
-"""user_activity on hand-made session changes: per-user rows recomputed from live sessions, in local Delta."""
+"""user_activity on hand-made session changes: the rule (logic.py) and the job's operator, streamed one file per
+batch through the job's transforms into a local Delta table, no Kafka."""
 
-import dataclasses
+from __future__ import annotations
+
+from datetime import datetime
 from pathlib import Path
 
-import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs.user_activity.declaration import view
-from kappa.spark.delta_views import facts_path
-from tests.unit.session_rows import BATCH_0, BATCH_1, changes, ms
+from jobs.user_activity import logic
+from jobs.user_activity.declaration import TABLE
+from jobs.user_activity.transforms import activity_changes
+from kappa.spark.delta_merge import DeltaMerge
+from kappa.spark.side_outputs import SIDE_COLUMNS, SIDE_SCHEMA
+from kappa.spark.topic_io import DELETED
+from tests.batch_streams import run_batches, write_batches
+from tests.unit.session_rows import BATCH_0, BATCH_1, CHANGES, at, ms, upsert
 
 AFTER_0 = {
     ("u1", 2, 8, ms(10), ms(12, 10), "PRO"),  # s2 starts later: its segment
     ("u2", 1, 7, ms(9), ms(9, 30), "TRIAL"),
 }
 AFTER_1 = {("u1", 1, 9, ms(10), ms(12, 10), "FREE")}  # s2 merged into s1; u2 and u3 have no live session
+COLUMNS = [c.split()[0] for c in CHANGES.split(", ")]
+
+
+def _ms(t: object) -> int | None:
+    return int(t.timestamp() * 1000) if isinstance(t, datetime) else None
+
+
+def the_rule(*batches: tuple[tuple[object, ...], ...]) -> set[tuple[object, ...]]:
+    log = []
+    for batch in batches:
+        for row in batch:
+            r = dict(zip(COLUMNS, row, strict=True))
+            log.append(logic.SessionChange(str(r["key"]), r["user_id"], _ms(r["start_time"]), _ms(r["end_time"]),
+                                           r["clicks"], r["segment"], bool(r["deleted"])))  # fmt: skip
+    return {(u, a.sessions, a.clicks, a.first_seen_ms, a.last_seen_ms, a.segment)
+            for u, a in logic.user_activity(log).items()}  # fmt: skip
+
+
+def stream(
+    spark: SparkSession, tmp_path: Path, *batches: tuple[tuple[object, ...], ...]
+) -> list[set[tuple[object, ...]]]:
+    """The batches through the job's transforms and its table's MERGE: the table after each batch."""
+    ddl = f"{CHANGES}, {SIDE_SCHEMA}"
+    write_batches(tmp_path / "in", [[dict(zip(COLUMNS, row, strict=True)) for row in b] for b in batches], ddl)
+    path = str(tmp_path / "user_activity")
+    merge = DeltaMerge(path, keys=TABLE.keys, app_id="user_activity.test", deleted=DELETED)
+    tables: list[set[tuple[object, ...]]] = []
+
+    def write(batch: DataFrame, batch_id: int) -> None:
+        merge.write(batch.drop(*SIDE_COLUMNS), batch_id)
+        tables.append(activity(spark, path))
+
+    run_batches(spark, tmp_path / "in", ddl, activity_changes, write=write)
+    return tables
 
 
 def activity(spark: SparkSession, path: str) -> set[tuple[object, ...]]:
@@ -27,43 +68,35 @@ def activity(spark: SparkSession, path: str) -> set[tuple[object, ...]]:
     return {tuple(r) for r in picked.collect()}
 
 
+def test_the_rule_takes_tombstoned_sessions_back() -> None:
+    assert the_rule(BATCH_0) == AFTER_0
+    assert the_rule(BATCH_0, BATCH_1) == AFTER_1
+
+
 def test_tombstones_take_sessions_back_and_users_without_sessions_leave(spark: SparkSession, tmp_path: Path) -> None:
-    path = str(tmp_path / "user_activity")
-    users = view(path, "user_activity.test")
-    users.write(changes(spark, *BATCH_0), 0)
-    assert activity(spark, path) == AFTER_0
-    users.write(changes(spark, *BATCH_1), 1)
-    assert activity(spark, path) == AFTER_1
-    facts = {(r.session_id, r.live) for r in spark.read.format("delta").load(facts_path(path)).collect()}
-    assert facts == {("s1", True)}  # retired sessions are gone once the view has taken them back
+    assert stream(spark, tmp_path, BATCH_0, BATCH_1) == [AFTER_0, AFTER_1]
 
 
 def test_one_batch_gives_the_same_rows(spark: SparkSession, tmp_path: Path) -> None:
-    path = str(tmp_path / "user_activity")
-    view(path, "user_activity.one").write(changes(spark, *BATCH_0, *BATCH_1), 0)
-    assert activity(spark, path) == AFTER_1
+    assert stream(spark, tmp_path, BATCH_0 + BATCH_1) == [AFTER_1]
 
 
 def test_segment_ties_on_start_time_go_to_the_greater_session_id(spark: SparkSession, tmp_path: Path) -> None:
-    path = str(tmp_path / "user_activity")
     first, second = BATCH_0[0], BATCH_0[1]
     same_start = (*second[:3], first[3], *second[4:])  # s2 now starts when s1 does
-    view(path, "user_activity.ties").write(changes(spark, first, same_start), 0)
-    assert activity(spark, path) == {("u1", 2, 7, ms(10), ms(12, 10), "PRO")}
+    assert stream(spark, tmp_path, (first, same_start)) == [{("u1", 2, 7, ms(10), ms(12, 10), "PRO")}]
 
 
-def test_a_batch_run_again_after_a_crash_between_its_merges_reaches_the_same_rows(
-    spark: SparkSession, tmp_path: Path
-) -> None:
-    path = str(tmp_path / "user_activity")
-    users = view(path, "user_activity.crash")
-    users.write(changes(spark, *BATCH_0), 0)
-
-    def crash(_facts: DataFrame) -> DataFrame:
-        raise RuntimeError("killed between the facts MERGE and the view MERGE")
-
-    with pytest.raises(RuntimeError, match="killed"):
-        dataclasses.replace(users, aggregate=crash).write(changes(spark, *BATCH_1), 1)
-    assert activity(spark, path) == AFTER_0
-    users.write(changes(spark, *BATCH_1), 1)  # the facts MERGE is skipped; the tombstoned sessions still tell whose
-    assert activity(spark, path) == AFTER_1
+def test_the_latest_session_moving_back_gives_the_segment_to_another(spark: SparkSession, tmp_path: Path) -> None:
+    # s2 (PRO, the latest) is corrected to start before s1: s1's FREE becomes the user's segment, and the first
+    # seen moves back with it; the operator finds both again among the user's sessions.
+    moved = (upsert(10, "s2", "u1", at(9), at(12, 10), 3, "PRO"),)
+    after = stream(spark, tmp_path, BATCH_0, moved)
+    assert (
+        after[-1]
+        == the_rule(BATCH_0, moved)
+        == {
+            ("u1", 2, 8, ms(9), ms(12, 10), "FREE"),
+            ("u2", 1, 7, ms(9), ms(9, 30), "TRIAL"),
+        }
+    )

@@ -750,15 +750,12 @@ def _delete_version(settings: KappaSettings, replay: Replay) -> list[str]:
     else:
         # Lazy: imports pyspark, only where a Spark session runs (this module is imported without one).
         from kappa.spark.delta_merge import forget_table
-        from kappa.spark.delta_views import facts_path
 
-        path = physical_output(replay.job, settings, replay.version)[1]
-        # A view's private facts table goes with it: a replay of this version again must not start from them.
-        for table in (path, facts_path(path)):
-            if Path(table.removeprefix("file:")).exists():
-                shutil.rmtree(table.removeprefix("file:"))
-                forget_table(table)
-                deleted.append(table)
+        table = physical_output(replay.job, settings, replay.version)[1]
+        if Path(table.removeprefix("file:")).exists():
+            shutil.rmtree(table.removeprefix("file:"))
+            forget_table(table)
+            deleted.append(table)
     # Every query's checkpoint, and the start point the version was pinned to (kappa.runtime.start_point).
     checkpoints = version_checkpoints(settings, replay.job.name, replay.version)
     shutil.rmtree(checkpoints.removeprefix("file:"), ignore_errors=True)

@@ -7,6 +7,8 @@ sees the JVM.
 """
 
 from kappa.operators.as_of_join import AsOfJoinColumns, as_of_join, as_of_rows
+from kappa.operators.page_stats import page_stats
 from kappa.operators.sessions import sessions
+from kappa.operators.user_activity import user_activity
 
-__all__ = ["AsOfJoinColumns", "as_of_join", "as_of_rows", "sessions"]
+__all__ = ["AsOfJoinColumns", "as_of_join", "as_of_rows", "page_stats", "sessions", "user_activity"]

@@ -39,12 +39,16 @@ class DeltaTable:
     keys: tuple[str, ...] = ()  # the columns that identify a row (what a reconciliation joins versions on)
     write: TableWrite = TableWrite.APPEND  # how a TablePlan's batches are written (a JobPlan writes its own way)
     summed: tuple[str, ...] = ()  # ACCUMULATE: the columns that add up across batches
+    # UPSERT: a batch row whose boolean `deleted` column is true deletes its key (the column is not stored)
+    deletes: bool = False
 
     def __post_init__(self) -> None:
         if self.write is not TableWrite.APPEND and not self.keys:
             raise ValueError(f"table {self.name}: {self.write} needs the keys that identify a row (keys=...)")
         if (self.write is TableWrite.ACCUMULATE) != bool(self.summed):
             raise ValueError(f"table {self.name}: the columns that add up (summed=...) go with ACCUMULATE, only")
+        if self.deletes and self.write is not TableWrite.UPSERT:
+            raise ValueError(f"table {self.name}: rows that delete their key (deletes=True) go with UPSERT, only")
 
     def path(self, settings: KappaSettings, version: int) -> str:
         """The physical path of one job version's table (a job calls `ctx.output_path()` instead)."""

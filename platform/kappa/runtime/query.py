@@ -185,12 +185,14 @@ def table_write(ctx: JobContext, table: DeltaTable) -> Callable[[DataFrame, int]
     """The write a table's declaration asks for, once per batch id (a batch run again after a crash is skipped)."""
     # Lazy: imports pyspark and Delta, only where a Spark session runs (this module is imported without one).
     from kappa.spark.delta_merge import DeltaMerge, MergeMode, append_once
+    from kappa.spark.topic_io import DELETED
 
     path, app_id = ctx.output_path(), ctx.delta_app_id
     if table.write is TableWrite.APPEND:
         return lambda batch, batch_id: append_once(batch, path, app_id, batch_id)
     mode = MergeMode.ACCUMULATE if table.write is TableWrite.ACCUMULATE else MergeMode.UPSERT
-    return DeltaMerge(path, keys=table.keys, app_id=app_id, mode=mode, summed=table.summed).write
+    deleted = DELETED if table.deletes else None
+    return DeltaMerge(path, keys=table.keys, app_id=app_id, mode=mode, summed=table.summed, deleted=deleted).write
 
 
 def _start_batch_function_query(
