@@ -130,7 +130,8 @@ def output_spec(job: JobSpec, topics_by_name: Mapping[str, Topic]) -> AssetSpec:
         kinds = {"kafka", "spark"}
         doc = job.output.doc
     metadata |= {
-        "processing_interval": job.processing_interval,
+        "freshness": job.freshness,
+        "max_batch_records": job.max_batch_records,
         "settings": MetadataValue.json(dict(job.settings)),
         "catch_up_command": " ".join(job_command(job)[1:]),
     }

@@ -37,5 +37,8 @@ JOB = JobSpec(
     inputs=(ENRICHED_CLICKS,),
     output=TABLE,
     plan=plan,
+    # A table people query: fresh within a minute, a batch every 30 s.
+    freshness="1 minute",
+    max_batch_records=500_000,
     settings={"gap_minutes": 30},
 )

@@ -31,4 +31,7 @@ JOB = JobSpec(
     inputs=(SESSIONS,),
     output=TABLE,
     plan=plan,
+    # A table people query: fresh within a minute, a batch every 30 s.
+    freshness="1 minute",
+    max_batch_records=500_000,
 )

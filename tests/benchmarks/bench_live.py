@@ -186,7 +186,7 @@ def produce_at_rate(settings: KappaSettings, rate: int, seconds: float, users: i
     rng = random.Random(f"{SEED}-{label}")
     with Registry(settings.registry) as registry:
         encoder = AvroEncoder(registry, value_subject(CLICKS.name), topic_value_schema(settings.schemas_path, CLICKS))
-    publisher = Publisher(settings, **{"linger.ms": 2})
+    publisher = Publisher(settings, **{"linger.ms": 5})
     out = Produced()
     total = int(rate * seconds)
     started = time.monotonic()
@@ -218,11 +218,15 @@ def produce_at_rate(settings: KappaSettings, rate: int, seconds: float, users: i
 class Receiver(threading.Thread):
     """Reads a topic from its current end as a downstream consumer does; each record's receive time (ms)."""
 
-    def __init__(self, settings: KappaSettings, topic: str, decode: AvroDecoder | None = None) -> None:
+    def __init__(
+        self, settings: KappaSettings, topic: str, decode: AvroDecoder | None = None, wait_ms: int = 50
+    ) -> None:
         super().__init__(daemon=True)
+        # `wait_ms`: the longest a fetch waits for a record, so the finest a receive time can be (and how often an
+        # idle topic is asked: each fetch costs the broker as much as a job's)
         self.consumer = Consumer(
             {"bootstrap.servers": settings.bootstrap, "group.id": f"bench-live-{uuid.uuid4().hex[:8]}",
-             "auto.offset.reset": "latest", "enable.auto.commit": False, "fetch.wait.max.ms": 10,
+             "auto.offset.reset": "latest", "enable.auto.commit": False, "fetch.wait.max.ms": wait_ms,
              "log_level": 0}
         )  # fmt: skip
         self.consumer.subscribe([topic])
@@ -336,12 +340,20 @@ class CpuMeter:
         }
 
 
-def idle_cost(settings: KappaSettings, pipeline: Pipeline, seconds: float) -> dict[str, Any]:
-    """What the deployed pipeline costs while no click arrives: its queries only ask Kafka for new offsets."""
+def idle_cost(
+    settings: KappaSettings, pipeline: Pipeline, seconds: float, profile_s: float = 0.0
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """What the deployed pipeline costs while no click arrives (its queries only ask Kafka for new offsets), and
+    where its JVMs spend it (with `profile_s`)."""
     print(f"idle: {seconds:.0f} s with nothing produced ...", flush=True)
     meter = CpuMeter(settings, pipeline.jobs)
     time.sleep(seconds)
-    return {"rate": 0, "seconds": seconds, **meter.cores()}
+    cores = {"rate": 0, "seconds": seconds, **meter.cores()}
+    if not profile_s:
+        return cores, []
+    recorder = FlightRecorder(settings, pipeline.jobs, profile_s)  # after the meter: the recorder costs CPU too
+    time.sleep(profile_s)
+    return cores, [{"rate": 0, **row} for row in recorder.summary()]
 
 
 # ------------------------------------------------------------------------ where each click landed ----------
@@ -472,14 +484,80 @@ def batch_profile(settings: KappaSettings, jobs: tuple[tuple[str, int], ...], si
     return rows
 
 
+# ------------------------------------------------------------------------ task CPU per job ------------------
+
+
+class StageCpu(threading.Thread):
+    """The executor CPU of every Spark stage that completes in a window, by scheduler pool: in the job host each
+    job's batches run in a pool named after the job, so this is each job's task CPU. Read from the Spark UI's REST
+    API of each job application (the deployments run with KAPPA_SPARK_UI=true for it), every few seconds."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.halt = threading.Event()
+        self.started_ms = time.time() * 1000
+        self.seen: dict[tuple[str, int, int], tuple[str, float, float, int]] = {}  # (app, stage, attempt) -> ...
+
+    def run(self) -> None:
+        while not self.halt.wait(10):
+            self._collect()
+
+    def _collect(self) -> None:
+        import urllib.request
+
+        for port in range(4040, 4051):
+            base = f"http://127.0.0.1:{port}/api/v1/applications"
+            try:
+                with urllib.request.urlopen(base, timeout=2) as response:
+                    apps = json.load(response)
+                for app in apps:
+                    url = f"{base}/{app['id']}/stages?status=complete&details=false"
+                    with urllib.request.urlopen(url, timeout=10) as response:
+                        stages = json.load(response)
+                    for stage in stages:
+                        done = stage.get("completionTime")
+                        ended_ms = datetime.strptime(done[:23], "%Y-%m-%dT%H:%M:%S.%f").replace(
+                            tzinfo=UTC).timestamp() * 1000 if done else 0  # fmt: skip
+                        if ended_ms < self.started_ms:
+                            continue
+                        pool = stage.get("schedulingPool") or "default"
+                        name = app["name"] if pool == "default" else pool
+                        self.seen[(app["name"], stage["stageId"], stage["attemptId"])] = (
+                            name,
+                            stage["executorCpuTime"] / 1e9,
+                            stage["executorRunTime"] / 1e3,
+                            stage["numTasks"],
+                        )
+            except (OSError, ValueError, KeyError):
+                continue
+
+    def stop(self) -> list[dict[str, Any]]:
+        self.halt.set()
+        self.join()
+        self._collect()
+        seconds = time.time() - self.started_ms / 1000
+        per: dict[str, list[float]] = {}
+        for name, cpu_s, run_s, tasks in self.seen.values():
+            totals = per.setdefault(name, [0, 0.0, 0.0, 0])
+            totals[0] += 1
+            totals[1] += cpu_s
+            totals[2] += run_s
+            totals[3] += tasks
+        return [
+            {"job": name, "stages": int(stages), "tasks": int(tasks), "task_cpu_cores": round(cpu / seconds, 3),
+             "task_run_cores": round(run / seconds, 3), "cpu_ms_per_stage": round(1000 * cpu / stages)}
+            for name, (stages, cpu, run, tasks) in sorted(per.items(), key=lambda kv: -kv[1][1])
+        ]  # fmt: skip
+
+
 # ------------------------------------------------------------------------ a JVM profile ----------------------
 
 
-def job_jvms(settings: KappaSettings, jobs: tuple[tuple[str, int], ...]) -> dict[str, int]:
-    """Name -> pid of each JVM that runs deployed jobs (the job host's, a single deployment's)."""
+def profiled_jvms(settings: KappaSettings, jobs: tuple[tuple[str, int], ...]) -> dict[str, int]:
+    """Name -> pid of each JVM that runs deployed jobs (the job host's, a single deployment's), and Kafka's."""
     found: dict[str, int] = {}
     for name, pids in CpuMeter._parts(settings, jobs).items():
-        if name in ("kafka", "registry", "bench (producer, consumers)"):
+        if name in ("registry", "bench (producer, consumers)"):
             continue
         for pid in pids:
             try:
@@ -491,10 +569,10 @@ def job_jvms(settings: KappaSettings, jobs: tuple[tuple[str, int], ...]) -> dict
 
 
 class FlightRecorder:
-    """A Java Flight Recorder profile of the job JVMs over a window: CPU samples by thread and by code."""
+    """A Java Flight Recorder profile of the job JVMs and Kafka over a window: CPU samples by thread and by code."""
 
     def __init__(self, settings: KappaSettings, jobs: tuple[tuple[str, int], ...], seconds: float) -> None:
-        self.jvms = job_jvms(settings, jobs)
+        self.jvms = profiled_jvms(settings, jobs)
         self.folder = Path(tempfile.mkdtemp(prefix="bench-live-jfr-"))
         self.seconds = seconds
         java_bin = spark_java_path().resolve().parent
@@ -529,15 +607,18 @@ class FlightRecorder:
                 continue
             threads: Counter[str] = Counter()
             code: Counter[str] = Counter()
+            methods: Counter[str] = Counter()  # the platform's or Spark's own frame nearest the top
             for event in events:
                 values = event["values"]
                 threads[_thread_kind(values["sampledThread"]["javaName"] or "")] += 1
-                code[_code_kind([f["method"]["type"]["name"] for f in values["stackTrace"]["frames"]])] += 1
+                frames = [(f["method"]["type"]["name"].replace("/", "."), f["method"]["name"])
+                          for f in values["stackTrace"]["frames"]]  # fmt: skip
+                code[_code_kind([cls for cls, _ in frames])] += 1
+                methods[_own_frame(frames)] += 1
             total = sum(threads.values()) or 1
-            rows += [{"jvm": name, "by": "thread", "what": k, "share": f"{100 * n / total:.0f} %"}
-                     for k, n in threads.most_common(12)]  # fmt: skip
-            rows += [{"jvm": name, "by": "code", "what": k, "share": f"{100 * n / total:.0f} %"}
-                     for k, n in code.most_common(15)]  # fmt: skip
+            for by, counter, top in (("thread", threads, 12), ("code", code, 15), ("method", methods, 15)):
+                rows += [{"jvm": name, "by": by, "what": k, "share": f"{100 * n / total:.1f} %"}
+                         for k, n in counter.most_common(top)]  # fmt: skip
         shutil.rmtree(self.folder, ignore_errors=True)
         return rows
 
@@ -557,6 +638,11 @@ _CODE = (
     ("org.apache.spark.sql.catalyst.expressions.codegen", "code generation (Spark)"),
     ("org.rocksdb", "RocksDB"),
     ("io.kappa.operators", "the platform's operators"),
+    ("kafka.", "Kafka broker"),
+    ("org.apache.kafka.storage", "Kafka broker (log)"),
+    ("org.apache.kafka.server", "Kafka broker"),
+    ("org.apache.kafka.common.network", "Kafka network"),
+    ("org.apache.kafka.common.record", "Kafka records"),
     ("org.apache.kafka", "Kafka clients"),
     ("org.apache.spark.sql.kafka010", "Spark's Kafka connector"),
     ("org.apache.spark.sql.avro", "Avro (Spark)"),
@@ -591,6 +677,14 @@ _CODE = (
     ("jdk.", "JDK"),
     ("sun.", "JDK"),
 )
+
+
+def _own_frame(frames: list[tuple[str, str]]) -> str:
+    """The first frame (from the top) of Spark, Delta, Kafka or the platform: which of their methods spent it."""
+    for cls, method in frames:
+        if cls.startswith(("org.apache.spark", "io.delta", "kafka.", "org.apache.kafka", "io.kappa")):
+            return f"{cls.rsplit('.', 1)[-1]}.{method}"
+    return "?"
 
 
 def _code_kind(frames: list[str]) -> str:
@@ -660,6 +754,7 @@ def measure(
     users: int,
     drain: float,
     profile_s: float = 0.0,
+    dump: Path | None = None,
 ) -> dict[str, Any]:
     label = f"r{rate}-{uuid.uuid4().hex[:6]}"
     print(f"{rate:,} clicks/s: {warmup:.0f} s warm-up, then {seconds:.0f} s measured ...", flush=True)
@@ -670,7 +765,7 @@ def measure(
         receivers = {"enriched": Receiver(settings, pipeline.enriched),
                      "sessions": Receiver(settings, pipeline.sessions, session_decoder)}  # fmt: skip
         if pipeline.realtime:
-            receivers["realtime"] = Receiver(settings, pipeline.realtime)
+            receivers["realtime"] = Receiver(settings, pipeline.realtime, wait_ms=10)  # a target of 100 ms
         # the path that sees a click first: the run waits for the last click on it
         first_path = "enriched" if any(job == "enrich_clicks" for job, _ in pipeline.jobs) else "realtime"
         for r in receivers.values():
@@ -683,7 +778,11 @@ def measure(
         started = time.monotonic()
         meter = CpuMeter(settings, pipeline.jobs)
         recorder = FlightRecorder(settings, pipeline.jobs, min(profile_s, seconds)) if profile_s else None
+        stage_cpu = StageCpu() if settings.spark_ui else None
+        if stage_cpu is not None:
+            stage_cpu.start()
         produced = produce_at_rate(settings, rate, seconds, users, label)
+        tasks = [{"rate": rate, **row} for row in stage_cpu.stop()] if stage_cpu is not None else []
         cpu = {"rate": rate, "seconds": seconds, **meter.cores()}
         achieved = len(produced.ids) / (time.monotonic() - started)
         lag.stop()
@@ -712,6 +811,9 @@ def measure(
     if "realtime" in receivers:
         lane = pd.DataFrame(receivers["realtime"].rows, columns=["key", "partition", "offset", "received"])
         paths["enriched_clicks_realtime"] = enriched_latency(clicks, lane)
+    if dump is not None:  # each click's latency per path, for a look at when the slow ones came
+        frame = clicks[["produced"]].assign(**{path: latency.to_numpy() for path, latency in paths.items()})
+        frame.to_csv(dump / f"latency-{rate}-{label}.csv", index=False)
     rows = []
     for path, latency in paths.items():
         shown = percentiles(latency, len(clicks))
@@ -724,7 +826,7 @@ def measure(
     jfr = [{"rate": rate, **row} for row in recorder.summary()] if recorder else []
     print(f"  {rate:,} clicks/s: {'kept up' if ok else 'fell behind'} ({lag_note})", flush=True)
     return {"rows": rows, "kept_up": ok, "lag_note": lag_note, "profile": profile, "cpu": cpu, "lags": lags,
-            "jfr": jfr}  # fmt: skip
+            "jfr": jfr, "tasks": tasks}  # fmt: skip
 
 
 def backlog(settings: KappaSettings, pipeline: Pipeline) -> dict[str, Any]:
@@ -733,11 +835,12 @@ def backlog(settings: KappaSettings, pipeline: Pipeline) -> dict[str, Any]:
 
 
 def drained(settings: KappaSettings, pipeline: Pipeline, timeout_s: float) -> int:
-    """Wait (bounded) until no job lags and each has run a batch: a rate's clock must not start on an earlier
-    rate's backlog. Returns the records still behind (0: drained)."""
+    """Wait (bounded) until no micro-batch job lags and each has run a batch: a rate's clock must not start on an
+    earlier rate's backlog. (The real-time lane records its progress at the end of its long batches only: its
+    lag says nothing until then.) Returns the records still behind (0: drained)."""
     deadline = time.monotonic() + timeout_s
     while True:
-        lags = backlog(settings, pipeline)
+        lags = {job: lag for job, lag in backlog(settings, pipeline).items() if job != REAL_TIME_JOB}
         behind = sum(lag.total for lag in lags.values())
         ran = all(lag.last_batch for lag in lags.values())
         if behind == 0 and ran:
@@ -869,13 +972,15 @@ def main() -> None:
     parser.add_argument("--backlog-rate", type=int, default=1000, help="clicks/s while the --backlog job is stopped")
     parser.add_argument("--backlog-minutes", type=float, default=10.0, help="how long the --backlog job is stopped")
     parser.add_argument("--profile-seconds", type=float, default=0.0, help="JFR-profile the job JVMs this long")
+    parser.add_argument("--task-cpu", action="store_true", help="each job's task CPU, from the Spark UI's REST API")
+    parser.add_argument("--dump", type=Path, default=None, help="a folder for each click's latency per path (CSV)")
     parser.add_argument("--also-ran", default="nothing else", help="what else ran on the machine, for the report")
     args = parser.parse_args()
 
     jobs = [j for j in args.jobs.split(",") if j] or pipeline_jobs()
     rows: list[dict[str, Any]] = []
-    sections: dict[str, list[dict[str, Any]]] = {"lag": [], "cpu": [], "batch_profile": [], "jvm_profile": [],
-                                                 "sustained_search": [], "backlog": []}  # fmt: skip
+    sections: dict[str, list[dict[str, Any]]] = {"lag": [], "cpu": [], "batch_profile": [], "task_cpu": [],
+                                                 "jvm_profile": [], "sustained_search": [], "backlog": []}  # fmt: skip
     verdicts: list[dict[str, Any]] = []
 
     def keep(result: dict[str, Any]) -> None:
@@ -885,6 +990,7 @@ def main() -> None:
         sections["cpu"].append(result["cpu"])
         sections["batch_profile"] += result["profile"]
         sections["jvm_profile"] += result["jfr"]
+        sections["task_cpu"] += result["tasks"]
 
     with bench_stack() as settings:
         kappa(settings, "schemas", "apply")
@@ -894,13 +1000,16 @@ def main() -> None:
         chosen: dict[str, Any] = {"deploy_launcher": Launcher(args.launcher)}
         if args.polling_delay_ms is not None:
             chosen["spark_polling_delay_ms"] = args.polling_delay_ms
+        if args.task_cpu:
+            chosen["spark_ui"] = True
         settings = settings.model_copy(update=chosen)
         with deployed(settings, jobs):
             settle(settings, pipeline, args.users)
             if args.idle:
                 drained(settings, pipeline, args.drain)
-                idle = idle_cost(settings, pipeline, args.idle)
+                idle, idle_profile = idle_cost(settings, pipeline, args.idle, args.profile_seconds)
                 sections["cpu"].append(idle)
+                sections["jvm_profile"] += idle_profile
                 verdicts.append({"what": "idle: the jobs' cores", "measured": idle["jobs"], "target": "< 0.1",
                                  "verdict": "met" if idle["jobs"] < 0.1 else "MISSED"})  # fmt: skip
             for rate in args.rates.split(","):
@@ -919,7 +1028,7 @@ def main() -> None:
                         keep(result)
                     continue
                 result = measure(settings, pipeline, int(rate), args.minutes * 60, args.warmup, args.users,
-                                 args.drain, args.profile_seconds)  # fmt: skip
+                                 args.drain, args.profile_seconds, args.dump)  # fmt: skip
                 keep(result)
                 verdicts.append({"what": f"{int(rate):,} clicks/s for {args.minutes:g} min",
                                  "measured": result["lag_note"], "target": "every job's lag flat",

@@ -95,4 +95,5 @@ def cli_env(settings: KappaSettings) -> dict[str, str]:
         KAPPA_DEPLOY_LAUNCHER=settings.deploy_launcher.value,
         KAPPA_SPARK_MASTER=settings.spark_master,
         KAPPA_SPARK_POLLING_DELAY_MS=str(settings.spark_polling_delay_ms),
+        KAPPA_SPARK_UI=str(settings.spark_ui).lower(),
     )

@@ -1,7 +1,7 @@
 """Run one job of the pipeline against a test's own topics, as `kappa jobs run` would, in its own process.
 
     python -m tests.integration.pipeline_driver <job> '<{"clicks": "clicks-test-1a2b", ...}>' \
-        [--available-now] [--max-offsets N] [--interval "1 second"]
+        [--available-now] [--max-offsets N] [--freshness "2 seconds"]
 
 The stack's settings come from the environment (KAPPA_*). The Kappa-promise test kills this process with
 SIGKILL in the middle of a run and starts it again.
@@ -25,12 +25,12 @@ def main(argv: list[str]) -> None:
     parser.add_argument("bindings", help="declared topic name -> the test's topic name (JSON)")
     parser.add_argument("--available-now", action="store_true")
     parser.add_argument("--max-offsets", type=int)
-    parser.add_argument("--interval", help="processing-time trigger of a continuous run")
+    parser.add_argument("--freshness", help="the job's freshness in a continuous run (its trigger: half of it)")
     args = parser.parse_args(argv)
     configure_logging()
     spec = get_job(args.job).bound(json.loads(args.bindings))
-    if args.interval:
-        spec = dataclasses.replace(spec, processing_interval=args.interval)
+    if args.freshness:
+        spec = dataclasses.replace(spec, freshness=args.freshness)
     report = run_job(spec, load_settings(), available_now=args.available_now, max_offsets_per_trigger=args.max_offsets)
     print(f"DONE {report.job} batches={report.batches} rows={report.input_rows}", flush=True)
 

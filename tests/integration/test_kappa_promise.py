@@ -3,8 +3,8 @@ and restarted in the middle), one availableNow replay from the start, and a plai
 identical outputs for every job. Kafka outputs are compared as the latest value per key (what a compacted
 topic's readers see).
 
-Live: all five jobs run continuously at once, each in its own process (enrich_clicks and sessionize with a 1-second
-trigger, the Delta views with their declared one), while the generator produces (so clicks, late profile versions
+Live: all five jobs run continuously at once, each in its own process (each with a freshness of 2 seconds: a batch
+every second, so many batches wherever the clicks fall), while the generator produces (so clicks, late profile versions
 and enrich_clicks' corrections reach each job interleaved, as in production). Each job is killed with SIGKILL after
 its second batch and restarted from its checkpoint while the first half of the log is produced; the second half
 comes once the restarted enrich_clicks has caught up, so it is read as it is produced. Then the jobs are stopped in
@@ -217,8 +217,8 @@ def test_live_with_sigkill_replay_and_batch_give_identical_outputs(
         # The two topic jobs on 1 s, so corrections, merges and tombstones reach the views spread over many
         # batches; the Delta views on their declared trigger (a view batch is two MERGEs: back to back on a
         # 1 s trigger, they cost the machine more than they add batches to the test).
-        interval = "1 second" if spec.name in (ENRICH.name, SESSIONIZE.name) else spec.processing_interval
-        return Job([spec.name, json.dumps(bindings("live")), "--interval", interval], live_env)
+        # a batch every second, views too: many batches, each cut where the clicks happen to be
+        return Job([spec.name, json.dumps(bindings("live")), "--freshness", "2 seconds"], live_env)
 
     jobs = {spec.name: live_job(spec) for spec in PIPELINE}
     for spec in PIPELINE:

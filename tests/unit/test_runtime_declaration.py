@@ -35,6 +35,32 @@ def test_bad_declarations_are_refused() -> None:
         JobSpec("ok", 0, "", (CLICKS,), DeltaTable("t"), plan=lambda ctx: None)  # type: ignore[arg-type,return-value]
 
 
+def test_a_live_batch_starts_every_half_of_the_declared_freshness() -> None:
+    def job(**fields: object) -> JobSpec:
+        return JobSpec("j", 1, "", (CLICKS,), DeltaTable("t"), plan=lambda ctx: None, **fields)  # type: ignore[arg-type,return-value]
+
+    assert job(freshness="1 second").trigger_interval_ms == 500
+    assert job(freshness="1 minute").trigger_interval_ms == 30_000
+    assert job().trigger_interval_ms == 5_000  # the default freshness: 10 s
+    ctx = JobContext(spark=None, settings=None, spec=job(freshness="2 seconds"), version=1)  # type: ignore[arg-type]
+    assert ctx.trigger() == {"processingTime": "1000 milliseconds"}
+    assert JobContext(None, None, job(), 1, available_now=True).trigger() == {"availableNow": True}  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="job j: freshness 'soon': expected a positive duration such as '1 second'"):
+        job(freshness="soon")
+    with pytest.raises(ValueError, match="freshness '0 seconds': expected a positive duration"):
+        job(freshness="0 seconds")
+
+
+def test_a_live_run_reads_bounded_batches_and_a_replay_its_whole_range() -> None:
+    from kappa.runtime.runner import live_batch_bound
+
+    spec = JobSpec("j", 1, "", (CLICKS,), DeltaTable("t"), plan=lambda ctx: None, max_batch_records=7)  # type: ignore[arg-type,return-value]
+    assert live_batch_bound(spec, available_now=False) == 7
+    assert live_batch_bound(spec, available_now=True) is None
+    with pytest.raises(ValueError, match="max_batch_records must be >= 1"):
+        JobSpec("j", 1, "", (CLICKS,), DeltaTable("t"), plan=lambda ctx: None, max_batch_records=0)  # type: ignore[arg-type,return-value]
+
+
 def test_end_offsets_come_from_the_progress_json() -> None:
     progress = {
         "name": "raw_clicks_v1",

@@ -7,6 +7,7 @@ version never reuses an old version's state.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -146,6 +147,20 @@ class RealTimePlan:
     partition: Column | None = None  # each record's partition (`partition_column`); None: by key
 
 
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|milliseconds?|s|seconds?|min|minutes?|h|hours?)\s*$")
+_UNIT_MS = {"ms": 1, "millisecond": 1, "s": 1000, "second": 1000, "min": 60_000, "minute": 60_000, "h": 3_600_000,
+            "hour": 3_600_000}  # fmt: skip
+
+
+def duration_ms(text: str, what: str) -> int:
+    """"500 milliseconds", "1 second", "2 minutes" (as Spark reads an interval) -> milliseconds."""
+    found = _DURATION.match(text)
+    if found is None or float(found.group(1)) <= 0:
+        raise ValueError(f"{what} {text!r}: expected a positive duration such as '1 second' or '1 minute'")
+    unit = found.group(2) if found.group(2) in _UNIT_MS else found.group(2)[:-1]  # "seconds" -> "second"
+    return round(float(found.group(1)) * _UNIT_MS[unit])
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """A single-step streaming job: inputs (topics), exactly one output (a topic or a Delta table)."""
@@ -157,7 +172,15 @@ class JobSpec:
     output: Topic | DeltaTable  # its one output, written as `<dataset>.v<version>` or `<table>/v<version>`
     # Builds the job's rows and batch write from the context (reads its inputs with `ctx.read`).
     plan: Callable[[JobContext], JobPlan | TablePlan | TopicPlan | RealTimePlan]
-    processing_interval: str = "5 seconds"  # the live trigger's interval, as Spark reads it ("0 seconds": at once)
+    # How stale the output may be while the job keeps up (e.g. "1 second", "1 minute"). A live batch starts every
+    # half of it: a record waits at most one interval for its batch, which must end within the other half. What
+    # a batch costs whatever its rows (planning, logs, commits) is paid once per interval: a topic that other jobs
+    # read wants a short one, a table that people query is fresh enough within a minute.
+    freshness: str = "10 seconds"
+    # A live batch reads at most this many records per input: a job that fell behind (an outage, a burst) catches
+    # up in bounded batches, each committed, without holding the cores for minutes. A replay reads its whole
+    # range in one batch unless `--max-offsets-per-trigger` says otherwise.
+    max_batch_records: int = 100_000
     # Job-specific knobs (the plan reads `ctx.spec.settings[...]`), documented in the job's declaration module.
     settings: dict[str, Any] = field(default_factory=dict)
     # Compacted topics the job reads whole, as a table (`ctx.read_lookup`), again in every batch: not streamed,
@@ -189,6 +212,14 @@ class JobSpec:
             raise ValueError(f"job {self.name}: version must be >= 1")
         if self.real_time is not None and not isinstance(self.output, Topic):
             raise ValueError(f"job {self.name}: real time mode writes with the Kafka sink, so its output is a topic")
+        if self.max_batch_records < 1:
+            raise ValueError(f"job {self.name}: max_batch_records must be >= 1")
+        duration_ms(self.freshness, f"job {self.name}: freshness")  # a clear error at discovery, not at start
+
+    @property
+    def trigger_interval_ms(self) -> int:
+        """The live trigger's interval: half the declared freshness."""
+        return duration_ms(self.freshness, f"job {self.name}: freshness") // 2
 
 
 def job_checkpoints(settings: KappaSettings, job: str) -> str:
@@ -233,12 +264,12 @@ class JobContext:
 
     def trigger(self) -> dict[str, Any]:
         """The query's trigger, as `DataStreamWriter.trigger` takes it: availableNow for a replay, else
-        realTime (a `real_time` job) or processingTime (`processing_interval`)."""
+        realTime (a `real_time` job) or processingTime (every half of the declared `freshness`)."""
         if self.available_now:
             return {"availableNow": True}
         if self.spec.real_time is not None:
             return {"realTime": self.spec.real_time}
-        return {"processingTime": self.spec.processing_interval}
+        return {"processingTime": f"{self.spec.trigger_interval_ms} milliseconds"}
 
     @property
     def delta_app_id(self) -> str:
@@ -259,7 +290,7 @@ class JobContext:
         set a late record aside with its bytes.
         """
         # Lazy: imports pyspark, only where a Spark session runs (this module is imported without one).
-        from kappa.spark.topic_io import read_topic
+        from kappa.spark.topic_io import REAL_TIME_CONSUMER, read_topic
 
         return read_topic(
             self.spark,
@@ -271,6 +302,7 @@ class JobContext:
             starting_timestamp_ms=self.starting.timestamp_ms,
             max_offsets_per_trigger=self.max_offsets_per_trigger,
             with_raw=with_raw,
+            consumer_options=REAL_TIME_CONSUMER if "realTime" in self.trigger() else None,
         )
 
     def read_lookup(self, topic: Topic) -> DataFrame:

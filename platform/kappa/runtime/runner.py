@@ -122,6 +122,12 @@ def _start_and_run(
                               on_batch=on_batch, run_record=run_record)  # fmt: skip
 
 
+def live_batch_bound(spec: JobSpec, available_now: bool) -> int | None:
+    """A live run reads at most the declared `max_batch_records` per input and batch; a replay reads its range in
+    one batch, and real-time mode takes no bound (its batches last a declared time instead)."""
+    return None if available_now or spec.real_time is not None else spec.max_batch_records
+
+
 def real_time_slots(spec: JobSpec, settings: KappaSettings) -> KappaSettings:
     """Real-time mode runs every task of a batch at once, for the whole batch: one per input partition. A local
     master gets that many task threads (they mostly wait for records), whatever its core count."""
@@ -256,7 +262,7 @@ def _run_until_stopped(
         version=version or spec.version,
         available_now=available_now,
         starting=starting or Starting(),
-        max_offsets_per_trigger=max_offsets_per_trigger,
+        max_offsets_per_trigger=max_offsets_per_trigger or live_batch_bound(spec, available_now),
     )
     recorder = ProgressRecorder(
         settings.bootstrap, {context.query_name(): context.consumer_group}, on_batch, run_record

@@ -113,6 +113,9 @@ def spark_conf(settings: KappaSettings, app_name: str) -> dict[str, str]:
         # idle pipeline's jobs at 0.23 cores, 100 ms at 0.13 (make bench-latency --idle), for at most 0.1 s more
         # on the first click after an idle spell.
         "spark.sql.streaming.pollingDelay": f"{settings.spark_polling_delay_ms}ms",
+        # A stateful batch commits its RocksDB state as a changelog of what changed, not a checkpoint of the store
+        # (Spark's default copies the store's new files at every commit); a snapshot follows every few batches.
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         "spark.sql.warehouse.dir": str(settings.state_dir / "spark-warehouse"),
         "spark.driver.extraJavaOptions": shlex.join(driver_options),
     }

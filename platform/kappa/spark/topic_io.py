@@ -16,7 +16,7 @@ broken expectations. The check is one Spark expression in the same projection as
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,6 +87,13 @@ def kafka_options(settings: KappaSettings) -> dict[str, str]:
     return {"kafka.bootstrap.servers": settings.bootstrap}
 
 
+# Real-time mode reads each record as it arrives. With the consumer's defaults the broker answers a fetch as soon as
+# one record is there, so every record cost the broker and the reading task a fetch request of its own; a fetch
+# that waits up to 25 ms for more answers with every record of those 25 ms (and an idle partition is asked 40
+# times a second, not at every record).
+REAL_TIME_CONSUMER = {"kafka.fetch.min.bytes": "1048576", "kafka.fetch.max.wait.ms": "25"}
+
+
 def kafka_source(
     spark: SparkSession,
     settings: KappaSettings,
@@ -95,10 +102,13 @@ def kafka_source(
     starting_offsets: str = "earliest",
     max_offsets_per_trigger: int | None = None,
     starting_timestamp_ms: int | None = None,
+    consumer_options: Mapping[str, str] | None = None,
 ) -> DataFrame:
-    """Raw Kafka rows of a topic. `starting_offsets="timestamp"` starts at `starting_timestamp_ms` (record time)."""
+    """Raw Kafka rows of a topic. `starting_offsets="timestamp"` starts at `starting_timestamp_ms` (record time).
+    `consumer_options`: more options of Spark's Kafka source (`kafka.`-prefixed ones go to the consumer)."""
     reader: Any = spark.readStream if streaming else spark.read
     reader = reader.format("kafka").options(**kafka_options(settings)).option("subscribe", topic.name)
+    reader = reader.options(**(consumer_options or {}))
     if starting_offsets == "timestamp":
         if starting_timestamp_ms is None:
             raise KappaError("starting at a timestamp needs the timestamp")
@@ -209,17 +219,20 @@ def read_topic(
     starting_timestamp_ms: int | None = None,
     with_raw: bool = False,
     enforce_contract: bool = True,
+    consumer_options: Mapping[str, str] | None = None,
 ) -> DecodedTopic:
     """A declared topic, decoded into its declared schema from every writer version the registry knows.
 
     `enforce_contract`: records breaking the row-level expectations of the dataset's suite, if it has one,
     go to the dead letters (False: every decodable record is a record, e.g. to measure the contract).
+    `consumer_options`: as `kafka_source` takes them (REAL_TIME_CONSUMER for a real-time query).
     """
     with Registry(settings.registry) as registry:
         writers = writer_schemas(registry, topic)
     raw = kafka_source(
-        spark, settings, topic, streaming, starting_offsets, max_offsets_per_trigger, starting_timestamp_ms
-    )
+        spark, settings, topic, streaming, starting_offsets, max_offsets_per_trigger, starting_timestamp_ms,
+        consumer_options,
+    )  # fmt: skip
     contract = topic_contract(settings, topic) if enforce_contract else None
     return decode_topic(
         raw, value_schema(settings, topic), writers, job, job_version, with_raw, contract,
