@@ -332,12 +332,53 @@ class CpuMeter:
         for name, pids in self.parts.items():
             now = self._per_pid(pids)
             used[name] = round(sum(t - self.start[name].get(pid, 0.0) for pid, t in now.items()) / seconds, 2)
-        jobs = sum(v for k, v in used.items() if k not in ("kafka", "registry", "bench (producer, consumers)"))
+        jobs = sum(v for k, v in used.items() if k not in _NOT_JOBS)
         return {
             "jobs": round(jobs, 2),
             **used,
             "machine": round((self._machine_busy() - self.machine_start) / seconds, 2),
         }
+
+
+class ThreadCpu:
+    """CPU over a window by thread of every job JVM and by process of the rest of each deployment (its Python
+    driver): what the JVM spends outside the jobs' tasks (JIT compilers, GC, Spark's own threads) shows here, by the
+    thread names the OS knows (/proc/<pid>/task/<tid>/comm, 15 characters)."""
+
+    def __init__(self, settings: KappaSettings, jobs: tuple[tuple[str, int], ...]) -> None:
+        self.groups = {n: p for n, p in CpuMeter._parts(settings, jobs).items() if n not in _NOT_JOBS}
+        self.started = time.monotonic()
+        self.start = self._snapshot()
+
+    def _snapshot(self) -> dict[tuple[str, int, int], tuple[str, float]]:
+        found: dict[tuple[str, int, int], tuple[str, float]] = {}
+        for group, pids in self.groups.items():
+            for pid in pids:
+                try:
+                    proc = psutil.Process(pid)
+                    if proc.name() != "java":
+                        times = proc.cpu_times()
+                        found[(group, pid, 0)] = (f"process {proc.name()}", times.user + times.system)
+                        continue
+                    for thread in proc.threads():
+                        comm = Path(f"/proc/{pid}/task/{thread.id}/comm")
+                        name = comm.read_text().strip() if comm.exists() else "?"
+                        found[(group, pid, thread.id)] = (name, thread.user_time + thread.system_time)
+                except (psutil.Error, OSError):
+                    continue
+        return found
+
+    def cores(self) -> list[dict[str, Any]]:
+        seconds = time.monotonic() - self.started
+        per: Counter[tuple[str, str]] = Counter()
+        for key, (name, cpu) in self._snapshot().items():
+            was = self.start.get(key, (name, 0.0))[1]
+            per[(key[0], re.sub(r"[-_ #]*\d+$", "", name) or name)] += cpu - was
+        return [{"jvm": group, "thread": name, "cores": round(cpu / seconds, 3)}
+                for (group, name), cpu in per.most_common(25) if cpu / seconds >= 0.005]  # fmt: skip
+
+
+_NOT_JOBS = ("kafka", "registry", "bench (producer, consumers)")
 
 
 def idle_cost(
@@ -777,6 +818,7 @@ def measure(
         clock_started = time.time()
         started = time.monotonic()
         meter = CpuMeter(settings, pipeline.jobs)
+        threads = ThreadCpu(settings, pipeline.jobs)
         recorder = FlightRecorder(settings, pipeline.jobs, min(profile_s, seconds)) if profile_s else None
         stage_cpu = StageCpu() if settings.spark_ui else None
         if stage_cpu is not None:
@@ -784,6 +826,7 @@ def measure(
         produced = produce_at_rate(settings, rate, seconds, users, label)
         tasks = [{"rate": rate, **row} for row in stage_cpu.stop()] if stage_cpu is not None else []
         cpu = {"rate": rate, "seconds": seconds, **meter.cores()}
+        thread_cpu = [{"rate": rate, **row} for row in threads.cores()]
         achieved = len(produced.ids) / (time.monotonic() - started)
         lag.stop()
         ok, lag_note = kept_up(lag.samples, rate)
@@ -826,7 +869,7 @@ def measure(
     jfr = [{"rate": rate, **row} for row in recorder.summary()] if recorder else []
     print(f"  {rate:,} clicks/s: {'kept up' if ok else 'fell behind'} ({lag_note})", flush=True)
     return {"rows": rows, "kept_up": ok, "lag_note": lag_note, "profile": profile, "cpu": cpu, "lags": lags,
-            "jfr": jfr, "tasks": tasks}  # fmt: skip
+            "jfr": jfr, "tasks": tasks, "threads": thread_cpu}  # fmt: skip
 
 
 def backlog(settings: KappaSettings, pipeline: Pipeline) -> dict[str, Any]:
@@ -979,8 +1022,10 @@ def main() -> None:
 
     jobs = [j for j in args.jobs.split(",") if j] or pipeline_jobs()
     rows: list[dict[str, Any]] = []
-    sections: dict[str, list[dict[str, Any]]] = {"lag": [], "cpu": [], "batch_profile": [], "task_cpu": [],
-                                                 "jvm_profile": [], "sustained_search": [], "backlog": []}  # fmt: skip
+    sections: dict[str, list[dict[str, Any]]] = {
+        name: [] for name in ("lag", "cpu", "batch_profile", "task_cpu", "thread_cpu", "jvm_profile",
+                              "sustained_search", "backlog")
+    }  # fmt: skip
     verdicts: list[dict[str, Any]] = []
 
     def keep(result: dict[str, Any]) -> None:
@@ -991,6 +1036,7 @@ def main() -> None:
         sections["batch_profile"] += result["profile"]
         sections["jvm_profile"] += result["jfr"]
         sections["task_cpu"] += result["tasks"]
+        sections["thread_cpu"] += result["threads"]
 
     with bench_stack() as settings:
         kappa(settings, "schemas", "apply")

@@ -153,7 +153,7 @@ _UNIT_MS = {"ms": 1, "millisecond": 1, "s": 1000, "second": 1000, "min": 60_000,
 
 
 def duration_ms(text: str, what: str) -> int:
-    """"500 milliseconds", "1 second", "2 minutes" (as Spark reads an interval) -> milliseconds."""
+    """ "500 milliseconds", "1 second", "2 minutes" (as Spark reads an interval) -> milliseconds."""
     found = _DURATION.match(text)
     if found is None or float(found.group(1)) <= 0:
         raise ValueError(f"{what} {text!r}: expected a positive duration such as '1 second' or '1 minute'")

@@ -42,9 +42,9 @@ def archive_path(settings: KappaSettings) -> Path:
 
 
 def _fingerprint(java: Path, classpath: Sequence[Path]) -> dict[str, object]:
-    """What the archive depends on: the JVM binary and every jar on the driver's classpath."""
+    """What the archive depends on: the JVM binary and every jar on the driver's classpath, in its order."""
     java = java.resolve()
-    return {"java": str(java), "java_size": java.stat().st_size, "jars": sorted(p.name for p in classpath)}
+    return {"java": str(java), "java_size": java.stat().st_size, "jars": [p.name for p in classpath]}
 
 
 def usable_archive(settings: KappaSettings, java: Path, classpath: Sequence[Path]) -> Path | None:

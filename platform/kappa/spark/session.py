@@ -55,15 +55,20 @@ def spark_home_jars() -> Path:
 
 
 def driver_classpath(settings: KappaSettings) -> list[Path]:
-    """Every jar a local driver loads: Spark's own, then the connectors."""
+    """Every jar a local driver loads, in order: the platform's own on the JVM's classpath (Hadoop looks its file
+    system classes up there, before the session adds `spark.jars`), Spark's, then the connectors."""
     home = spark_home_jars()
-    return [*sorted(home.glob("*.jar")), *platform_jars(settings)]
+    return [*platform_classpath(settings), *sorted(home.glob("*.jar")), *platform_jars(settings)]
 
 
 def platform_jars(settings: KappaSettings) -> list[Path]:
     """What a session adds to Spark's own jars: the connectors, then the platform's operators (kappa.operators)."""
-    operators = sorted((settings.jars_path / "operators").glob("*.jar"))
-    return [*connector_jars(settings.jars_path / "spark", spark_home_jars()), *operators]
+    return [*connector_jars(settings.jars_path / "spark", spark_home_jars()), *platform_classpath(settings)]
+
+
+def platform_classpath(settings: KappaSettings) -> list[Path]:
+    """The platform's JVM code (infra/jvm/operators: kappa.operators' processors, io.kappa.fs)."""
+    return sorted((settings.jars_path / "operators").glob("*.jar"))
 
 
 def spark_conf(settings: KappaSettings, app_name: str) -> dict[str, str]:
@@ -89,6 +94,7 @@ def spark_conf(settings: KappaSettings, app_name: str) -> dict[str, str]:
         "spark.master": settings.spark_master,
         "spark.app.name": app_name,
         "spark.jars": ",".join(str(j) for j in jars),
+        "spark.driver.extraClassPath": os.pathsep.join(str(j) for j in platform_classpath(settings)),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.shuffle.partitions": str(settings.spark_shuffle_partitions),
@@ -116,6 +122,11 @@ def spark_conf(settings: KappaSettings, app_name: str) -> dict[str, str]:
         # A stateful batch commits its RocksDB state as a changelog of what changed, not a checkpoint of the store
         # (Spark's default copies the store's new files at every commit); a snapshot follows every few batches.
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+        # file:// paths (checkpoints, local Delta tables) through the platform's local file system: Hadoop's runs
+        # `chmod` after every file it creates and `readlink` for every rename's status check, a process each
+        # (io.kappa.fs, in the operators' jar).
+        "spark.hadoop.fs.file.impl": "io.kappa.fs.LocalFileSystem",
+        "spark.hadoop.fs.AbstractFileSystem.file.impl": "io.kappa.fs.LocalFs",
         "spark.sql.warehouse.dir": str(settings.state_dir / "spark-warehouse"),
         "spark.driver.extraJavaOptions": shlex.join(driver_options),
     }
