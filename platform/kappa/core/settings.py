@@ -102,7 +102,12 @@ class KappaSettings(BaseSettings):
 
     # --- Spark -----------------------------------------------------------------------------------------
     spark_master: str = Field("local[*]", description="local[*], spark://host:port, k8s://…, yarn")
-    spark_shuffle_partitions: int = Field(4, ge=1, description="2 cores: a few partitions beat Spark's 200")
+    spark_shuffle_partitions: int = Field(
+        2,
+        ge=1,
+        description="one per core of the job host (Spark's 200 is for clusters): each partition costs a live batch a "
+        "task and a state store commit per stateful operator, whatever its rows",
+    )
     spark_driver_memory: str = Field("2g", pattern=r"^\d+[mg]$")
     delta_snapshot_partitions: int = Field(
         1,

@@ -95,6 +95,7 @@ def spark_conf(settings: KappaSettings, app_name: str) -> dict[str, str]:
         "spark.app.name": app_name,
         "spark.jars": ",".join(str(j) for j in jars),
         "spark.driver.extraClassPath": os.pathsep.join(str(j) for j in platform_classpath(settings)),
+        "spark.executor.extraClassPath": os.pathsep.join(str(j) for j in platform_classpath(settings)),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.shuffle.partitions": str(settings.spark_shuffle_partitions),
