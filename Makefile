@@ -94,7 +94,7 @@ dagster: setup ## the Dagster UI on 127.0.0.1:3000 (DAGSTER_PORT): the jobs' ass
 bench-avro: setup ## benchmark: Spark decoding Confluent Avro from Kafka (1 vs 3 writer schemas vs plain from_avro)
 	$(UV) run --frozen python -m tests.benchmarks.bench_avro_decode
 
-bench-pipeline: setup ## benchmark: replay throughput of every job (5M events) vs Kafka's ceiling, live latency, profiles
+bench-pipeline: setup ## benchmark: replay throughput of every job (5M events) vs Kafka's ceiling, profiles
 	$(UV) run --frozen python -m tests.benchmarks.bench_pipeline $(BENCH_ARGS)
 
 bench-live: setup ## benchmark: the whole pipeline deployed, 10 min at 1,000 clicks/s and the highest rate it sustains: lag, latency per path, cores

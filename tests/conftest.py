@@ -116,28 +116,30 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 # short. The outage tests mostly wait (a broker is down for two minutes in each): early, they overlap the other
 # workers' busiest files. Files not listed (all under 20 s) follow in collection order.
 LONGEST_FIRST = (
-    "e2e/test_replay_lifecycle.py",  # 770
-    "integration/test_kappa_promise.py",  # 455
-    "e2e/test_cascade_replay.py",  # 430
-    "e2e/test_outages.py",  # 345
-    "e2e/test_stack_lifecycle.py",  # 295
-    "e2e/test_demo.py",  # 205
-    "integration/test_views_jobs.py",  # 150
-    "integration/test_job_runner.py",  # 140
-    "unit/test_page_stats_transforms.py",  # 135
-    "integration/test_exactly_once_delta.py",  # 120
-    "integration/test_enrich_clicks_job.py",  # 115
-    "integration/test_deployments.py",  # 75
-    "integration/test_sessionize_job.py",  # 65
-    "integration/test_operators_differential.py",  # 50
-    "unit/test_user_activity_transforms.py",  # 45
-    "unit/test_decoding_is_total.py",  # 45
-    "integration/test_dagster_materialize.py",  # 40
-    "unit/test_quality.py",  # 35
-    "integration/test_realtime_lane.py",  # 25
-    "integration/test_aliases.py",  # 25
-    "integration/test_replay_horizon.py",  # 25
+    "e2e/test_replay_lifecycle.py",  # 610
+    "e2e/test_cascade_replay.py",  # 585
+    "e2e/test_outages.py",  # 335
+    "e2e/test_stack_lifecycle.py",  # 325
+    "integration/test_kappa_promise.py",  # 305
+    "integration/test_job_runner.py",  # 135
+    "e2e/test_demo.py",  # 130
+    "integration/test_views_jobs.py",  # 120
+    "e2e/test_tutorial.py",  # 95
+    "integration/test_job_host.py",  # 85
+    "unit/test_page_stats_transforms.py",  # 75
+    "integration/test_exactly_once_delta.py",  # 75
+    "integration/test_operators_differential.py",  # 60
+    "integration/test_readers.py",  # 55
+    "integration/test_dagster_materialize.py",  # 55
+    "integration/test_deployments.py",  # 40
+    "integration/test_aliases.py",  # 35
+    "integration/test_realtime_lane.py",  # 30
+    "integration/test_enrich_clicks_job.py",  # 30
+    "integration/test_view_operators_differential.py",  # 30
+    "unit/test_decoding_is_total.py",  # 30
+    "integration/test_sessionize_job.py",  # 25
     "e2e/test_bad_setup.py",  # 20
+    "integration/test_replay_horizon.py",  # 20
 )
 
 

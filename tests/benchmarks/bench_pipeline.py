@@ -11,7 +11,7 @@
    (decode, encode, write back to Kafka: the job's I/O without its logic), to which each job is a ratio.
    The per-user rules of enrich_clicks and sessionize run in the JVM (kappa.operators); py-spy samples
    whatever Python the Spark workers still run.
-(Live latency is `bench_latency.py`, with the pipeline deployed as a user deploys it.)
+(The live pipeline is `bench_live.py`, deployed as a user deploys it.)
 
 Events per second are whole-machine figures; per core divides by `os.cpu_count()`.
 """

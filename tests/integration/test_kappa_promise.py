@@ -342,13 +342,13 @@ def test_live_with_sigkill_replay_and_batch_give_identical_outputs(
         page_logic.Click(r.user_id, r.event_id, r.page, _ms(r.event_time))
         for r in in_log_order(topics["enriched_replay"])
     ]
-    expected_views = {
-        PAGE_STATS: spark.createDataFrame(
+    expected_views = (  # a JobSpec is no dict key: its outputs hold dicts
+        (PAGE_STATS, spark.createDataFrame(
             [(page, _utc(hour), v.views, v.distinct_users, v.median_time_on_page_ms)
              for (page, hour), v in page_logic.page_stats(clicks_in_log, gap).items()],
             "page string, hour_start timestamp, views long, distinct_users long, median_time_on_page_ms long",
-        ),
-        USER_ACTIVITY: spark.createDataFrame(
+        )),
+        (USER_ACTIVITY, spark.createDataFrame(
             [(user, a.sessions, a.clicks, _utc(a.first_seen_ms), _utc(a.last_seen_ms), a.segment)
              for user, a in activity_logic.user_activity(
                  activity_logic.SessionChange(r.key, r.user_id, _ms(r.start_time), _ms(r.end_time), r.clicks,
@@ -356,10 +356,10 @@ def test_live_with_sigkill_replay_and_batch_give_identical_outputs(
                  for r in in_log_order(topics["sessions_replay"])
              ).items()],
             "user_id string, sessions long, clicks long, first_seen timestamp, last_seen timestamp, segment string",
-        ),
-        SESSIONS_TABLE: latest_per_key(spark, stack, topics["sessions_replay"]).select(*SESSION_FIELDS),
-    }  # fmt: skip
-    for spec, expected_rows in expected_views.items():
+        )),
+        (SESSIONS_TABLE, latest_per_key(spark, stack, topics["sessions_replay"]).select(*SESSION_FIELDS)),
+    )  # fmt: skip
+    for spec, expected_rows in expected_views:
         assert isinstance(spec.output, DeltaTable)
         assert expected_rows.count() > 100, spec.name
         for run, settings in (("live", live), ("replay", replay)):

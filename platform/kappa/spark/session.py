@@ -110,14 +110,14 @@ def spark_conf(settings: KappaSettings, app_name: str) -> dict[str, str]:
         "spark.databricks.delta.schema.autoMerge.enabled": "false",
         # Delta rebuilds a table's state from its log in this many tasks (50 by default) before every MERGE.
         # Measured per batch of a view (2 cores): 4 tasks instead of 50 took a small batch from 5 s to 2 s; 1 task
-        # instead of 4 saves 6 % more (make bench-views, page_stats, 500 clicks: 5.25 vs 5.56 s per batch).
+        # instead of 4 saves 6 % more (page_stats with its facts tables, 500 clicks: 5.25 vs 5.56 s per batch).
         "spark.databricks.delta.snapshotPartitions": str(settings.delta_snapshot_partitions),
         # A view's batch generates about 250 classes (its MERGEs' stages); Spark keeps 100 compiled, least
         # recently used first out, so each batch compiled every one again. With room for them: 268 -> 18
-        # compilations and 5.30 -> 3.83 s per page_stats batch (make bench-views). Static: read at session start.
+        # compilations and 5.30 -> 3.83 s per page_stats batch (with its facts tables). Static: read at session start.
         "spark.sql.codegen.cache.maxEntries": str(settings.spark_codegen_cache_entries),
         # A 0 s trigger's query that found no new data asks Kafka again after this pause. Spark's 10 ms kept the
-        # idle pipeline's jobs at 0.23 cores, 100 ms at 0.13 (make bench-latency --idle), for at most 0.1 s more
+        # idle pipeline's jobs at 0.23 cores, 100 ms at 0.13 (make bench-live --idle), for at most 0.1 s more
         # on the first click after an idle spell.
         "spark.sql.streaming.pollingDelay": f"{settings.spark_polling_delay_ms}ms",
         # A stateful batch commits its RocksDB state as a changelog of what changed, not a checkpoint of the store
