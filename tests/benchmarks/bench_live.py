@@ -856,6 +856,7 @@ def measure(
         paths["enriched_clicks_realtime"] = enriched_latency(clicks, lane)
     if dump is not None:  # each click's latency per path, for a look at when the slow ones came
         frame = clicks[["produced"]].assign(**{path: latency.to_numpy() for path, latency in paths.items()})
+        dump.mkdir(parents=True, exist_ok=True)
         frame.to_csv(dump / f"latency-{rate}-{label}.csv", index=False)
     rows = []
     for path, latency in paths.items():
