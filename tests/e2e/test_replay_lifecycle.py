@@ -24,7 +24,6 @@ Each flow also passes run alone (`pytest -k`): it reads the live version instead
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -44,7 +43,7 @@ from jobs.enrich_clicks.logic import MINUTE_MS, Profile, answer
 from kappa.contracts.expectations import suite_for
 from kappa.contracts.topic_declarations import Cleanup, Topic
 from kappa.core.settings import KappaSettings
-from kappa.kafka.aliases import AliasRegistry
+from kappa.kafka.aliases import AliasRegistry, Step
 from kappa.kafka.clients import Outgoing, produce_all
 from kappa.lifecycle import deployments
 from kappa.ops.clickstream import Click, ProfileVersion, StreamConfig, clickstream
@@ -72,6 +71,12 @@ def pipeline(stack: KappaSettings, tmp_path_factory: pytest.TempPathFactory) -> 
     settings = d.settings(stack)
     for state in deployments.status(settings):  # no deployment of the copy outlives the module
         deployments.stop_if_running(settings, state.deployment.job, state.deployment.version, timeout_s=30)
+
+
+def copy_steps(registry: AliasRegistry, dataset: str) -> list[Step]:
+    """enrich_clicks' audit steps on this copy's dataset: the audit topic is the session stack's, and other
+    modules' copies replay an enrich_clicks too."""
+    return [s for s in registry.steps("enrich_clicks") if s.facts.get("dataset") == dataset]
 
 
 def dataset_of(d: Deployment) -> str:
@@ -219,11 +224,9 @@ def test_replay_cutover_and_rollback_through_the_cli(
         out = "".join(lines) + relaunch.communicate(timeout=120)[0]
         assert relaunch.returncode == 130, out[-3000:]
         assert "kappa: interrupted" in out
-        # The audit topic is the session stack's: other modules' copies replay an enrich_clicks v2 too.
-        ours = [s for s in registry.steps("enrich_clicks") if dataset in json.dumps(s.facts)]
-        resumed = [s for s in ours if s.step == "prepare" and s.to_version == 2]
+        resumed = [s for s in copy_steps(registry, dataset) if s.step == "prepare" and s.to_version == 2]
         assert resumed[-1].facts["resuming"] is True  # the relaunch found the killed run's checkpoint
-        stopped = [s for s in registry.steps("enrich_clicks") if s.step == "verify"][-1]
+        stopped = [s for s in copy_steps(registry, dataset) if s.step == "verify"][-1]
         assert (stopped.outcome, stopped.facts["error"]) == ("interrupted", "stopped by SIGTERM")
         # Meanwhile the live v1 goes on writing: here a key that no replay of this log can have. Verification
         # compares with v1 as it was when the catch-up started, so the key is not counted as lost.
@@ -233,9 +236,7 @@ def test_replay_cutover_and_rollback_through_the_cli(
         assert done.returncode == 0, done.stdout + done.stderr
         assert "verification: PASSED" in done.stdout
         assert f"{len(differing):,} changed" in done.stdout  # the reconciliation found exactly the changed keys
-        verified = [
-            s for s in registry.steps("enrich_clicks") if s.step == "verify" and s.facts.get("dataset") == dataset
-        ]
+        verified = [s for s in copy_steps(registry, dataset) if s.step == "verify"]
         quality = verified[-1].facts["quality"]  # the data contract ran on the whole new output, and held
         suite = suite_for(v2.settings(stack), dataset)
         assert suite is not None
@@ -289,7 +290,7 @@ def test_replay_cutover_and_rollback_through_the_cli(
         for version in (1, 2):  # the next flow starts from v1 live, nothing running
             deployments.stop_if_running(v1.settings(stack), "enrich_clicks", version, timeout_s=30)
 
-    steps = [(s.step, s.from_version, s.to_version, s.outcome, s.by) for s in registry.steps("enrich_clicks")]
+    steps = [(s.step, s.from_version, s.to_version, s.outcome, s.by) for s in copy_steps(registry, dataset)]
     assert ("cutover", 1, 2, "ok", "alice") in steps
     assert ("rollback", 2, 1, "ok", "bob") in steps
     assert any(s[0] == "cutover" and s[2] == 2 and s[3] == "refused" for s in steps)
@@ -392,7 +393,7 @@ def test_runbooks_as_written(stack: KappaSettings, pipeline: Deployment) -> None
         assert "verification: FAILED" in out
         assert "only in live" in out
         assert live() == 4
-        forced = [s for s in registry.steps("enrich_clicks") if s.step == "cutover" and s.to_version == 4]
+        forced = [s for s in copy_steps(registry, dataset_of(d)) if s.step == "cutover" and s.to_version == 4]
         assert forced[-1].facts["forced"] is True
         stop_deployment(d, 2)
 
@@ -424,7 +425,7 @@ def test_runbooks_as_written(stack: KappaSettings, pipeline: Deployment) -> None
         for version in started:  # whatever a failure left running
             deployments.stop_if_running(d.settings(stack), "enrich_clicks", version, timeout_s=30)
 
-    steps = [(s.step, s.from_version, s.to_version, s.outcome) for s in registry.steps("enrich_clicks")]
+    steps = [(s.step, s.from_version, s.to_version, s.outcome) for s in copy_steps(registry, dataset_of(d))]
     for expected in [("cutover", 1, 2, "ok"), ("retire", 2, 1, "ok"), ("cutover", 2, 3, "ok"),
                      ("rollback", 3, 2, "ok"), ("cutover", 2, 4, "ok"), ("cutover", 4, 5, "ok")]:  # fmt: skip
         assert expected in steps
@@ -560,8 +561,7 @@ def test_launch_a_replay_from_the_dagster_ui(
     assert alias is not None
     assert (alias.version, alias.previous_version, alias.changed_by) == (new, old, OPERATOR)
     mine = [  # other copies record steps of enrich_clicks too; this run's are this dataset's, by this operator
-        s for s in registry.steps("enrich_clicks")
-        if s.facts.get("dataset") == dataset and s.to_version == new and s.by == OPERATOR
+        s for s in copy_steps(registry, dataset) if s.to_version == new and s.by == OPERATOR
     ]  # fmt: skip
     steps = [(s.step, s.outcome) for s in mine]
     for step in ("check", "prepare", "catch-up", "verify", "go-live", "cutover"):

@@ -58,7 +58,11 @@ def driver_classpath(settings: KappaSettings) -> list[Path]:
     """Every jar a local driver loads, in order: the platform's own on the JVM's classpath (Hadoop looks its file
     system classes up there, before the session adds `spark.jars`), Spark's, then the connectors."""
     home = spark_home_jars()
-    return [*platform_classpath(settings), *sorted(home.glob("*.jar")), *platform_jars(settings)]
+    return [
+        *platform_classpath(settings),
+        *sorted(home.glob("*.jar")),
+        *connector_jars(settings.jars_path / "spark", home),
+    ]
 
 
 def platform_jars(settings: KappaSettings) -> list[Path]:
@@ -78,6 +82,7 @@ def spark_conf(settings: KappaSettings, app_name: str) -> dict[str, str]:
             f"the Spark connectors or the platform's operators are missing from {settings.jars_path}: run `kappa setup`"
         )
     jars = platform_jars(settings)
+    platform = os.pathsep.join(str(j) for j in platform_classpath(settings))
     local = settings.spark_master.startswith("local")
     archive = usable_archive(settings, spark_java_path(), driver_classpath(settings))
     scratch = scratch_folder(settings)
@@ -94,8 +99,8 @@ def spark_conf(settings: KappaSettings, app_name: str) -> dict[str, str]:
         "spark.master": settings.spark_master,
         "spark.app.name": app_name,
         "spark.jars": ",".join(str(j) for j in jars),
-        "spark.driver.extraClassPath": os.pathsep.join(str(j) for j in platform_classpath(settings)),
-        "spark.executor.extraClassPath": os.pathsep.join(str(j) for j in platform_classpath(settings)),
+        "spark.driver.extraClassPath": platform,
+        "spark.executor.extraClassPath": platform,
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.shuffle.partitions": str(settings.spark_shuffle_partitions),
