@@ -56,6 +56,14 @@ def _when(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def horizon_line(topic: str, since: str) -> str:
+    """An input's replay horizon as `check` and `plan` record it: "complete" when the topic holds every record
+    since its first, else the time from which it is complete."""
+    if since == "complete":
+        return f"{topic}: complete, every record since the first retained"
+    return f"{topic}: complete since {since}, older records deleted (retention or compaction)"
+
+
 @contextmanager
 def _step(
     settings: KappaSettings, replay: Any, step: str, by: str | None, to_version: int | None = None
@@ -141,7 +149,7 @@ def cmd_check(settings: KappaSettings, args: argparse.Namespace) -> int:
     print(f"{args.job} v{replay.version}: checks passed")
     print(f"  schema: {found['schema']}")
     for topic, horizon in found["horizons"].items():
-        print(f"  {topic}: complete since {horizon}")
+        print(f"  {horizon_line(topic, horizon)}")
     return 0
 
 
@@ -290,7 +298,7 @@ def cmd_plan(settings: KappaSettings, args: argparse.Namespace) -> int:
         )
         print(f"{'':<16} why: {m.why}; rate: {m.rate_source}")
         for topic, since in m.horizon.items():
-            print(f"{'':<16} {topic}: complete since {since}")
+            print(f"{'':<16} {horizon_line(topic, since)}")
     for line in found.unchanged:
         print(f"unchanged: {line}")
     total = found.estimate_s
