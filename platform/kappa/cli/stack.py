@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from kappa.cli.parsing import add_command
 from kappa.core.settings import KappaSettings
 from kappa.lifecycle import deployments
 from kappa.spark.class_archive import ensure_archive
+from kappa.spark.driver_files import log_file
 from kappa.spark.session import driver_classpath
 from kappa.stack import LocalStack
 from kappa.stack.artifacts import ensure_jvm_artifacts
@@ -45,9 +47,21 @@ def cmd_down(settings: KappaSettings, args: argparse.Namespace) -> int:
     stopped = [*jobs, *stack.down(purge=args.purge)]
     print(f"stopped: {', '.join(stopped) if stopped else 'nothing was running'}")
     if args.purge:
-        for deleted in [str(settings.stack_path), *stack.purge_derived_state()]:
-            print(f"deleted {deleted}")
+        deleted = [str(settings.stack_path), *stack.purge_derived_state()]
+        logs = driver_logs_to_purge(settings)
+        if logs is not None and logs.exists():  # last: every driver that writes there has stopped above
+            shutil.rmtree(logs)
+            deleted.append(str(logs))
+        for folder in deleted:
+            print(f"deleted {folder}")
     return 0
+
+
+def driver_logs_to_purge(settings: KappaSettings) -> Path | None:
+    """The Spark drivers' log folder (`<state_dir>/logs`), when the stack lives in that state folder. A stack kept
+    elsewhere (KAPPA_STACK_DIR, as the tests' stacks are) shares the folder with drivers it did not start."""
+    logs = log_file(settings).parent
+    return logs if settings.stack_path.resolve().is_relative_to(settings.state_dir.resolve()) else None
 
 
 def cmd_status(settings: KappaSettings, _args: argparse.Namespace) -> int:
@@ -71,7 +85,8 @@ def add_stack_commands(sub: Any) -> None:
     down.add_argument(
         "--purge",
         action="store_true",
-        help="also stop the deployments and delete the stack's data and logs, the checkpoints, the Delta tables and "
-        "the deployments' state (everything that refers to the stack's topics): start afresh",
+        help="also stop the deployments and delete the stack's data and logs, the checkpoints, the Delta tables, "
+        "the deployments' state (everything that refers to the stack's topics) and the Spark drivers' log folder "
+        "(<state dir>/logs, when the stack lives in that state folder): start afresh",
     )
     add_command(sub, "status", cmd_status, "show each component, its address, pid and health")
