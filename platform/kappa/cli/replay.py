@@ -21,6 +21,7 @@ from typing import Any
 
 import kappa.lifecycle.deployments as deployments
 from kappa.cli.parsing import Command
+from kappa.cli.table import render
 from kappa.contracts.expectations import import_in_background
 from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings
@@ -453,13 +454,18 @@ def cmd_aliases(settings: KappaSettings, _args: argparse.Namespace) -> int:
     if not aliases:
         print("no aliases yet: a dataset's first deployed version becomes live when it first runs")
         return 0
-    print(f"{'dataset':<18} {'live':>4} {'previous':>8}  {'physical':<40} changed")
-    for alias in sorted(aliases.values(), key=lambda a: a.dataset):
-        previous = f"v{alias.previous_version}" if alias.previous_version is not None else "-"
-        print(
-            f"{alias.dataset:<18} {'v' + str(alias.version):>4} {previous:>8}  {alias.physical:<40} "
-            f"{_when(alias.changed_at)} by {alias.changed_by} ({alias.reason})"
+    rows = [
+        (
+            alias.dataset,
+            f"v{alias.version}",
+            f"v{alias.previous_version}" if alias.previous_version is not None else "-",
+            alias.physical,  # a topic, or a Delta table's path: what a reader outside Python opens
+            f"{_when(alias.changed_at)} by {alias.changed_by} ({alias.reason})",
         )
+        for alias in sorted(aliases.values(), key=lambda a: a.dataset)
+    ]
+    for line in render(("dataset", "live", "previous", "physical", "changed"), rows, "<>><<"):
+        print(line)
     return 0
 
 
