@@ -534,7 +534,9 @@ SECTIONS = [
         "batch id at most once. A view that stays exact under updates and late data keeps its groups in the state "
         "store (the platform's operators, `kappa.operators`) and upserts the rows each batch changed, deleting those "
         "flagged `deleted` (`DeltaTable.deletes`). A job that writes its own way returns a `JobPlan`: its `write` "
-        "appends (`append_once`) or merges (`DeltaMerge`), each batch id at most once.",
+        "appends (`append_once`) or merges (`DeltaMerge`), each batch id at most once. A version's table is at "
+        "`DeltaTable.path` (in a job: `ctx.output_path()`); outside Python, `uv run kappa aliases` prints each live "
+        "version's path (the README's Consuming the outputs).",
         [
             Class(TablePlan),
             Class(DeltaTable),

@@ -44,6 +44,15 @@ class DecodedTopic:
     `rows`: every Kafka record once: a record (the schema's fields, `key`, Kafka position), a dead letter (the
     SIDE columns of kappa.spark.side_outputs set, every field null) or, on a topic that declares deletes, a tombstone
     (`deleted` true, the fields null). The other frames are views of it, for batch readers and tests.
+
+    A field of Avro logical type `timestamp-millis` (e.g. `event_time`) is a Spark TimestampType column, as is
+    `kafka_timestamp`: window, compare and write it as it is. Where a number is needed, take its epoch milliseconds
+    (a long; `F.timestamp_millis` turns them back):
+
+    ```python
+    clicks = ctx.read(CLICKS).records  # event_time: a timestamp, shown in UTC (the session's time zone)
+    clicks.select("event_id", F.unix_millis("event_time").alias("event_time_ms"))
+    ```
     """
 
     rows: DataFrame  # what a job's query reads: records, dead letters and tombstones, each Kafka record once
