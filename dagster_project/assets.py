@@ -205,8 +205,8 @@ def job_asset(job: JobSpec, topics_by_name: Mapping[str, Topic]) -> AssetsDefini
             state = deployments.state_of(started)
             if state.health is not deployments.Health.RUNNING:
                 raise Failure(f"{job.name} v{job.version} exited at once: {state.exit_reason}")
-            context.log.info(f"{job.name} v{job.version} runs continuously: pid {started.pid}, log {started.log_file}")
-            metadata |= {"deployment": "started", "deployment_pid": started.pid, "deployment_log": started.log_file}
+            context.log.info(f"{job.name} v{job.version} runs continuously: pid {state.pid}, log {started.log_file}")
+            metadata |= {"deployment": "started", "deployment_pid": state.pid, "deployment_log": started.log_file}
         return MaterializeResult(metadata=metadata)
 
     return _deploy
@@ -216,7 +216,7 @@ def _deployment_metadata(settings: Any, state: deployments.DeploymentState) -> d
     d = state.deployment
     metadata: dict[str, Any] = {
         "deployment": state.health.value,
-        "deployment_pid": d.pid,
+        "deployment_pid": state.pid,  # the process that runs the job
         "deployment_started_at": d.started_at,
         "deployment_log": d.log_file,
     }

@@ -65,7 +65,7 @@ def deployment_metadata(state: deployments.DeploymentState) -> dict[str, Any]:
         "job": d.job,
         "version": d.version,
         "health": state.health.value,
-        "pid": d.pid if state.health is deployments.Health.RUNNING else None,
+        "pid": state.pid,  # the process that runs the job (the one to signal); None unless running
         "started_at": d.started_at,
         "restarts": d.restarts,
         "launcher": d.launcher,

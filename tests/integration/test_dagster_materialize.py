@@ -102,7 +102,8 @@ def test_materializing_enriched_clicks_runs_the_job_through_pipes(stack: KappaSe
             k: getattr(v, "value", v)
             for k, v in result.get_asset_materialization_events()[0].materialization.metadata.items()
         }
-        assert metadata["deployment_pid"] == state.deployment.pid
+        assert metadata["deployment_pid"] == state.pid  # the process that runs the job, not its wrapper
+        assert state.pid in deployments.driver_pids(state.deployment)
 
         # Dagster's stop job ends it: SIGTERM, the runner stops after its batch and exits 0. (Waiting for its
         # query to start: a stop before it starts anything is test_job_runner's case.)

@@ -100,8 +100,11 @@ def test_deployment_crash_is_restarted_by_the_sensor_from_its_checkpoint(
     assert run.pid in deployments.driver_pids(deployment)
     assert run.last_batch == lag.last_batch
 
-    # A crash: the job's driver dies with SIGKILL, mid-stream, while more clicks arrive.
+    # A crash: the job's driver, the pid `kappa jobs status` shows, dies with SIGKILL, mid-stream, while more
+    # clicks arrive.
     [driver] = deployments.driver_pids(deployment)
+    [row] = [line.split() for line in pipeline.kappa("jobs", "status").stdout.splitlines() if line.startswith(job.name)]
+    assert (row[2], row[3]) == ("running", str(driver))  # the job's own process, not its wrapper
     more = produce_clicks(stack, source, 400, seed, first=800)
     os.kill(driver, signal.SIGKILL)
     gone = lambda: not deployments.is_ours(deployment.pid, job.name, job.version)  # noqa: E731

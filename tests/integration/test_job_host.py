@@ -1,8 +1,9 @@
 """Shared deployments (KAPPA_DEPLOY_LAUNCHER=shared) on the real stack: `raw_clicks` and `enrich_clicks` run as
 queries of one Spark application, the job host, each with its own lifecycle. Stopping one leaves the other
-running; a SIGKILL of the host is a crash of both, seen as such; restarts resume each from its checkpoint (every
-click in raw_clicks' table once, every click's enriched record on the topic); the host ends by itself after its
-last job stops.
+running; a SIGKILL of the pid `kappa jobs status` shows (the host's own process) is a crash of both, seen as such,
+with the signal; a SIGKILL of the host's wrapper alone leaves no unsupervised writer (the host stops its jobs after
+their batch and says why); restarts resume each from its checkpoint (every click in raw_clicks' table once, every
+click's enriched record on the topic), neither refused nor doubled; the host ends by itself after its last job stops.
 """
 
 import importlib
@@ -131,12 +132,17 @@ def test_jobs_share_one_application_and_keep_their_own_lifecycles(
     wait_until(caught_up(raw), 120, "raw_clicks goes on alone", log=log, interval_s=1)
     assert deployments.lag(settings, enrich.name, enrich.version).total == len(more)
 
-    # A SIGKILL of the host: every job it ran has crashed, with no exit status.
-    os.killpg(host.pid, signal.SIGKILL)
+    # A SIGKILL of the pid that `kappa jobs status` shows: the host's own process, not its wrapper. Every job it ran
+    # has crashed, killed by the signal, as its wrapper recorded it.
+    shown = _status_pids(pipeline)
+    assert shown == {raw.name: deployments.job_pid(first[raw.name])}
+    assert shown[raw.name] != host.pid  # not the wrapper
+    assert shown[raw.name] in process.group_members(host.pid)
+    os.kill(shown[raw.name], signal.SIGKILL)
     wait_until(lambda: not process.group_members(host.pid), 30, "the host's processes are gone", log=log)
     crashed = {s.deployment.job: s for s in deployments.status(settings)}
     assert crashed[raw.name].health is Health.CRASHED
-    assert (crashed[raw.name].exit_reason or "").startswith("no exit status recorded")
+    assert (crashed[raw.name].exit_reason or "").startswith("its job host was killed by SIGKILL (exit status 137)")
     assert crashed[enrich.name].health is Health.STOPPED  # stopped before: still stopped
     later = produce_clicks(stack, source, 200, seed, first=900)
 
@@ -145,20 +151,58 @@ def test_jobs_share_one_application_and_keep_their_own_lifecycles(
     [new_host] = deployments.hosts(settings)  # the dead hosts' state files are gone
     assert new_host.pid != host.pid
     assert {d.pid for d in again.values()} == {new_host.pid}
-    assert (again[raw.name].last_exit_reason or "").startswith("no exit status recorded")
+    assert (again[raw.name].last_exit_reason or "").startswith("its job host was killed by SIGKILL")
     for job in (raw, enrich):
         wait_until(caught_up(job), 300, f"{job.name} resumes", log=again[job.name].log_path, interval_s=1)
+
+    # A SIGKILL of the host's wrapper alone: the host sees it gone and stops every job after its batch, so nothing
+    # writes unsupervised. Until a job's batch ends, status shows it running, by the host's own pid.
+    host_process = deployments.job_pid(again[raw.name])
+    assert host_process is not None
+    os.kill(new_host.pid, signal.SIGKILL)
+    batch_when_crashed: dict[str, object] = {}  # a job shown crashed commits nothing after
+
+    def host_gone() -> bool:
+        for state in deployments.status(settings):
+            if state.health is Health.RUNNING:
+                assert state.pid == host_process  # its own process, while the host finishes its batch
+            elif state.run is not None:
+                batch_when_crashed.setdefault(state.deployment.job, state.run.last_batch)
+        return not process.group_members(new_host.pid)
+
+    wait_until(host_gone, 120, "the orphaned host stops its jobs and ends", log=log, interval_s=0.1)
+    host_log = Path(new_host.log_file).read_text()
+    assert f"the deployment's wrapper (pid {new_host.pid}) is gone" in host_log
+    for job in (raw, enrich):
+        [state] = [s for s in deployments.status(settings) if s.deployment.job == job.name]
+        assert state.health is Health.CRASHED
+        assert f"the deployment's wrapper (pid {new_host.pid}) was killed" in (state.exit_reason or "")
+        assert state.run is not None
+        assert batch_when_crashed[job.name] == state.run.last_batch
+    last = produce_clicks(stack, source, 150, seed, first=1100)
+    final = {job.name: deployments.restart(settings, job.name, job.version) for job in (raw, enrich)}
+    for job in (raw, enrich):
+        wait_until(caught_up(job), 300, f"{job.name} resumes again", log=final[job.name].log_path, interval_s=1)
+    everything = mine | more | later | last
     rows = DeltaTable(table).to_pyarrow_table(columns=["event_id", "kafka_partition", "kafka_offset"]).to_pylist()
     assert max(Counter((r["kafka_partition"], r["kafka_offset"]) for r in rows).values()) == 1
     ours = Counter(r["event_id"] for r in rows if r["event_id"].startswith(f"evt-{seed}-"))
-    assert set(ours) == mine | more | later
+    assert set(ours) == everything
     assert set(ours.values()) == {1}
     enriched: Topic = catalog.ENRICHED_CLICKS
     output = importlib.import_module("kappa.runtime.binding").deployed_job(settings, enrich.name).output
-    assert mine | more | later <= _keys(stack, output.name, enriched.partitions)
+    assert everything <= _keys(stack, output.name, enriched.partitions)
 
     # The host ends by itself after its last job.
+    [last_host] = deployments.hosts(settings)
     for job in (raw, enrich):
         deployments.stop(settings, job.name, job.version)
-    wait_until(lambda: not deployments.is_host(new_host.pid), deployments.HOST_IDLE_S + 60, "the host ends", log=log)
+    wait_until(lambda: not deployments.is_host(last_host.pid), deployments.HOST_IDLE_S + 60, "the host ends", log=log)
     assert deployments.hosts(settings) == []
+
+
+def _status_pids(pipeline: Deployment) -> dict[str, int]:
+    """The pid `kappa jobs status` shows for each running job: what an operator signals."""
+    listed = pipeline.kappa("jobs", "status", check=False).stdout.splitlines()
+    rows = [line.split() for line in listed[1:] if line and not line.startswith(" ")]
+    return {row[0]: int(row[3]) for row in rows if row[2] == "running"}

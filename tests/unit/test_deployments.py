@@ -121,7 +121,7 @@ def test_exit_reason_is_the_exit_record_and_this_runs_error(settings: KappaSetti
     deployment.log_path.parent.mkdir(parents=True, exist_ok=True)
     deployment.log_path.write_text("=== kappa-deployment: started fake v1\nkappa: error: an earlier run's error\n")
     assert deployments.exit_reason(deployment) == (  # no record at all: the exit is unknown, the log says the rest
-        "no exit status recorded (its whole process group was killed, or the machine restarted); "
+        "no exit status recorded (its wrapper was killed too, or the machine restarted); "
         "last log lines: kappa: error: an earlier run's error"
     )
     with pytest.raises(KappaError), RunRecorder.recording(settings, "fake", 1):
@@ -183,7 +183,7 @@ def test_state_file_round_trip_and_a_foreign_pid_is_never_ours(settings: KappaSe
     assert deployments.hosts(settings) == []
     [state] = deployments.status(settings)
     assert state.health is Health.CRASHED
-    assert state.exit_reason == "no exit status recorded (its whole process group was killed, or the machine restarted)"
+    assert state.exit_reason == "no exit status recorded (its wrapper was killed too, or the machine restarted)"
     assert deployments.stop(settings, "fake", 1, timeout_s=1).desired == "stopped"  # nothing of ours to signal
     [state] = deployments.status(settings)
     assert state.health is Health.STOPPED
@@ -201,9 +201,9 @@ while True: time.sleep(0.1)
 """
 
 
-def _spawn_sleeper(settings: KappaSettings) -> Deployment:
+def _spawn_sleeper(settings: KappaSettings, script: str = SLEEPER) -> Deployment:
     log = settings.deployments_path / "fake.v1.log"
-    command = [sys.executable, "-c", SLEEPER, "jobs", "run", "fake", "--version", "1"]
+    command = [sys.executable, "-c", script, "jobs", "run", "fake", "--version", "1"]
     pid = deployments.spawn(command, log, deployments.launch_env({}), deployments.exit_file(log))
     deployment = _deployment(settings, pid, command=command)
     deployments.save(settings, deployment)
@@ -230,6 +230,44 @@ def test_the_wrapper_records_how_the_job_ended(settings: KappaSettings) -> None:
     finally:
         deployments._terminate(deployment, timeout_s=1)
     assert process.group_members(deployment.pid) == []
+
+
+# A stand-in job that watches its wrapper as `kappa jobs run` does: once the wrapper is gone, it stops after a
+# 1-second "batch".
+WATCHER = """
+import os, signal, sys, threading, time
+from kappa.lifecycle import deployments
+stop = threading.Event()
+signal.signal(signal.SIGTERM, lambda *_: stop.set())
+watch = deployments.watch_wrapper(lambda: os.kill(os.getpid(), signal.SIGTERM), interval_s=0.05)
+print("running", "watching" if watch else "unwatched", flush=True)
+stop.wait()
+time.sleep(1.0)
+print("stopped:", "wrapper gone" if watch and watch.gone.is_set() else "signal", flush=True)
+"""
+
+
+def test_a_job_whose_wrapper_is_killed_stops_after_its_batch_and_shows_running_till_then(
+    settings: KappaSettings,
+) -> None:
+    assert deployments.watch_wrapper(lambda: None) is None  # this process runs under no deployment's wrapper
+    deployment = _spawn_sleeper(settings, WATCHER)
+    try:
+        [driver] = deployments.driver_pids(deployment)
+        state = deployments.state_of(deployment)
+        assert (state.health, state.pid, state.supervised) == (Health.RUNNING, driver, True)  # the job's pid
+        assert "running watching" in deployment.log_path.read_text()
+        os.kill(deployment.pid, signal.SIGKILL)  # the wrapper alone
+        wait_until(lambda: not deployments.is_ours(deployment.pid, "fake", 1), timeout_s=10,
+                   what="the wrapper is gone", interval_s=0.02)  # fmt: skip
+        finishing = deployments.state_of(deployment)  # its batch still runs: running, its own pid, unsupervised
+        assert (finishing.health, finishing.pid, finishing.supervised) == (Health.RUNNING, driver, False)
+        wait_until(lambda: not process.group_members(deployment.pid), timeout_s=10,
+                   what="the job stops after its batch", interval_s=0.05)  # fmt: skip
+        assert "stopped: wrapper gone" in deployment.log_path.read_text()
+        assert deployments.state_of(deployment).health is Health.CRASHED  # should run; nothing runs it now
+    finally:
+        deployments._terminate(deployment, timeout_s=1)
 
 
 def test_status_shows_what_the_run_recorded(

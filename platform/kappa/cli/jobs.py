@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
 
+from kappa.cli.table import render
 from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings
 from kappa.lifecycle import deployments, job_host
@@ -20,10 +23,12 @@ from kappa.runtime.run_record import RunRecorder, RunState
 
 
 def cmd_jobs_list(settings: KappaSettings, args: argparse.Namespace) -> int:
-    print(f"{'job':<20} {'version':>7}  {'inputs':<28} output")
+    rows = []
     for spec in discover().values():
         output = f"delta:{spec.output.name}" if isinstance(spec.output, DeltaTable) else f"topic:{spec.output.name}"
-        print(f"{spec.name:<20} {spec.version:>7}  {','.join(t.name for t in spec.inputs):<28} {output}")
+        rows.append((spec.name, str(spec.version), ",".join(t.name for t in spec.inputs), output))
+    for line in render(("job", "version", "inputs", "output"), rows, "<><<"):
+        print(line)
     return 0
 
 
@@ -51,6 +56,8 @@ def cmd_jobs_run(settings: KappaSettings, args: argparse.Namespace) -> int:
         record = stack.enter_context(RunRecorder.recording(settings, args.job, version))
         spec = deployed_job(settings, args.job, version, run=True)
         ensure_live(settings, spec, version)
+        # A deployment's run stops when its wrapper is gone, as at SIGTERM: nothing writes unsupervised.
+        watch = deployments.watch_wrapper(lambda: os.kill(os.getpid(), signal.SIGTERM))
         report = run_job(
             spec,
             settings,
@@ -61,6 +68,8 @@ def cmd_jobs_run(settings: KappaSettings, args: argparse.Namespace) -> int:
             on_batch=pipes.batch if pipes else None,
             run_record=record,
         )
+        if watch is not None and watch.gone.is_set():
+            raise KappaError(deployments.wrapper_gone(watch.wrapper, f"{args.job} v{version}"))
         if pipes:
             pipes.finish(report)
     how = "stopped by signal" if report.stopped_by_signal else "done"
@@ -93,7 +102,7 @@ def cmd_jobs_start(settings: KappaSettings, args: argparse.Namespace) -> int:
     deployment = deployments.start(settings, job, version)
     deployments.confirm_running(deployment, args.wait)
     where = "in the job host (pid" if deployment.launcher == "shared" else "(pid"
-    print(f"{job} v{version}: started {where} {deployment.pid}), log {deployment.log_file}")
+    print(f"{job} v{version}: started {where} {_pid(deployment)}), log {deployment.log_file}")
     return 0
 
 
@@ -113,8 +122,14 @@ def cmd_jobs_restart(settings: KappaSettings, args: argparse.Namespace) -> int:
     job, version = _job_version(args)
     deployment = deployments.restart(settings, job, version, reason=args.reason, timeout_s=args.timeout)
     deployments.confirm_running(deployment, args.wait)
-    print(f"{job} v{version}: restarted (restart {deployment.restarts}), pid {deployment.pid}")
+    print(f"{job} v{version}: restarted (restart {deployment.restarts}), pid {_pid(deployment)}")
     return 0
+
+
+def _pid(deployment: deployments.Deployment) -> str:
+    """The pid of the process that runs the job (what to signal), as `status` shows it."""
+    pid = deployments.job_pid(deployment)
+    return "starting" if pid is None else str(pid)
 
 
 def cmd_jobs_status(settings: KappaSettings, args: argparse.Namespace) -> int:
@@ -122,7 +137,8 @@ def cmd_jobs_status(settings: KappaSettings, args: argparse.Namespace) -> int:
     if not states:
         print(f"no deployments recorded in {settings.deployments_path} (start one with `kappa jobs start <job>`)")
         return 0
-    print(f"{'job':<16} {'version':>7}  {'state':<8} {'pid':>8} {'uptime':>7} {'lag':>9}  {'last batch':<28} restarts")
+    rows: list[tuple[str, ...]] = []
+    notes: list[list[str]] = []  # each row's lines under it
     reachable = True
     for state in states:
         d = state.deployment
@@ -138,22 +154,36 @@ def cmd_jobs_status(settings: KappaSettings, args: argparse.Namespace) -> int:
             pass  # this row's lag is "?" (a version recorded before bindings named its topics); Kafka answers
         except KappaError:
             reachable = False  # Kafka not reachable: the table still shows the processes, lag "?"
-        pid = str(d.pid) if state.health is deployments.Health.RUNNING else "-"
-        print(
-            f"{d.job:<16} {d.version:>7}  {state.health.value:<8} {pid:>8} {deployments.describe(state.uptime_s):>7} "
-            f"{lag:>9}  {batch:<28} {d.restarts}"
-        )
-        run = state.run
-        if state.exit_reason:
-            print(f"{'':<18}why: {state.exit_reason}")
-        elif run is not None and run.state is RunState.RETRYING and state.health is deployments.Health.RUNNING:
-            print(f"{'':<18}waiting: {run.last_error} (it starts its query again once the service answers)")
-        elif d.last_exit_reason and args.verbose:
-            print(f"{'':<18}last restart: {d.last_exit_reason}")
-        if args.verbose and run is not None and run.queries:
-            ids = ", ".join(f"{name} {ids['id']} (run {ids['run_id']})" for name, ids in run.queries.items())
-            print(f"{'':<18}queries: {ids}")
+        # The process that runs the job: the one to signal (its wrapper is the deployment's handle, not the job).
+        pid = str(state.pid or "starting") if state.health is deployments.Health.RUNNING else "-"
+        uptime = deployments.describe(state.uptime_s)
+        rows.append((d.job, str(d.version), state.health.value, pid, uptime, lag, batch, str(d.restarts)))
+        notes.append(_notes(state, args.verbose))
+    header = ("job", "version", "state", "pid", "uptime", "lag", "last batch", "restarts")
+    head, *lines = render(header, rows, "<><>>><>")
+    print(head)
+    for line, under in zip(lines, notes, strict=True):
+        print(line)
+        for note in under:
+            print(f"  {note}")
     return 1 if any(s.health is deployments.Health.CRASHED for s in states) else 0
+
+
+def _notes(state: deployments.DeploymentState, verbose: bool) -> list[str]:
+    """The lines under a deployment's row: why it crashed, what it waits for, its queries (verbose)."""
+    d, run, notes = state.deployment, state.run, []
+    if state.exit_reason:
+        notes.append(f"why: {state.exit_reason}")
+    elif state.health is deployments.Health.RUNNING and not state.supervised:
+        notes.append(f"stopping: its wrapper (pid {d.pid}) is gone; it stops after its current batch")
+    elif run is not None and run.state is RunState.RETRYING and state.health is deployments.Health.RUNNING:
+        notes.append(f"waiting: {run.last_error} (it starts its query again once the service answers)")
+    elif d.last_exit_reason and verbose:
+        notes.append(f"last restart: {d.last_exit_reason}")
+    if verbose and run is not None and run.queries:
+        queries = ", ".join(f"{q} {ids['id']} (run {ids['run_id']})" for q, ids in run.queries.items())
+        notes.append(f"queries: {queries}")
+    return notes
 
 
 def add_jobs_commands(sub: Any) -> None:

@@ -328,7 +328,7 @@ def cmd_golive(settings: KappaSettings, args: argparse.Namespace) -> int:
                 continue
             deployment = deployments.start(settings, replay.job.name, replay.version)
             deployments.confirm_running(deployment, args.wait)
-            found |= {"pid": deployment.pid, "log": str(deployment.log_path)}
+            found |= {"pid": deployments.job_pid(deployment), "log": str(deployment.log_path)}
         print(
             f"{replay.job.name} v{replay.version} runs continuously from its checkpoint (pid {found['pid']}, "
             f"log {found['log']})"

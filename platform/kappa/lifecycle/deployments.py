@@ -15,6 +15,12 @@ it crashed. A start removes both records' traces of the previous run. The wrappe
 and version, and a pid is only ever signalled while its command line still shows them: a pid reused by another
 process after a reboot is left alone.
 
+The wrapper is the deployment's handle (the leader of its process group), not the job: `status` shows the pid of
+the process that runs the job (its Python driver, or the job host), which is the one to signal (SIGTERM: stop after
+the current batch; SIGKILL: a crash, recorded by the wrapper). A job never runs unsupervised: its process watches
+its wrapper (`watch_wrapper`) and, when the wrapper is gone, stops after its current batch and records why; until
+then `status` shows it running, with its own pid.
+
 Stopping sends SIGTERM to the job's driver (the runner stops after its current batch and commits it; see
 runtime/runner.py), waits for the wrapper to record the exit, and kills the process group after the timeout.
 A restart resumes from the version's checkpoint: nothing is lost or read twice.
@@ -33,13 +39,15 @@ import fcntl
 import hashlib
 import importlib.util
 import json
+import logging
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -59,6 +67,8 @@ from kappa.runtime.discovery import get_job
 from kappa.runtime.run_record import LastBatch, RunRecord
 from kappa.spark.session import spark_conf as session_conf
 from kappa.stack import process
+
+log = logging.getLogger("kappa.deployments")
 
 WRAPPER_NAME = "kappa-deployment"  # $0 of the shell wrapper: shows in ps, and marks the process as ours
 HOST_MARKER = "jobs host"  # what the job host's command line shows (kappa.lifecycle.job_host)
@@ -81,7 +91,7 @@ class Deployment:
 
     job: str
     version: int
-    pid: int  # the wrapper: leader of the deployment's process group
+    pid: int  # the wrapper: leader of the deployment's process group, its handle (the job's own pid: job_pid)
     command: list[str]  # the job's command (without the wrapper)
     launcher: str
     started_at: str  # ISO 8601, UTC
@@ -91,6 +101,7 @@ class Deployment:
     last_exit_reason: str | None = None  # why the previous run ended, recorded by restart()
     desired: str = "running"  # "running" until stop() records "stopped"
     stopped_at: str | None = None
+    host_log: str | None = None  # shared: the job host's log (its exit record, beside it, says how the host ended)
 
     @property
     def name(self) -> str:
@@ -125,6 +136,8 @@ class DeploymentState:
     exit_reason: str | None = None  # for a crashed one: its exit status and its last error
     uptime_s: float | None = None  # for a running one
     run: RunRecord | None = None  # what the job last recorded about its run (None: nothing yet)
+    pid: int | None = None  # for a running one: the process that runs the job (None while it starts)
+    supervised: bool = True  # for a running one: False once its wrapper is gone (it stops after its batch)
 
 
 @dataclass(frozen=True)
@@ -241,7 +254,7 @@ def exit_file(log_file: Path) -> Path:
 
 def describe_status(status: int | None) -> str:
     if status is None:
-        return "no exit status recorded (its whole process group was killed, or the machine restarted)"
+        return "no exit status recorded (its wrapper was killed too, or the machine restarted)"
     if status > 128 and (status - 128) in {s.value for s in signal.Signals}:
         return f"killed by {signal.Signals(status - 128).name} (exit status {status})"
     return f"exit status {status}"
@@ -364,16 +377,25 @@ def _wrapper_alive(pid: int, shows: str) -> bool:
 
 
 def is_running(deployment: Deployment) -> bool:
-    """The deployment's job runs now: its own process, or (shared) a job host that has not ended it (no exit
-    record since its start)."""
+    """The deployment's job runs now: its wrapper waits for it, or its process still runs (its wrapper killed, it
+    finishes its batch); for a shared one, in a job host that has not ended it (no exit record since its start)."""
     if deployment.launcher == Launcher.SHARED.value:
-        return is_host(deployment.pid) and not deployment.exit_path.exists()
-    return is_ours(deployment.pid, deployment.job, deployment.version)
+        if deployment.exit_path.exists():
+            return False
+        return is_host(deployment.pid) or bool(driver_pids(deployment))
+    return is_ours(deployment.pid, deployment.job, deployment.version) or bool(driver_pids(deployment))
+
+
+def job_pid(deployment: Deployment) -> int | None:
+    """The process that runs the job now (its Python driver, or the job host); None when there is none."""
+    return next(iter(driver_pids(deployment)), None)
 
 
 def driver_pids(deployment: Deployment) -> list[int]:
-    """The job's Python driver(s) in the deployment's group: the process that handles SIGTERM gracefully (not
-    the wrapper, not spark-submit's JVM, not the py4j gateway JVM, which the driver stops itself)."""
+    """The Python process(es) that run the job, in the deployment's process group: the job's driver or the job
+    host, which handle SIGTERM gracefully (not the wrapper, not spark-submit's JVM, not the py4j gateway JVM,
+    which the driver stops itself). Found by group, so also after the wrapper is gone."""
+    shows = HOST_MARKER if deployment.launcher == Launcher.SHARED.value else deployment.marker
     found = []
     for pid in process.group_members(deployment.pid):
         cmdline = process.command_line(pid) or []
@@ -381,10 +403,46 @@ def driver_pids(deployment: Deployment) -> list[int]:
             pid != deployment.pid
             and cmdline
             and Path(cmdline[0]).name.startswith("python")
-            and marker(deployment.job, deployment.version) in " ".join(cmdline)
+            and shows in " ".join(cmdline)
         ):
             found.append(pid)
     return found
+
+
+class WrapperWatch:
+    """Whether this process's deployment wrapper is still there: a job whose wrapper is gone stops after its batch,
+    so that no writer runs that nothing supervises (a restart would start a second one, or be refused)."""
+
+    def __init__(self, wrapper: int, on_gone: Callable[[], object], interval_s: float) -> None:
+        self.wrapper = wrapper
+        self.gone = threading.Event()
+        self._on_gone = on_gone
+        self._interval_s = interval_s
+        threading.Thread(target=self._watch, name="kappa-wrapper-watch", daemon=True).start()
+
+    def _watch(self) -> None:
+        while _wrapper_alive(self.wrapper, ""):
+            time.sleep(self._interval_s)
+        log.warning("the deployment's wrapper (pid %d) is gone: stopping after the current batch", self.wrapper)
+        self.gone.set()
+        self._on_gone()
+
+
+def wrapper_gone(wrapper: int, what: str) -> str:
+    """What a run records when it stopped because its wrapper was gone."""
+    return (
+        f"the deployment's wrapper (pid {wrapper}) was killed: {what} stopped after its current batch, so that "
+        "nothing runs unsupervised"
+    )
+
+
+def watch_wrapper(on_gone: Callable[[], object], interval_s: float = 0.5) -> WrapperWatch | None:
+    """Watch this process's deployment wrapper, the leader of its process group (`spawn`), and call `on_gone` once
+    it is gone; None when this process does not run under one (a `kappa jobs run` from a shell, a test)."""
+    leader = os.getpgrp()
+    if leader == os.getpid() or not _wrapper_alive(leader, ""):
+        return None
+    return WrapperWatch(leader, on_gone, interval_s)
 
 
 def spawn(command: Sequence[str], log_file: Path, env: Mapping[str, str], exit_file: Path) -> int:
@@ -471,8 +529,8 @@ def _host_locked(settings: KappaSettings) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def ensure_host(settings: KappaSettings, environment: Mapping[str, str], kappa_env: dict[str, str]) -> int:
-    """The pid of the running job host of the code on disk now; one is started when none runs. One application
+def ensure_host(settings: KappaSettings, environment: Mapping[str, str], kappa_env: dict[str, str]) -> Host:
+    """The running job host of the code on disk now; one is started when none runs. One application
     has one set of settings: a job deployed with other KAPPA_* settings than that host's is refused. The caller
     holds the host lock."""
     code = code_fingerprint()
@@ -486,14 +544,15 @@ def ensure_host(settings: KappaSettings, environment: Mapping[str, str], kappa_e
                 f"the job host (pid {host.pid}) runs its jobs with other settings ({', '.join(differ)}): deploy "
                 "with the same KAPPA_* settings, or stop its jobs first (it then ends by itself)"
             )
-        return host.pid
+        return host
     log_file = settings.deployments_path / f"host-{code}.log"
     started_at = now_iso()
     with log_file.open("a") as log:
         log.write(f"{STARTED_LINE} the job host at {started_at}\n")
     pid = spawn(host_command(code), log_file, environment, exit_file(log_file))
     state = _host_state(settings, code)
-    state.with_suffix(".json.tmp").write_text(json.dumps(asdict(Host(pid, code, started_at, str(log_file), kappa_env))))
+    host = Host(pid, code, started_at, str(log_file), kappa_env)
+    state.with_suffix(".json.tmp").write_text(json.dumps(asdict(host)))
     state.with_suffix(".json.tmp").replace(state)
     # Until the wrapper shows its own command line (not the parent's copy), or has exited.
     wait_until(
@@ -504,7 +563,7 @@ def ensure_host(settings: KappaSettings, environment: Mapping[str, str], kappa_e
     )
     if not is_host(pid):
         raise KappaError(f"the job host exited at once: {ended_because(exit_file(log_file), None, log_file)}")
-    return pid
+    return host
 
 
 def hosted(settings: KappaSettings, host_pid: int) -> list[Deployment]:
@@ -594,13 +653,14 @@ def _start(
     kappa_env = {k: v for k, v in sorted(environment.items()) if k.startswith("KAPPA_")}
     if launcher is Launcher.SHARED and not _real_time(job):
         with _host_locked(settings):  # the host cannot end for idleness between its start and the job's record
-            pid = ensure_host(settings, environment, kappa_env)
-            command = [*host_command(code_fingerprint()), job, "--version", str(version)]  # a thread of the host
+            host = ensure_host(settings, environment, kappa_env)
+            command = [*host_command(host.code), job, "--version", str(version)]  # a thread of the host
             started = _log_start(log_file, job, version, restarts, command)
-            deployment = Deployment(job, version, pid, command, launcher.value, started, str(log_file), kappa_env,
-                                    restarts, last_exit_reason)  # fmt: skip
+            deployment = Deployment(job, version, host.pid, command, launcher.value, started, str(log_file), kappa_env,
+                                    restarts, last_exit_reason, host_log=host.log_file)  # fmt: skip
             deployment.exit_path.unlink(missing_ok=True)
             save(settings, deployment)  # the host starts the job when it reads this
+        _await_job_process(deployment)
         return deployment
     launcher = Launcher.SUBPROCESS if launcher is Launcher.SHARED else launcher
     command = job_command(settings.model_copy(update={"deploy_launcher": launcher}), job, version)
@@ -617,7 +677,15 @@ def _start(
         f"{job} v{version} (pid {pid}) did not show its own command line within 10 s (log: {log_file})",
         interval_s=0.02,
     )
+    _await_job_process(deployment)
     return deployment
+
+
+def _await_job_process(deployment: Deployment, timeout_s: float = 30.0) -> None:
+    """Until the process that runs the job shows (what `status` names), or the run has ended (status says why)."""
+    with contextlib.suppress(WaitTimeoutError):  # a slow start: `status` shows the pid once there is one
+        shows = lambda: job_pid(deployment) is not None or not is_running(deployment)  # noqa: E731
+        wait_until(shows, timeout_s, f"{deployment.name}: no job process within {timeout_s:g} s", interval_s=0.05)
 
 
 def _log_start(log_file: Path, job: str, version: int, restarts: int, command: Sequence[str]) -> str:
@@ -697,7 +765,7 @@ def _end_hosted(settings: KappaSettings, deployment: Deployment, timeout_s: floa
 
 
 def _terminate(deployment: Deployment, timeout_s: float) -> None:
-    if not is_ours(deployment.pid, deployment.job, deployment.version):
+    if not is_running(deployment):
         return
     targets = driver_pids(deployment) or [deployment.pid]
     for pid in targets:
@@ -705,7 +773,7 @@ def _terminate(deployment: Deployment, timeout_s: float) -> None:
             os.kill(pid, signal.SIGTERM)
     with contextlib.suppress(WaitTimeoutError):  # past the timeout, the SIGKILL below ends it
         wait_until(
-            lambda: not is_ours(deployment.pid, deployment.job, deployment.version),
+            lambda: not is_running(deployment),
             timeout_s,
             f"{deployment.name} did not stop within {timeout_s:g} s",
         )
@@ -782,10 +850,13 @@ def exit_status(deployment: Deployment) -> int | None:
     return read_exit_status(deployment.exit_path)
 
 
-def ended_because(exit_path: Path, run: RunRecord | None, log_file: Path) -> str:
+def ended_because(exit_path: Path, run: RunRecord | None, log_file: Path, host_log: str | None = None) -> str:
     """Why a run ended: its exit status, and the error it recorded (or, when it recorded none, as when it failed
-    before it knew its settings, the last error lines of its log)."""
-    reason = describe_status(read_exit_status(exit_path))
+    before it knew its settings, the last error lines of its log). A job of a job host that died with it has no
+    exit status of its own: the host's wrapper recorded how the host ended."""
+    reason = describe_status(status := read_exit_status(exit_path))
+    if status is None and host_log is not None and (host := read_exit_status(exit_file(Path(host_log)))) is not None:
+        reason = f"its job host was {describe_status(host)}"
     if run is not None and run.last_error:
         return f"{reason}; last error: {run.last_error}"
     try:
@@ -798,7 +869,8 @@ def ended_because(exit_path: Path, run: RunRecord | None, log_file: Path) -> str
 
 
 def exit_reason(deployment: Deployment) -> str:
-    return ended_because(deployment.exit_path, run_record.read(deployment.run_record_path), deployment.log_path)
+    run = run_record.read(deployment.run_record_path)
+    return ended_because(deployment.exit_path, run, deployment.log_path, deployment.host_log)
 
 
 def confirm_running(deployment: Deployment, seconds: float) -> None:
@@ -823,10 +895,16 @@ def state_of(deployment: Deployment, now: datetime | None = None) -> DeploymentS
     if running:
         started = datetime.fromisoformat(deployment.started_at)
         uptime = ((now or datetime.now(UTC)) - started).total_seconds()
-        return DeploymentState(deployment, Health.RUNNING, uptime_s=uptime, run=run)
+        wrapper = (
+            is_host(deployment.pid)
+            if deployment.launcher == Launcher.SHARED.value
+            else is_ours(deployment.pid, deployment.job, deployment.version)
+        )
+        return DeploymentState(deployment, Health.RUNNING, uptime_s=uptime, run=run, pid=job_pid(deployment),
+                               supervised=wrapper)  # fmt: skip
     if deployment.desired == "stopped":
         return DeploymentState(deployment, Health.STOPPED, run=run)
-    reason = ended_because(deployment.exit_path, run, deployment.log_path)
+    reason = ended_because(deployment.exit_path, run, deployment.log_path, deployment.host_log)
     return DeploymentState(deployment, Health.CRASHED, exit_reason=reason, run=run)
 
 

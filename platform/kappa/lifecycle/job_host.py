@@ -13,9 +13,11 @@ state files that `kappa.lifecycle.deployments` writes, every POLL_S:
 When a job's run ends, the host records its exit as a deployment's wrapper does for a process (the exit record, and
 a line in the job's log): status 0 after a stop, 2 after a refusal (a KappaError, its message on the line before, as
 the CLI prints it), 1 after any other error. The host never restarts a job by itself: as for a process, the health
-sensor or `kappa jobs restart` does, and records why. Each query's batches run in a FAIR scheduler pool named after
-its job, so a view's long batch does not hold the stateful jobs' short ones behind it. The host ends HOST_IDLE_S
-after its last job.
+sensor or `kappa jobs restart` does, and records why. A host ended from outside (SIGTERM, or its wrapper killed,
+which it watches) stops every job after its current batch, each recorded as ended by that (status 2), so that
+`status` says why they no longer run and nothing runs unsupervised. Each query's batches run in a FAIR scheduler
+pool named after its job, so a view's long batch does not hold the stateful jobs' short ones behind it. The host
+ends HOST_IDLE_S after its last job.
 """
 
 from __future__ import annotations
@@ -55,6 +57,13 @@ _BINDING = threading.Lock()
 
 
 @dataclass
+class _Ending:
+    """Why the host ends, once it does: None while it runs, or ends for idleness."""
+
+    cause: str | None = None
+
+
+@dataclass
 class _Run:
     start: tuple[str, int]  # the deployment's start this thread runs: (start time, restarts)
     stop: threading.Event
@@ -70,10 +79,18 @@ def serve(settings: KappaSettings, code: str) -> int:
     configure_logging()
     me = os.getppid()  # the deployments name the host's wrapper (the shell that records its exit), our parent
     ended = threading.Event()
+    ending = _Ending()
+
+    def end(cause: str) -> None:
+        ending.cause = ending.cause or cause
+        ended.set()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
-        log.info("received %s: stopping every job after its current batch", signal.Signals(signum).name)
-        ended.set()
+        name = signal.Signals(signum).name
+        log.info("received %s: stopping every job after its current batch", name)
+        end(f"the job host (pid {os.getpid()}) received {name}: every job in it stopped after its current batch")
+
+    deployments.watch_wrapper(lambda: end(deployments.wrapper_gone(me, "every job in the job host")))
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
@@ -95,7 +112,7 @@ def serve(settings: KappaSettings, code: str) -> int:
             for name, deployment in wanted.items():
                 if name not in runs and (name, _start_of(deployment)) not in begun:
                     begun.add((name, _start_of(deployment)))
-                    runs[name] = _start(settings, spark, deployment)
+                    runs[name] = _start(settings, spark, deployment, ending)
             if runs or wanted:
                 idle_since = time.monotonic()
             elif time.monotonic() - idle_since > deployments.HOST_IDLE_S:
@@ -113,10 +130,10 @@ def serve(settings: KappaSettings, code: str) -> int:
     return 0
 
 
-def _start(settings: KappaSettings, spark: SparkSession, deployment: Deployment) -> _Run:
+def _start(settings: KappaSettings, spark: SparkSession, deployment: Deployment, ending: _Ending) -> _Run:
     stop = threading.Event()
     thread = threading.Thread(
-        target=_run, args=(settings, spark, deployment, stop), name=f"job-{deployment.name}", daemon=True
+        target=_run, args=(settings, spark, deployment, stop, ending), name=f"job-{deployment.name}", daemon=True
     )
     thread.start()
     return _Run(_start_of(deployment), stop, thread)
@@ -127,8 +144,11 @@ def _start_of(deployment: Deployment) -> tuple[str, int]:
     return deployment.started_at, deployment.restarts
 
 
-def _run(settings: KappaSettings, spark: SparkSession, deployment: Deployment, stop: threading.Event) -> None:
-    """One deployment's run, as `kappa jobs run <job> --version N` runs it, its lines in its own log."""
+def _run(
+    settings: KappaSettings, spark: SparkSession, deployment: Deployment, stop: threading.Event, ending: _Ending
+) -> None:
+    """One deployment's run, as `kappa jobs run <job> --version N` runs it, its lines in its own log. Ended by the
+    host's end, it records that cause as its error: it did not stop because anyone stopped it."""
     # Lazy: imports pyspark, only where a Spark session runs (this module is imported without one).
     from kappa.runtime.runner import run_job
 
@@ -148,6 +168,8 @@ def _run(settings: KappaSettings, spark: SparkSession, deployment: Deployment, s
             with _BINDING:
                 ensure_live(settings, spec, deployment.version)
             report = run_job(spec, settings, version=deployment.version, stop=stop, run_record=record)
+            if ending.cause is not None:
+                raise KappaError(f"{ending.cause} (`kappa jobs restart` resumes it from its checkpoint)")
         rows = sum(report.input_rows.values())
         log.info("%s: stopped after %.1f s, %d input rows", deployment.name, report.seconds, rows)
     except KappaError as exc:
