@@ -118,14 +118,14 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 LONGEST_FIRST = (
     "e2e/test_replay_lifecycle.py",  # 610
     "e2e/test_cascade_replay.py",  # 585
-    "e2e/test_outages.py",  # 335
+    "e2e/test_outages.py",  # 351
     "e2e/test_stack_lifecycle.py",  # 325
     "integration/test_kappa_promise.py",  # 305
     "integration/test_job_runner.py",  # 135
     "e2e/test_demo.py",  # 130
     "integration/test_views_jobs.py",  # 120
     "e2e/test_tutorial.py",  # 95
-    "integration/test_job_host.py",  # 85
+    "integration/test_job_host.py",  # 100
     "unit/test_page_stats_transforms.py",  # 75
     "integration/test_exactly_once_delta.py",  # 75
     "integration/test_operators_differential.py",  # 60

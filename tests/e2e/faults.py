@@ -1,6 +1,7 @@
 """What the fault tests share: seeded clicks to produce, the event ids a job wrote to Delta, an outage's length."""
 
 from pathlib import Path
+from typing import Any
 
 from deltalake import DeltaTable
 
@@ -10,7 +11,7 @@ from kappa.contracts.schema_files import topic_value_schema
 from kappa.contracts.topic_declarations import Topic
 from kappa.core.settings import KappaSettings
 from kappa.kafka.clients import Outgoing, produce_all
-from kappa.ops.clickstream import click_messages, clicks
+from kappa.ops.clickstream import Click, click_messages, clicks
 
 OUTAGE_S = 120  # what the platform promises to outlive
 
@@ -21,6 +22,12 @@ def encode_clicks(settings: KappaSettings, topic: Topic, count: int, first: int)
     with Registry(settings.registry) as registry:
         encoder = AvroEncoder(registry, value_subject(topic.name), topic_value_schema(settings.schemas_path, topic))
         return list(click_messages(iter(made), encoder.encode, topic.partitions)), {c.event_id for c in made}
+
+
+def click_row(c: Click) -> dict[str, Any]:
+    """A click as a row of a user's JSON-lines file for `kappa produce` (event_time in epoch milliseconds)."""
+    return {"event_id": c.event_id, "user_id": c.user_id, "page": c.page, "referrer": c.referrer,
+            "event_time": c.event_time_ms, "device": c.device}  # fmt: skip
 
 
 def produce_clicks(settings: KappaSettings, topic: Topic, count: int, first: int) -> set[str]:
@@ -38,6 +45,12 @@ def event_ids(table: Path) -> list[str]:
 
 def live_keys(settings: KappaSettings, topic: str) -> set[str]:
     """The keys a compacted topic holds now: each key's latest record, without those a tombstone deleted."""
+    latest = dict(records(settings, topic))
+    return {key for key, alive in latest.items() if alive}
+
+
+def records(settings: KappaSettings, topic: str) -> list[tuple[str, bool]]:
+    """Every record of the topic now, in each partition's order: (its key, whether it has a value)."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer(
@@ -48,15 +61,15 @@ def live_keys(settings: KappaSettings, topic: str) -> set[str]:
         ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=15)[1] for p in partitions}
         consumer.assign([TopicPartition(topic, p, 0) for p, end in ends.items() if end > 0])
         pending = {p for p, end in ends.items() if end > 0}
-        latest: dict[str, bool] = {}
+        found: list[tuple[str, bool]] = []
         while pending:
             msg = consumer.poll(10)
             assert msg is not None, f"timed out reading {topic}"
             assert msg.error() is None, msg.error()
-            latest[bytes(msg.key() or b"").decode()] = msg.value() is not None
+            found.append((bytes(msg.key() or b"").decode(), msg.value() is not None))
             if (msg.offset() or 0) + 1 >= ends[msg.partition() or 0]:
                 pending.discard(msg.partition() or 0)
-        return {key for key, alive in latest.items() if alive}
+        return found
     finally:
         consumer.close()
 

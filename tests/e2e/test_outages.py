@@ -6,33 +6,79 @@ when the broker came back: an admin request left pending in librdkafka.)
 
 Without the registry, batches go on with the writer schemas the job knows; only a record of a schema id it does not
 know makes it wait (it might be a version registered meanwhile), and once the registry answers that the id is
-unknown, the record is a dead letter."""
+unknown, the record is a dead letter.
 
+The ingest side shares the broker outage: two `kappa produce` runs stream files into a topic that is not compacted
+when the broker goes away. One waits the outage out (KAPPA_PRODUCE_TIMEOUT_S, longer than the outage) and exits 0;
+the other, given a timeout shorter than the outage, names the rows it could not confirm and exits 3, and run again
+after the outage adds exactly those the topic does not hold. Every row of both files is then in the topic once."""
+
+import json
+import re
 import signal
 import subprocess
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 
 from kappa.contracts.dead_letter_format import DeadLetterKind
 from kappa.contracts.topic_declarations import Cleanup, Topic
 from kappa.contracts.wire_format import frame
-from kappa.core.settings import load_settings
+from kappa.core.settings import KappaSettings, load_settings
 from kappa.kafka.clients import Outgoing, produce_all
+from kappa.ops.clickstream import clicks
 from kappa.ops.dlq import inspect
 from kappa.runtime import run_record
 from kappa.runtime.run_record import RunState
 from kappa.stack import LocalStack
 from tests.conftest import SHORT_RUN_JVM
-from tests.e2e.faults import OUTAGE_S, encode_clicks, event_ids, live_keys, produce_clicks, topic_named
+from tests.e2e.faults import (
+    OUTAGE_S,
+    click_row,
+    encode_clicks,
+    event_ids,
+    live_keys,
+    produce_clicks,
+    records,
+    topic_named,
+)
 from tests.integration.replay_pipeline import deploy_copy
 from tests.waiting import wait_until
 
 PORTS = {"kafka_port": 23092, "controller_port": 23192, "registry_port": 23081}
 BROKER, REGISTRY = "kafka-1", "registry"
 REGISTRY_OUTAGE_S = 30  # with a record of an unknown schema id waiting for it
+INGEST = "outage_ingest"  # a source topic of retained, not compacted, records: a duplicate there stays
+INGEST_DECLARATION = (
+    f'INGEST = Topic(name="{INGEST}", partitions=2, cleanup=Cleanup.DELETE, retention_ms=FOREVER, '
+    'value_schema="clicks.avsc", key_field="event_id", partition_field="user_id", doc="kappa produce under fire")'
+    "\n\nUSER_PROFILES = Topic("
+)
+SHORT_TIMEOUT_S = 15  # the impatient producer's KAPPA_PRODUCE_TIMEOUT_S: well inside the outage
+
+
+def _rows_file(path: Path, first: int, count: int) -> set[str]:
+    """Clicks `first` to `first + count` of a seeded stream as a JSON-lines file a user would produce; their ids."""
+    made = list(clicks(first + count, seed=77))[first:]
+    path.write_text("".join(json.dumps(click_row(c)) + "\n" for c in made))
+    return {c.event_id for c in made}
+
+
+def _ingested(settings: KappaSettings) -> int:
+    """The records in the ingest topic now (its end offsets: it starts empty)."""
+    return sum(_ends(settings).values())
+
+
+def _ends(settings: KappaSettings) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": settings.bootstrap, "group.id": "outage-ingest", "log_level": 0})
+    try:
+        return {p: consumer.get_watermark_offsets(TopicPartition(INGEST, p), timeout=10)[1] for p in range(2)}
+    finally:
+        consumer.close()
 
 
 @pytest.mark.slow
@@ -43,10 +89,13 @@ def test_continuous_jobs_wait_out_broker_and_registry_outages_and_lose_nothing(t
     stack = LocalStack(settings)
     stack.up()
     jobs: dict[str, subprocess.Popen[str]] = {}
+    producers: dict[str, subprocess.Popen[str]] = {}  # kappa produce runs, by how long they wait for Kafka
     outputs: dict[str, list[str]] = {"raw_clicks": [], "enrich_clicks": []}  # read as it comes: a full pipe blocks
     output = outputs["raw_clicks"]
     try:
-        pipeline = deploy_copy(settings, tmp_path / "pipeline", "outage_")
+        pipeline = deploy_copy(
+            settings, tmp_path / "pipeline", "outage_", catalog_edits={"USER_PROFILES = Topic(": INGEST_DECLARATION}
+        )
         source = Topic("outage_clicks", 4, Cleanup.COMPACT, value_schema="clicks.avsc")
         table = tmp_path / "pipeline" / "delta" / "raw_clicks" / "v1"
         enriched = topic_named(settings, r"outage_enriched_clicks(\.v1)?")
@@ -57,13 +106,32 @@ def test_continuous_jobs_wait_out_broker_and_registry_outages_and_lose_nothing(t
         wait_until(lambda: len(event_ids(table)) == len(before), 240, "the first clicks in Delta", log=output)
         wait_until(lambda: live_keys(settings, enriched) == before, 240, "the first clicks enriched", log=output)
 
+        # Two files streamed into the ingest topic (100 rows/s): the broker goes away while both are half-way.
+        patient, impatient = tmp_path / "patient.jsonl", tmp_path / "impatient.jsonl"
+        patient_ids, impatient_ids = _rows_file(patient, 0, 3000), _rows_file(impatient, 3000, 1000)
+        impatient_env = {"KAPPA_PRODUCE_TIMEOUT_S": str(SHORT_TIMEOUT_S)}
+        producers |= {
+            "patient": pipeline.popen("produce", INGEST, str(patient), "--rate", "100"),
+            "impatient": pipeline.popen("produce", INGEST, str(impatient), "--rate", "100", env=impatient_env),
+        }
+        said: dict[str, list[str]] = {name: [] for name in producers}
+        for name, running in producers.items():
+            threading.Thread(target=lambda r=running, o=said[name]: o.extend(r.stdout), daemon=True).start()  # type: ignore[arg-type, misc]
+        wait_until(lambda: _ingested(settings) >= 300, 60, "both files are streaming", log=said["patient"])
+
         stack.stop_component(BROKER)  # every Kafka client of the job loses it: source, dead letters, progress
         back_at = time.monotonic() + OUTAGE_S
         while time.monotonic() < back_at:  # the outage itself, not a wait for a condition
             for name, running in jobs.items():
                 assert running.poll() is None, f"{name} exited during the outage:\n" + "".join(outputs[name][-40:])
+            assert producers["patient"].poll() is None, "".join(said["patient"])  # it waits
             time.sleep(5)
+        # The impatient one gave up on its unacknowledged rows inside the outage, and named them.
+        assert producers["impatient"].wait(timeout=5) == 3, "".join(said["impatient"])
         stack.start_component(BROKER)
+        assert producers["patient"].wait(timeout=300) == 0, "".join(said["patient"])
+        again = pipeline.kappa("produce", INGEST, str(impatient))  # once Kafka answers: the rest, exactly once
+        ingested = Counter(key for key, _alive in records(settings, INGEST))
 
         after = produce_clicks(settings, source, 400, first=600)
         wait_until(lambda: len(event_ids(table)) >= 1000, 300, "the clicks after the outage in Delta", log=output)
@@ -96,11 +164,12 @@ def test_continuous_jobs_wait_out_broker_and_registry_outages_and_lose_nothing(t
         for running in jobs.values():
             running.wait(timeout=120)
     finally:
-        for running in jobs.values():
+        for running in [*jobs.values(), *producers.values()]:
             if running.poll() is None:
                 running.kill()
         stack.down(purge=True)
     assert sorted(event_ids(table)) == sorted(before | after | during)  # nothing lost, nothing twice
+    _check_ingest(said, again.stdout, ingested, patient_ids, impatient_ids)
     assert enriched_keys == before | after | during  # the compacted output: every click, nothing else
     assert letters.by_kind == {DeadLetterKind.UNKNOWN_SCHEMA_ID: 1}  # one bad record, reported by each job once
     for name, lines in outputs.items():
@@ -114,3 +183,31 @@ def test_continuous_jobs_wait_out_broker_and_registry_outages_and_lose_nothing(t
         assert record.state is RunState.STOPPED
         waits = [line for line in lines if "is unavailable (" in line]
         assert record.last_error == (waits[-1].split(": ", 1)[1].split("; starting again in ")[0] if waits else None)
+
+
+def _check_ingest(
+    said: dict[str, list[str]], again: str, ingested: Counter[str], patient: set[str], impatient: set[str]
+) -> None:
+    """Every row of both files in the ingest topic exactly once; each producer said what it went through."""
+    assert set(ingested) == patient | impatient
+    assert set(ingested.values()) == {1}  # none twice: not the waiting one's retries, not the re-run's
+    patient_out, impatient_out = "".join(said["patient"]), "".join(said["impatient"])
+    assert "is out of reach" in patient_out  # it saw the outage, and said so while it waited
+    assert "answers again" in patient_out
+    assert "produced 3000 records" in patient_out
+    assert "Traceback" not in patient_out + impatient_out
+    [unconfirmed] = [line for line in said["impatient"] if line.startswith("unconfirmed: ")]
+    named = re.search(r"unconfirmed: (\d+) rows \(([\d, -]+)\)", unconfirmed)
+    assert named is not None, unconfirmed
+    count = int(named.group(1))
+    rows = {n for span in named.group(2).split(", ") for n in _span(span)}
+    assert count == len(rows) > 0  # the rows the outage left unconfirmed, each named
+    # The re-run produced exactly the rows the topic did not hold: the unconfirmed ones that had not landed.
+    produced, found = (int(n) for n in re.findall(r"produced (\d+) records.*?(\d+) rows were in the topic", again)[0])
+    assert produced + found == len(impatient)
+    assert produced <= count
+
+
+def _span(text: str) -> range:
+    first, _, last = text.partition("-")
+    return range(int(first), int(last or first) + 1)

@@ -74,11 +74,12 @@ class Deployment:
             raise AssertionError(f"kappa {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
         return done
 
-    def popen(self, *args: str) -> subprocess.Popen[str]:
+    def popen(self, *args: str, env: Mapping[str, str] | None = None) -> subprocess.Popen[str]:
+        """The CLI started, its output (stdout and stderr) on a pipe; `env` over the copy's environment."""
         return subprocess.Popen(
             [sys.executable, "-m", "kappa.cli", *args],
             cwd=self.code,
-            env=self.env,
+            env={**self.env, **(env or {})},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

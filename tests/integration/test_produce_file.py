@@ -1,7 +1,7 @@
 """`kappa produce <topic> FILE` on the real stack, run as a user runs it: a JSON-lines file and a CSV file of
 clicks into a topic declared like `clicks`; every good row arrives once, keyed by its event id and in its
-user's partition; bad rows are in the rejects file and nowhere else; a schema not registered is refused with
-nothing produced.
+user's partition, also when a file is produced twice; bad rows are in the rejects file and nowhere else; a schema
+not registered is refused with nothing produced.
 
 The CLI finds topics in `jobs/catalog.py`: each test writes a `jobs` package declaring only its own topics and
 runs the CLI from there (PYTHONPATH first), as replay_pipeline does with its copies of jobs/.
@@ -9,6 +9,7 @@ runs the CLI from there (PYTHONPATH first), as replay_pipeline does with its cop
 
 import csv
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -137,6 +138,11 @@ def test_produce_jsonl_and_csv_into_a_declared_topic(
     ]
     assert entries[2]["reason"].startswith("not valid JSON")
     assert entries[3]["reason"] == "event_time: '2026-01-01T00:00:00Z' is not timestamp-millis"
+    # Run again by mistake: the receipt beside the file says every row is in already; nothing is produced twice.
+    again = kappa_produce(stack, code, topic.name, str(jsonl))
+    assert (again.returncode, again.stdout.split(" (delete")[0]) == (
+        0, f"nothing to do: all 40 rows of {jsonl} are in {topic.name}, produced by an earlier run"
+    ), again.stderr  # fmt: skip
 
     # CSV: text cells converted (timestamps as ISO 8601 or epoch ms, an empty referrer is null); 3 bad rows.
     csv_path = tmp_path / "clicks.csv"
@@ -199,3 +205,43 @@ def test_a_schema_not_registered_is_refused_and_nothing_produced(
     )
     assert consume_all(stack, topic) == []
     assert not (tmp_path / "clicks.jsonl.rejected.jsonl").exists()
+
+
+def test_an_interrupted_run_says_so_and_run_again_adds_the_rest_exactly_once(
+    stack: KappaSettings, unique_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    topic = replace(CLICKS, name=unique_name("produce-interrupted"))
+    apply(admin_client(stack), [topic])
+    apply_schemas(stack.schemas_path, [topic], stack.registry)
+    code = tmp_path / "code"
+    declare(code, [topic])
+    made = [row(c) for c in clicks(400, users=9, seed=29)]
+    jsonl = tmp_path / "clicks.jsonl"
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in made))
+    command = [sys.executable, "-m", "kappa.cli", "produce", topic.name, str(jsonl), "--rate", "100"]
+    running = subprocess.Popen(command, cwd=code, env=stack_env(stack, PYTHONPATH=str(code)),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while len(consume_all(stack, topic)) < 50:  # under way: 4 s of rows left at 100 rows/s
+        assert running.poll() is None, running.communicate()
+        assert time.monotonic() < deadline, "no row arrived within 60 s"
+        time.sleep(0.2)
+    running.send_signal(signal.SIGINT)  # Ctrl-C: it stops reading, waits for what it sent, and says so
+    out, err = running.communicate(timeout=60)
+    assert running.returncode == 130, out + err
+    assert "interrupted: run the same command again to produce the rest" in out
+    first = len(consume_all(stack, topic))
+    assert 50 <= first < len(made)
+
+    again = kappa_produce(stack, code, topic.name, str(jsonl))
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert f"produced {len(made) - first} records" in again.stdout
+    assert f"; {first} rows were in the topic already, from an earlier run" in again.stdout
+    ids = Counter(r["event_id"] for r in _decoded(stack, topic))
+    assert ids == Counter(r["event_id"] for r in made)  # every row once: none lost at the interrupt, none twice
+
+
+def _decoded(stack: KappaSettings, topic: Topic) -> list[dict[str, Any]]:
+    with Registry(stack.registry) as registry:
+        decoder = AvroDecoder(registry, topic_value_schema(stack.schemas_path, topic))
+        return [decoder.decode(value) for _, _, value in consume_all(stack, topic)]

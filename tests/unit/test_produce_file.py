@@ -39,6 +39,7 @@ from kappa.ops.produce_file import (
     placement,
     produce_rows,
 )
+from kappa.ops.receipts import ranges
 from kappa.runtime.discovery import find_topic
 
 SCHEMAS = project_root() / "schemas" if project_root() else Path("schemas")
@@ -98,14 +99,26 @@ def decoded(value: bytes | None, schema: dict[str, Any] = CLICK_SCHEMA) -> dict[
 
 
 def run(
-    path: Path, file_format: FileFormat, schema: dict[str, Any] = CLICK_SCHEMA, topic: Topic = CLICKS
+    path: Path,
+    file_format: FileFormat,
+    schema: dict[str, Any] = CLICK_SCHEMA,
+    topic: Topic = CLICKS,
+    skip: frozenset[int] = frozenset(),
+    rows: list[int] | None = None,
 ) -> tuple[list[Outgoing], list[dict[str, Any]]]:
-    """Produce the file into a list; (what was sent, the rejects file's entries)."""
+    """Produce the file into a list; (what was sent, the rejects file's entries). `rows` gets the row numbers sent."""
     shape = RecordShape(schema)
     sent: list[Outgoing] = []
+    numbers = [] if rows is None else rows
+
+    def send(record: Outgoing, row: int) -> None:
+        sent.append(record)
+        numbers.append(row)
+
     rejects_path = default_rejects_path(path)
     with RejectsFile(rejects_path) as rejects:
-        count = produce_rows(open_source(path, file_format, shape), shape, topic, encoder(schema), sent.append, rejects)
+        count = produce_rows(open_source(path, file_format, shape), shape, topic, encoder(schema), send, rejects,
+                             skip=skip)  # fmt: skip
     assert count == len(sent)
     entries = [json.loads(line) for line in rejects_path.read_text().splitlines()] if rejects_path.exists() else []
     assert len(entries) == rejects.count
@@ -432,7 +445,7 @@ def test_progress_is_drawn_only_once_the_run_lasts(tmp_path: Path) -> None:
         bar = Progress(out, after_s=after_s)
         with RejectsFile(tmp_path / "r.jsonl") as rejects:
             produce_rows(open_source(path, FileFormat.JSONL, shape), shape, CLICKS, encoder(CLICK_SCHEMA),
-                         lambda _: None, rejects, bar)  # fmt: skip
+                         lambda _record, _row: None, rejects, bar)  # fmt: skip
         bar.finish()
         assert bar.drawn is drawn
         if drawn:
@@ -445,3 +458,19 @@ def test_progress_is_drawn_only_once_the_run_lasts(tmp_path: Path) -> None:
 def test_a_rejects_path_that_cannot_be_written_fails_before_any_row(tmp_path: Path) -> None:
     with pytest.raises(KappaError, match=re.escape(f"cannot write the rejects file {tmp_path / 'no' / 'r.jsonl'}")):
         RejectsFile(tmp_path / "no" / "r.jsonl")
+
+
+def test_rows_in_the_topic_already_are_skipped_and_each_record_names_its_row(tmp_path: Path) -> None:
+    path = tmp_path / "clicks.jsonl"
+    path.write_text("".join(json.dumps(click(n, user=f"u{n}")) + "\n" for n in range(6)))
+    rows: list[int] = []
+    sent, rejects = run(path, FileFormat.JSONL, skip=frozenset({1, 4}), rows=rows)
+    assert rows == [2, 3, 5, 6]  # 1-based data rows, as the rejects file and the receipt number them
+    assert [decoded(o.value)["event_id"] for o in sent] == [click(n)["event_id"] for n in (1, 2, 4, 5)]
+    assert rejects == []
+
+
+def test_row_ranges_read_as_an_operator_would_type_them() -> None:
+    assert ranges([]) == ""
+    assert ranges([7, 1, 2, 3, 9, 10]) == "1-3, 7, 9-10"
+    assert ranges(list(range(1, 40, 2)), shown=2) == "1, 3 and 18 more ranges"

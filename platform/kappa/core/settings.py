@@ -96,6 +96,13 @@ class KappaSettings(BaseSettings):
     registry_heap: str = Field("384m", pattern=r"^\d+[mg]$", description="max heap of the registry")
     startup_timeout_s: float = Field(120.0, gt=0, description="bounded wait for each component to be healthy")
 
+    produce_timeout_s: float = Field(
+        600.0,
+        gt=0,
+        description="how long `kappa produce` and `kappa generate` wait out a Kafka outage for a record's "
+        "acknowledgement before they report it unconfirmed",
+    )
+
     # --- service addresses (derived from the ports in the local profile) -------------------------------
     bootstrap_servers: str | None = Field(None, description="Kafka bootstrap list, host:port[,host:port]")
     registry_url: str | None = Field(None, description="Confluent-compatible registry URL (…/apis/ccompat/v7)")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import functools
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +41,9 @@ def producer(settings: KappaSettings, **overrides: Any) -> Producer:
         "linger.ms": 20,
         "batch.num.messages": 10_000,
         "compression.type": "lz4",
-        "message.timeout.ms": 60_000,
+        # A record is retried until acknowledged for this long: a broker outage shorter than it loses nothing.
+        "message.timeout.ms": int(settings.produce_timeout_s * 1000),
+        "log_level": 0,  # librdkafka's own lines (one per failed connection) would drown the Publisher's
     }
     config.update(overrides)
     return Producer(config)
@@ -54,20 +58,65 @@ class Outgoing:
     timestamp_ms: int | None = None
 
 
+# An outage is all brokers down; while it lasts, each failed reconnection (librdkafka retries on its own) is an
+# attempt, reported at most once every OUTAGE_LINE_S. One broker of several down is no outage: its partitions move.
+_ATTEMPT = {KafkaError._TRANSPORT, KafkaError._RESOLVE, KafkaError._ALL_BROKERS_DOWN}
+OUTAGE_LINE_S = 10.0
+
+
 class Publisher:
-    """A producer that counts what it sent and fails loudly on close if anything was not delivered."""
+    """A producer that knows, for each record it sent, whether Kafka acknowledged it.
 
-    def __init__(self, settings: KappaSettings, **overrides: Any) -> None:
-        self._producer = producer(settings, **overrides)
+    Records wait out an outage of Kafka for `produce_timeout_s` (one line every OUTAGE_LINE_S on `say` while Kafka
+    is out of reach); a record whose acknowledgement does not come within it is *unconfirmed*: it may or may not be
+    in the topic. Each record may carry a tag (a file's row number): `unconfirmed` lists the tags of those not
+    acknowledged, so a caller can say exactly which rows."""
+
+    def __init__(self, settings: KappaSettings, say: Callable[[str], None] | None = None, **overrides: Any) -> None:
+        self.settings = settings
+        self._say = say
+        self._producer = producer(settings, error_cb=self._error, **overrides)
         self._failures: list[KafkaError] = []
+        self._pending: set[int] = set()  # tags sent, not yet acknowledged
+        self._unconfirmed: set[int] = set()  # tags whose delivery failed (timed out: ambiguous)
+        self._last_line = 0.0
+        self._outage_since: float | None = None
         self.sent = 0
+        self.confirmed = 0
 
-    def _delivered(self, err: KafkaError | None, _msg: Any) -> None:
+    def _error(self, err: KafkaError) -> None:
+        now = time.monotonic()
+        if err.code() == KafkaError._ALL_BROKERS_DOWN:
+            self._outage_since = self._outage_since or now
+        if self._outage_since is None or err.code() not in _ATTEMPT:
+            return
+        if self._say is not None and now - self._last_line >= OUTAGE_LINE_S:
+            self._last_line = now
+            waiting = self.sent - self.confirmed - len(self._failures)
+            left = self.settings.produce_timeout_s - (now - self._outage_since)
+            self._say(
+                f"Kafka at {self.settings.bootstrap} is out of reach ({err.str()}): {waiting} record(s) wait for "
+                f"it, retried for up to {max(left, 0):.0f} s more (KAPPA_PRODUCE_TIMEOUT_S)"
+            )
+
+    def _delivered(self, err: KafkaError | None, _msg: Any, tag: int | None = None) -> None:
+        if tag is not None:
+            self._pending.discard(tag)
         if err is not None:
             self._failures.append(err)
+            if tag is not None:
+                self._unconfirmed.add(tag)
+            return
+        self.confirmed += 1
+        if self._outage_since is not None:
+            if self._say is not None:
+                self._say(f"Kafka at {self.settings.bootstrap} answers again: acknowledgements resume")
+            self._outage_since = None
+            self._last_line = 0.0
 
-    def send(self, topic: str, rec: Outgoing) -> None:
-        kwargs: dict[str, Any] = {"key": rec.key, "value": rec.value, "on_delivery": self._delivered}
+    def send(self, topic: str, rec: Outgoing, tag: int | None = None) -> None:
+        on_delivery = self._delivered if tag is None else functools.partial(self._delivered, tag=tag)
+        kwargs: dict[str, Any] = {"key": rec.key, "value": rec.value, "on_delivery": on_delivery}
         if rec.partition is not None:
             kwargs["partition"] = rec.partition
         if rec.headers:
@@ -78,21 +127,36 @@ class Publisher:
             try:
                 self._producer.produce(topic, **kwargs)
                 break
-            except BufferError:  # local queue full: let deliveries drain, then retry
+            except BufferError:  # local queue full (Kafka slow, or away): let deliveries drain, then retry
                 self._producer.poll(0.5)
             except KafkaException as exc:
                 raise KappaError(f"producing to {topic} failed: {exc}") from None
+        if tag is not None:
+            self._pending.add(tag)
         self.sent += 1
-        if self.sent % 10_000 == 0:
-            self._producer.poll(0)
+        self._producer.poll(0)  # serve acknowledgements and outage reports as they come
 
-    def close(self, timeout_s: float = 120) -> int:
+    def flush(self, timeout_s: float | None = None) -> int:
+        """Wait for acknowledgements (by default as long as a record is retried, and a margin); how many records
+        are still waiting."""
+        wait = self.settings.produce_timeout_s + 30 if timeout_s is None else timeout_s
+        return int(self._producer.flush(wait))
+
+    def unconfirmed(self) -> list[int]:
+        """The tags of the records not acknowledged: failed (a timed-out delivery may still have landed) or still
+        waiting. Sorted."""
+        return sorted(self._unconfirmed | self._pending)
+
+    def close(self, timeout_s: float | None = None) -> int:
         """Wait for every acknowledgement; return how many records were sent."""
-        remaining = self._producer.flush(timeout_s)
+        remaining = self.flush(timeout_s)
         if remaining:
-            raise KappaError(f"{remaining} record(s) were not delivered within {timeout_s:.0f} s (is Kafka up?)")
+            raise KappaError(f"{remaining} record(s) were not acknowledged in time: is Kafka up?")
         if self._failures:
-            raise KappaError(f"{len(self._failures)} record(s) failed: {self._failures[0]}")
+            raise KappaError(
+                f"{len(self._failures)} record(s) unconfirmed: {self._failures[0]} (they may or may not be in the "
+                "topic)"
+            )
         return self.sent
 
 

@@ -45,7 +45,8 @@ def generate(
             AvroEncoder(registry, value_subject(t.name), topic_value_schema(settings.schemas_path, t), register=False)
             for t in (clicks_topic, profiles_topic)
         )
-    publisher = Publisher(settings)
+    say = None if progress is None else lambda line: print(f"\rkappa generate: {line}", file=progress)
+    publisher = Publisher(settings, say=say)  # waits out a Kafka outage for KAPPA_PRODUCE_TIMEOUT_S, saying so
     counts = {"clicks": 0, "profiles": 0, "malformed": 0}
     started = time.monotonic()
     step = max(1, config.events // 50)

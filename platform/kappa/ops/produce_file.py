@@ -13,14 +13,16 @@ The file is streamed (lines, or Parquet record batches): its size does not matte
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import re
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterator, Sequence
+from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime
 from enum import StrEnum
+from functools import partial
 from pathlib import Path
 from typing import IO, Any, TextIO
 
@@ -37,6 +39,7 @@ from kappa.core.settings import KappaSettings
 from kappa.kafka.clients import Outgoing, Publisher, require_kafka
 from kappa.kafka.partitioning import partition_for
 from kappa.kafka.topic_admin import describe
+from kappa.ops import receipts
 
 
 class FileFormat(StrEnum):
@@ -59,6 +62,7 @@ _SNIFF_BYTES = 8192  # a NUL byte this early: not a text file (a Parquet file na
 _SNIFF_LINES = 20  # a JSON-lines file has a JSON object among its first lines; one broken line is only a reject
 _PARQUET_BATCH_ROWS = 4096
 _SHOWN_CHARS = 60  # a value quoted in a reason is cut to this length
+INTERRUPT_FLUSH_S = 10.0  # after Ctrl-C: how long the rows already sent get to be acknowledged
 
 
 def detect_format(path: Path, explicit: str | None = None) -> FileFormat:
@@ -703,14 +707,24 @@ def produce_rows(
     shape: RecordShape,
     topic: Topic,
     encode: Callable[[dict[str, Any]], bytes],
-    send: Callable[[Outgoing], None],
+    send: Callable[[Outgoing, int], None],
     rejects: RejectsFile,
     progress: Progress | None = None,
+    skip: Collection[int] = (),
+    rate: float | None = None,
 ) -> int:
-    """Every row of the source either sent (encoded, keyed, placed) or written to the rejects file; the number
-    sent."""
+    """Every row of the source either sent (encoded, keyed, placed; with its row number) or written to the rejects
+    file, except the rows in `skip` (in the topic already); the number sent. `rate`: at most that many rows a
+    second."""
     sent = 0
+    started = time.monotonic()
     for row in source.rows():
+        if rate:
+            ahead = row.row / rate - (time.monotonic() - started)
+            if ahead > 0:
+                time.sleep(ahead)
+        if row.row in skip:
+            continue
         try:
             if row.values is None:
                 raise RowError(row.problem or "unreadable")
@@ -723,7 +737,7 @@ def produce_rows(
         except RowError as exc:
             rejects.write(Rejected(row.row, row.line, str(exc), row.raw))
         else:
-            send(Outgoing(key, value, partition=partition))
+            send(Outgoing(key, value, partition=partition), row.row)
             sent += 1
         if progress is not None:
             progress.update(source.fraction, row.row)
@@ -733,10 +747,15 @@ def produce_rows(
 @dataclass(frozen=True)
 class ProduceReport:
     topic: str
-    produced: int
+    produced: int  # acknowledged by Kafka in this run
     rejected: int
     schema_id: int
     rejects_path: Path
+    receipt_path: Path
+    found: int = 0  # rows in the topic already (an earlier run's), not produced again
+    unconfirmed: list[int] = dataclasses.field(default_factory=list)  # sent, not acknowledged: maybe in the topic
+    interrupted: bool = False  # stopped by Ctrl-C / SIGTERM before the file's end
+    already_complete: bool = False  # an earlier run produced every row: nothing was done
 
 
 def _encoder(settings: KappaSettings, topic: Topic, schema: dict[str, Any]) -> AvroEncoder:
@@ -771,9 +790,13 @@ def produce_file(
     file_format: FileFormat | None = None,
     rejects_path: Path | None = None,
     progress: TextIO | None = sys.stderr,
+    rate: float | None = None,
 ) -> ProduceReport:
-    """Produce the file's rows into the topic. Everything that would refuse the whole file (its format, its
-    columns, the schema not registered, the topic missing) is checked before the first record is sent."""
+    """Produce the file's rows into the topic, each row once however often it is run (kappa.ops.receipts).
+    Everything that would refuse the whole file (its format, its columns, the schema not registered, the topic
+    missing) is checked before the first record is sent. A Kafka outage is waited out for KAPPA_PRODUCE_TIMEOUT_S
+    (a line on `progress` while it lasts); rows still unacknowledged then, or at an interrupt, are reported by
+    number in `unconfirmed`, and a later run adds those of them the topic does not hold."""
     file_format = file_format or detect_format(path)
     rejects_path = rejects_path or default_rejects_path(path)
     if rejects_path.resolve() == path.resolve():
@@ -784,16 +807,47 @@ def produce_file(
     source = open_source(path, file_format, shape)
     encoder = _encoder(settings, topic, schema)
     _require_topic(settings, topic)
+    digest, where = receipts.file_digest(path), receipts.receipt_path(path)
+    receipt = receipts.load(where, topic.name, digest)
+    report = partial(ProduceReport, topic.name, schema_id=encoder.schema_id, rejects_path=rejects_path,
+                     receipt_path=where)  # fmt: skip
+    if receipt is not None and receipt.complete:
+        return report(0, 0, found=receipt.rows, already_complete=True)
+    found: set[int] = set()
+    if receipt is None:  # the first run of these bytes into this topic: where its records will start
+        since = receipts.end_offsets(settings, topic.name, topic.partitions)
+        receipt = receipts.Receipt(topic.name, digest, since)
+    else:
+        found = receipts.rows_in_topic(settings, topic.name, receipt.since, digest)
+    receipts.save(where, replace(receipt, runs=[*receipt.runs, datetime.now(UTC).isoformat(timespec="seconds")]))
+
+    def say(line: str) -> None:
+        if progress is not None:
+            print(f"\rkappa produce: {line}", file=progress)
+
+    publisher = Publisher(settings, say=say)
+    interrupted = False
     with RejectsFile(rejects_path) as rejects:
-        publisher = Publisher(settings)
         bar = Progress(progress)
+
+        def send(record: Outgoing, row: int) -> None:
+            headers = [receipts.row_header(digest, row)]
+            publisher.send(topic.name, replace(record, headers=headers), tag=row)
+
         try:
-            produce_rows(
-                source, shape, topic, encoder.encode, lambda rec: publisher.send(topic.name, rec), rejects, bar
-            )
+            produce_rows(source, shape, topic, encoder.encode, send, rejects, bar, skip=found, rate=rate)
+        except KeyboardInterrupt:  # stop reading; what was sent is waited for briefly, and said
+            interrupted = True
         except KappaError as exc:  # the file broke off: what was sent before is delivered, and said
-            raise KappaError(f"{exc}; the {publisher.close()} records before it were produced") from None
+            publisher.flush()
+            raise KappaError(f"{exc}; the {publisher.confirmed} records before it were produced") from None
         finally:
             bar.finish()
-        produced = publisher.close()
-    return ProduceReport(topic.name, produced, rejects.count, encoder.schema_id, rejects_path)
+        if interrupted:
+            say(f"interrupted: waiting up to {INTERRUPT_FLUSH_S:g} s for the rows sent so far to be acknowledged")
+        publisher.flush(INTERRUPT_FLUSH_S if interrupted else None)
+    unconfirmed = publisher.unconfirmed()
+    if not unconfirmed and not interrupted:
+        receipts.save(where, replace(receipt, complete=True, rows=len(found) + publisher.confirmed))
+    return report(publisher.confirmed, rejects.count, found=len(found), unconfirmed=unconfirmed,
+                  interrupted=interrupted)  # fmt: skip
