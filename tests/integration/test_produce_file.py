@@ -237,6 +237,8 @@ def test_an_interrupted_run_says_so_and_run_again_adds_the_rest_exactly_once(
     assert again.returncode == 0, again.stdout + again.stderr
     assert f"produced {len(made) - first} records" in again.stdout
     assert f"; {first} rows were in the topic already, from an earlier run" in again.stdout
+    receipt = json.loads((tmp_path / "clicks.jsonl.produced.json").read_text())
+    assert (receipt["complete"], receipt["rows"], len(receipt["runs"])) == (True, len(made), 2)
     ids = Counter(r["event_id"] for r in _decoded(stack, topic))
     assert ids == Counter(r["event_id"] for r in made)  # every row once: none lost at the interrupt, none twice
 

@@ -60,7 +60,13 @@ READ_TO_END_S = MOVE_TIMEOUT_MS / 1000 + 10  # a reader may wait for such an abo
 RETRIABLE_S = 10.0  # how long a new topic's leader election is waited out
 _NO_LEADER_YET = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
 # What librdkafka reports when a newer mover took the transactional id: this mover's transaction is aborted.
-_FENCED_CODES = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
+# A producer fenced while it produces raises the generic _FATAL ("Unable to produce message: Local: Fatal error"),
+# not the fencing code (seen in CI: a cascade's set move racing a replay test's move on the shared stack). A
+# transactional mover's fatal state is its fencing in practice, and a retry is safe: its move changed nothing, and
+# the next attempt checks again.
+_FENCED_CODES = frozenset(
+    {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH, KafkaError._FATAL}
+)
 
 TOPIC_KIND, DELTA_KIND = "TOPIC", "DELTA"
 

@@ -819,7 +819,8 @@ def produce_file(
         receipt = receipts.Receipt(topic.name, digest, since)
     else:
         found = receipts.rows_in_topic(settings, topic.name, receipt.since, digest)
-    receipts.save(where, replace(receipt, runs=[*receipt.runs, datetime.now(UTC).isoformat(timespec="seconds")]))
+    receipt = replace(receipt, runs=[*receipt.runs, datetime.now(UTC).isoformat(timespec="seconds")])
+    receipts.save(where, receipt)
 
     def say(line: str) -> None:
         if progress is not None:
