@@ -379,11 +379,16 @@ def _wrapper_alive(pid: int, shows: str) -> bool:
 def is_running(deployment: Deployment) -> bool:
     """The deployment's job runs now: its wrapper waits for it, or its process still runs (its wrapper killed, it
     finishes its batch); for a shared one, in a job host that has not ended it (no exit record since its start)."""
+    if deployment.launcher == Launcher.SHARED.value and deployment.exit_path.exists():
+        return False
+    return _wrapper_waits(deployment) or bool(driver_pids(deployment))
+
+
+def _wrapper_waits(deployment: Deployment) -> bool:
+    """The deployment's wrapper is alive: the job host's, or its own process's."""
     if deployment.launcher == Launcher.SHARED.value:
-        if deployment.exit_path.exists():
-            return False
-        return is_host(deployment.pid) or bool(driver_pids(deployment))
-    return is_ours(deployment.pid, deployment.job, deployment.version) or bool(driver_pids(deployment))
+        return is_host(deployment.pid)
+    return is_ours(deployment.pid, deployment.job, deployment.version)
 
 
 def job_pid(deployment: Deployment) -> int | None:
@@ -895,13 +900,8 @@ def state_of(deployment: Deployment, now: datetime | None = None) -> DeploymentS
     if running:
         started = datetime.fromisoformat(deployment.started_at)
         uptime = ((now or datetime.now(UTC)) - started).total_seconds()
-        wrapper = (
-            is_host(deployment.pid)
-            if deployment.launcher == Launcher.SHARED.value
-            else is_ours(deployment.pid, deployment.job, deployment.version)
-        )
         return DeploymentState(deployment, Health.RUNNING, uptime_s=uptime, run=run, pid=job_pid(deployment),
-                               supervised=wrapper)  # fmt: skip
+                               supervised=_wrapper_waits(deployment))  # fmt: skip
     if deployment.desired == "stopped":
         return DeploymentState(deployment, Health.STOPPED, run=run)
     reason = ended_because(deployment.exit_path, run, deployment.log_path, deployment.host_log)
