@@ -1,6 +1,12 @@
 """sessionize on the real stack: many small batches at two shuffle-partition counts give exactly the sessions
 (and late events) of the whole log at once, as computed independently in SQL (tests/oracles.py) and by the
-job's own rule (logic.py)."""
+job's own rule (logic.py).
+
+Spread through the generated log are three hand-written users whose clicks enrich_clicks re-emits with another
+segment (corrections: the same event id again) and who have a click that arrives after later ones (it becomes
+its session's entry): the rule's docstring says a correction changes a session's segment only when it is of the
+session's first click (by event time), and a late-arriving earlier click's segment becomes the session's. Their
+sessions are worked out by hand below from that rule, not by the rule's code."""
 
 import dataclasses
 from collections.abc import Callable
@@ -28,6 +34,35 @@ from tests import oracles
 from tests.integration.conftest import partitions_of
 
 SEGMENTS = ("FREE", "PRO", "TRIAL")
+T0, M = 1_700_000_000_000, MINUTE_MS  # the hand-written users' clock (event times are per user)
+# (event_id, user_id, page, event_time_ms, segment) in log order; an event id seen before is a correction.
+CORRECTED: tuple[oracles.SessionEvent, ...] = (
+    # fix-a: the session's first click is corrected (its segment follows), then a later click (it does not).
+    ("fix-a1", "fix-a", "/a/1", T0, "FREE"),
+    ("fix-a2", "fix-a", "/a/2", T0 + 5 * M, "FREE"),
+    ("fix-a3", "fix-a", "/a/3", T0 + 10 * M, "FREE"),
+    ("fix-a1", "fix-a", "/a/1", T0, "PRO"),
+    ("fix-a2", "fix-a", "/a/2", T0 + 5 * M, "TRIAL"),
+    # fix-b: an earlier click arrives late (25 min behind, within the allowed 120): it is the entry now and its
+    # segment the session's; a correction of the click that opened the session then changes nothing.
+    ("fix-b1", "fix-b", "/b/1", T0 + 60 * M, "FREE"),
+    ("fix-b2", "fix-b", "/b/2", T0 + 70 * M, "FREE"),
+    ("fix-b0", "fix-b", "/b/0", T0 + 45 * M, "TRIAL"),
+    ("fix-b1", "fix-b", "/b/1", T0 + 60 * M, "PRO"),
+    # fix-c: the first click corrected, then an earlier click arrives (its segment wins), then that one is
+    # corrected in turn (it is the first click now).
+    ("fix-c1", "fix-c", "/c/1", T0, "FREE"),
+    ("fix-c2", "fix-c", "/c/2", T0 + 10 * M, "FREE"),
+    ("fix-c1", "fix-c", "/c/1", T0, "PRO"),
+    ("fix-c0", "fix-c", "/c/0", T0 - 20 * M, "TRIAL"),
+    ("fix-c0", "fix-c", "/c/0", T0 - 20 * M, "ENTERPRISE"),
+)
+# Their sessions by hand: session id -> (start_ms, end_ms, clicks, distinct_pages, entry, exit, segment).
+CORRECTED_SESSIONS = {
+    "fix-a:fix-a1": (T0, T0 + 10 * M, 3, 3, "/a/1", "/a/3", "PRO"),
+    "fix-b:fix-b1": (T0 + 45 * M, T0 + 70 * M, 3, 3, "/b/0", "/b/2", "TRIAL"),
+    "fix-c:fix-c1": (T0 - 20 * M, T0 + 10 * M, 3, 3, "/c/0", "/c/2", "ENTERPRISE"),
+}
 
 
 def _clicks_in_log_order() -> list[Click]:
@@ -35,14 +70,25 @@ def _clicks_in_log_order() -> list[Click]:
     return [e.record for e in clickstream(config) if isinstance(e.record, Click)]
 
 
-def _expected(clicks: list[Click]) -> tuple[dict[str, tuple], set[str]]:  # type: ignore[type-arg]
+def _in_log_order(clicks: list[Click]) -> list[oracles.SessionEvent]:
+    """The generated clicks with the hand-written users' events spread evenly among them (so that corrections
+    and their clicks fall in different micro-batches)."""
+    events: list[oracles.SessionEvent] = [(c.event_id, c.user_id, c.page, c.event_time_ms, _segment(c)) for c in clicks]
+    step = len(events) // (len(CORRECTED) + 1)
+    for n, event in reversed(list(enumerate(CORRECTED, start=1))):
+        events.insert(n * step, event)
+    return events
+
+
+def _expected(events: list[oracles.SessionEvent]) -> tuple[dict[str, tuple], set[str]]:  # type: ignore[type-arg]
+    """The job's own rule (logic.py) over the same log, corrections included."""
     by_user: dict[str, list[Event]] = {}
-    for c in clicks:
-        by_user.setdefault(c.user_id, []).append(Event(c.event_id, c.event_time_ms, c.page, _segment(c)))
+    for event_id, user_id, page, event_time_ms, segment in events:
+        by_user.setdefault(user_id, []).append(Event(event_id, event_time_ms, page, segment))
     sessions: dict[str, tuple] = {}  # type: ignore[type-arg]
     late: set[str] = set()
-    for user, events in by_user.items():
-        changes = sessionize(user, UserState(), events)
+    for user, own in by_user.items():
+        changes = sessionize(user, UserState(), own)
         for s in changes.upserts:
             sessions[s.session_id] = (
                 s.start_ms,
@@ -83,16 +129,19 @@ def test_sessions_equal_the_rule_over_the_whole_log(
     output = avro_topic("sessions", value_schema="sessions.avsc", partitions=3)
     apply(admin_client(stack), [late_events_of(output)])
     clicks = _clicks_in_log_order()
+    events = _in_log_order(clicks)
+    seen: set[str] = set()
     with Registry(stack.registry) as registry:
         encoder = AvroEncoder(registry, value_subject(source.name), topic_value_schema(stack.schemas_path, source))
-        records = [
-            Outgoing(
-                c.event_id.encode(),
-                encoder.encode(c.as_avro() | {"profile_version": 1, "segment": _segment(c), "country": "DE"}),
-                partition=partition_for(c.user_id, source.partitions),
+        records = []
+        for event_id, user_id, page, event_time_ms, segment in events:
+            click = Click(event_id, user_id, page, None, event_time_ms)
+            version = 2 if event_id in seen else 1  # a correction carries the late profile's version
+            seen.add(event_id)
+            value = click.as_avro() | {"profile_version": version, "segment": segment, "country": "DE"}
+            records.append(
+                Outgoing(event_id.encode(), encoder.encode(value), partition=partition_for(user_id, source.partitions))
             )
-            for c in clicks
-        ]
     produce_all(stack, source.name, records)
 
     settings = stack.model_copy(
@@ -124,12 +173,16 @@ def test_sessions_equal_the_rule_over_the_whole_log(
             table.pop(key, None)
         else:
             table[key] = values
-    events = [(c.event_id, c.user_id, c.page, c.event_time_ms, _segment(c)) for c in clicks]
+    generated = [(c.event_id, c.user_id, c.page, c.event_time_ms, _segment(c)) for c in clicks]
     gap, allowed = (JOB.settings[k] * MINUTE_MS for k in ("gap_minutes", "allowed_lateness_minutes"))
-    independent_sessions, independent_late = oracles.sessions(events, gap, allowed)
+    independent_sessions, independent_late = oracles.sessions(generated, gap, allowed)
     assert len(independent_sessions) > 100  # a real workload, not two empty dicts
+    independent_sessions |= CORRECTED_SESSIONS  # the oracle has no corrections: those users' sessions by hand
+    # The corrections happened where the rule says (fix-a's and fix-c's sessions took their first click's new
+    # segment; fix-b's took its late earlier click's) and nowhere else (fix-a2's and fix-b1's changed nothing).
+    assert {sid: table.get(sid) for sid in CORRECTED_SESSIONS} == CORRECTED_SESSIONS
     assert table == independent_sessions
-    expected_sessions, expected_late = _expected(clicks)  # the rule itself says the same
+    expected_sessions, expected_late = _expected(events)  # the rule itself says the same
     assert expected_sessions == independent_sessions
 
     late = (
