@@ -91,3 +91,71 @@ def sessions(
     found = {sid: (int(start), int(end), int(n), int(pages), entry, exit_, segment)
              for sid, start, end, n, pages, entry, exit_, segment in rows}  # fmt: skip
     return found, late
+
+
+def page_stats(
+    clicks: Iterable[tuple[str, str, str, int]], gap_ms: int
+) -> dict[tuple[str, int], tuple[int, int, int | None]]:
+    """clicks (user_id, event_id, page, event_time_ms), one per click (its final value) -> (page, hour start ms)
+    -> (views, distinct users, median time on page ms). A click's time on page: the gap to the same user's next
+    click (by event time, then event id) when at most gap_ms; the median interpolates the two middle values and
+    drops the fraction (Spark's percentile, cast to a long)."""
+    con = duckdb.connect()
+    con.register("c", pd.DataFrame(list(clicks), columns=["user_id", "event_id", "page", "event_time"]))
+    rows = con.sql(
+        f"""
+        WITH timed AS (
+            SELECT *, lead(event_time) OVER (PARTITION BY user_id ORDER BY event_time, event_id) - event_time AS dt
+            FROM c
+        )
+        SELECT page, event_time // 3600000 * 3600000 AS hour, count(*), count(DISTINCT user_id),
+               trunc(quantile_cont(CASE WHEN dt <= {int(gap_ms)} THEN dt END, 0.5))
+        FROM timed GROUP BY page, hour
+        """
+    ).fetchall()
+    return {(page, int(hour)): (int(views), int(users), None if median is None else int(median))
+            for page, hour, views, users, median in rows}  # fmt: skip
+
+
+def user_activity(
+    live_sessions: Iterable[tuple[str, str, int, int, int, str]],
+) -> dict[str, tuple[int, int, int, int, str]]:
+    """live sessions (session_id, user_id, start_ms, end_ms, clicks, segment) -> user -> (sessions, clicks,
+    first seen ms, last seen ms, segment of the latest session by start, then by session id)."""
+    con = duckdb.connect()
+    con.register("s", pd.DataFrame(
+        list(live_sessions), columns=["session_id", "user_id", "start_time", "end_time", "clicks", "segment"]
+    ))  # fmt: skip
+    rows = con.sql(
+        """
+        SELECT user_id, count(*), sum(clicks), min(start_time), max(end_time),
+               first(segment ORDER BY start_time DESC, session_id DESC)
+        FROM s GROUP BY user_id
+        """
+    ).fetchall()
+    return {user: (int(n), int(clicks), int(first), int(last), segment)
+            for user, n, clicks, first, last, segment in rows}  # fmt: skip
+
+
+def late_profiles(
+    log: Iterable[tuple[str, int, int | None, int | None]], lateness_ms: int, disorder_ms: int
+) -> set[tuple[str, int]]:
+    """The profile versions that break the as-of contract, from one log in order: items (user, time, version,
+    valid_from) are clicks (version None, time its event time) and profile versions (time its log time).
+
+    The contract: every version visible to a click (valid from at or before it, published at most L after it)
+    has arrived once the user's data (click event times, profile log times) reaches L + D past the click. A
+    version that arrives after that, for a click it is visible to, is late: -> {(user, version)}."""
+    frontier: dict[str, int] = {}
+    clicks: dict[str, list[int]] = {}
+    late: set[tuple[str, int]] = set()
+    for user, at, version, valid_from in log:
+        if version is None:
+            clicks.setdefault(user, []).append(at)
+        else:
+            assert valid_from is not None
+            settled_until = frontier.get(user, -(2**62)) - lateness_ms - disorder_ms
+            if any(valid_from <= t <= settled_until and at <= t + lateness_ms for t in clicks.get(user, [])):
+                late.add((user, version))
+        frontier[user] = max(frontier.get(user, at), at)
+    return late

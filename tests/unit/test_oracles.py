@@ -36,3 +36,45 @@ def test_a_click_gets_the_latest_version_published_in_time_for_it() -> None:
         "c2": (3, "TRIAL", "US", "/b"),  # v2 (valid 90, log 150 <= 150) and v3 visible; v3 is valid later
         "c3": (None, "UNKNOWN", None, "/c"),  # w has no profile
     }
+
+
+def test_page_stats_time_on_page_is_the_gap_to_the_users_next_click_within_the_gap() -> None:
+    hour = 3_600_000
+    clicks = [  # (user, event_id, page, time)
+        ("u", "e1", "/a", 0),
+        ("u", "e2", "/b", 10 * MIN),  # e1's time on page: 10 min
+        ("u", "e3", "/a", 13 * MIN),  # e2's: 3 min
+        ("u", "e4", "/a", 60 * MIN),  # e3's: 47 min > 30, none; e4 opens the next hour, the user's last: none
+        ("v", "e5", "/a", 5 * MIN),
+        ("v", "e6", "/a", 9 * MIN),  # e5's: 4 min; e6 the last of v: none
+    ]
+    assert oracles.page_stats(clicks, gap_ms=30 * MIN) == {
+        ("/a", 0): (4, 2, 7 * MIN),  # e1, e3, e5, e6; times 10 and 4 min: (10 + 4) / 2
+        ("/b", 0): (1, 1, 3 * MIN),
+        ("/a", hour): (1, 1, None),
+    }
+    # The middle of two values with an odd sum drops the half (Spark's percentile cast to a long).
+    odd = [("u", "a", "/p", 0), ("u", "b", "/p", 3), ("u", "c", "/p", 7)]
+    assert oracles.page_stats(odd, gap_ms=30 * MIN) == {("/p", 0): (3, 1, 3)}  # times 3 and 4: 3.5 -> 3
+
+
+def test_user_activity_sums_live_sessions_and_takes_the_latest_sessions_segment() -> None:
+    sessions = [  # (session_id, user, start, end, clicks, segment)
+        ("u:e1", "u", 0, 10, 3, "FREE"),
+        ("u:e9", "u", 50, 70, 2, "PRO"),  # the latest start: its segment
+        ("u:e5", "u", 50, 60, 1, "TRIAL"),  # the same start, a smaller session id
+        ("v:e2", "v", 5, 5, 1, "UNKNOWN"),
+    ]
+    assert oracles.user_activity(sessions) == {"u": (3, 6, 0, 70, "PRO"), "v": (1, 1, 5, 5, "UNKNOWN")}
+
+
+def test_a_profile_version_is_late_when_it_comes_after_a_click_it_applies_to_was_settled() -> None:
+    log = [  # (user, time, version, valid_from) in log order; L = 20 min, D = 10 min
+        ("u", 0, None, None),  # a click at 0
+        ("u", 15 * MIN, 1, 0),  # valid from 0, published at 15 <= 0 + 20: visible to it, the click not settled
+        ("u", 40 * MIN, None, None),  # the frontier at 40 settles clicks up to 10 min
+        ("u", 18 * MIN, 2, 0),  # published at 18 (<= 0 + 20: visible to the click at 0), which is settled: late
+        ("u", 41 * MIN, 3, 30 * MIN),  # valid from 30: applies to no settled click
+        ("w", 5 * MIN, 1, 0),  # another user, no click
+    ]
+    assert oracles.late_profiles(log, lateness_ms=20 * MIN, disorder_ms=10 * MIN) == {("u", 2)}

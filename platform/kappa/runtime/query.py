@@ -9,7 +9,8 @@ Every micro-batch, before it writes anything:
    input; if it does not answer, the batch goes on unless it holds a record of an unknown schema id.)
 Then the batch's side rows (dead letters, late records) go to their topics. A job writing a topic (TopicPlan)
 sends them and its output records in one Kafka write, so the batch is read once; a job writing a table sends
-them in one Kafka write, then the rest to its own write.
+them in one Kafka write, then the rest to its own write. A batch passes the fault points of kappa.runtime.faults
+(before its writes, between a table job's two, after them), where a test can make the job die.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from kappa.runtime.declaration import (
     TableWrite,
     TopicPlan,
 )
+from kappa.runtime.faults import FaultPoint, process_faults
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -223,6 +225,7 @@ def _start_batch_function_query(
     if not any(isinstance(f, _TheQuerySaysIt) for f in _PY4J_CALLBACKS.filters):
         _PY4J_CALLBACKS.addFilter(_TheQuerySaysIt())
     inputs = tuple(t.name for t in ctx.spec.inputs)
+    faults, query = process_faults(), ctx.query_name()
     output_topic = ctx.spec.output.name if isinstance(ctx.spec.output, Topic) else None
     to_records: Callable[[DataFrame], DataFrame] | None = None
     write: Callable[[DataFrame, int], None] | None = None
@@ -266,12 +269,17 @@ def _start_batch_function_query(
             unknown = side.where(F.col(SIDE_KIND) == DeadLetterKind.UNKNOWN_SCHEMA_ID.value)
             if unreachable is not None and not unknown.isEmpty():
                 raise control.end(QueryEnd.REGISTRY_UNAVAILABLE, str(unreachable))
+            faults.reached(FaultPoint.BEFORE_WRITES, query, batch_id)
             if to_records is not None:
                 publish(to_records(batch), ctx.settings)
             else:
                 assert write is not None
                 publish(side_records(side, ctx.spec.name, ctx.version, inputs, output_topic), ctx.settings)
-                write(batch.where(F.col(SIDE_KIND).isNull()).drop(*SIDE_COLUMNS), batch_id)
+                rows = batch.where(F.col(SIDE_KIND).isNull()).drop(*SIDE_COLUMNS)
+                said = lambda: f"{side.count()} side rows sent, {rows.count()} rows unwritten"  # noqa: E731
+                faults.reached(FaultPoint.BETWEEN_WRITES, query, batch_id, said, counts=lambda: not rows.isEmpty())
+                write(rows, batch_id)
+            faults.reached(FaultPoint.AFTER_WRITES, query, batch_id)
         finally:
             if cached:
                 batch.unpersist()
