@@ -474,3 +474,17 @@ def test_row_ranges_read_as_an_operator_would_type_them() -> None:
     assert ranges([]) == ""
     assert ranges([7, 1, 2, 3, 9, 10]) == "1-3, 7, 9-10"
     assert ranges(list(range(1, 40, 2)), shown=2) == "1, 3 and 18 more ranges"
+
+
+def test_a_rerun_at_a_rate_paces_only_the_rows_it_sends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "clicks.jsonl"
+    path.write_text("".join(json.dumps(click(n, user=f"u-{n}")) + "\n" for n in range(40)))
+    slept: list[float] = []
+    monkeypatch.setattr("kappa.ops.produce_file.time.sleep", slept.append)
+    shape, sent = RecordShape(CLICK_SCHEMA), []
+    with RejectsFile(default_rejects_path(path)) as rejects:
+        count = produce_rows(open_source(path, FileFormat.JSONL, shape), shape, CLICKS, encoder(CLICK_SCHEMA),
+                             lambda record, row: sent.append(row), rejects, skip=frozenset(range(1, 39)),
+                             rate=20)  # fmt: skip
+    assert (count, sent) == (2, [39, 40])
+    assert max(slept) <= 2 / 20  # two rows at 20 a second: the 38 in the topic already cost no wait

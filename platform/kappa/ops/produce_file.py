@@ -716,15 +716,16 @@ def produce_rows(
     """Every row of the source either sent (encoded, keyed, placed; with its row number) or written to the rejects
     file, except the rows in `skip` (in the topic already); the number sent. `rate`: at most that many rows a
     second."""
-    sent = 0
+    sent = paced = 0
     started = time.monotonic()
     for row in source.rows():
+        if row.row in skip:
+            continue  # before the pacing: a re-run does not wait through the rows the topic holds already
         if rate:
-            ahead = row.row / rate - (time.monotonic() - started)
+            paced += 1
+            ahead = paced / rate - (time.monotonic() - started)
             if ahead > 0:
                 time.sleep(ahead)
-        if row.row in skip:
-            continue
         try:
             if row.values is None:
                 raise RowError(row.problem or "unreadable")
