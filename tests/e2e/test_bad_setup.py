@@ -52,13 +52,20 @@ def test_corrupt_state_folder(tmp_path: Path) -> None:
     stack_dir = tmp_path / "s"
     stack_dir.mkdir()
     (stack_dir / "stack.json").write_text("{not json")
-    env = {"KAPPA_STACK_DIR": str(stack_dir)}
+    # The purge deletes the checkpoints, tables and deployments that refer to the stack, and stops those
+    # deployments: the test's own, never the checkout's (.state).
+    derived = {name: tmp_path / name for name in ("checkpoints", "delta", "deployments")}
+    for folder in derived.values():
+        folder.mkdir()
+    env = {"KAPPA_STACK_DIR": str(stack_dir), "KAPPA_CHECKPOINT_ROOT": str(derived["checkpoints"]),
+           "KAPPA_DELTA_ROOT": str(derived["delta"]), "KAPPA_DEPLOYMENTS_DIR": str(derived["deployments"])}  # fmt: skip
     for command in ("status", "up", "down"):
         run = kappa(command, env=env)
         assert run.code == 2, command
         _assert_clear_error(run.err, "state folder is corrupt", "kappa down --purge")
     assert kappa("down", "--purge", env=env).code == 0
     assert not stack_dir.exists()
+    assert not any(folder.exists() for folder in derived.values())
 
 
 def test_broker_data_without_state_file_is_corrupt(tmp_path: Path) -> None:
