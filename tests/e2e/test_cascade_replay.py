@@ -6,10 +6,13 @@ sessionize and the three Delta views, v1. Then:
 
 1. The change (a shorter profile lateness) is enrich_clicks v2, in a second copy of the code; `kappa replay
    plan` names the five datasets it reaches and the versions each gets. A cascade replay killed during its
-   third member (sessionize) is launched again by the runbook (`replays/cascade-replay.md`), which resumes it, goes live
-   and cuts the set over. Meanwhile a follower reads `enriched_clicks` through its alias (`AliasConsumer`),
-   another reads the `page_stats` table through its alias, and a third reader polls the alias registry: none
-   ever sees a new dataset beside an old one. The follower gets each changed key once.
+   third member (sessionize), as that member's catch-up starts, is launched again by the runbook
+   (`replays/cascade-replay.md`), which replays only the members the killed run had not verified, goes live and
+   cuts the set over. Meanwhile a follower reads `enriched_clicks` through its alias (`AliasConsumer`), another
+   reads the `page_stats` table through its alias, and a third reader polls the alias registry: none ever sees
+   a new dataset beside an old one, each sees the set move once, and the page_stats reader reads, under each
+   version, that version's whole table. The follower gets each changed key once, as the as-of rule computed
+   independently (tests/oracles.py) says.
 2. Every dataset of the new set equals a fresh run of the new code over the same log (a third copy).
 3. Retiring the old `enriched_clicks` is refused while the old `sessionize` runs and reads it; a rollback with
    a version to return to stopped is refused; then `replays/cascade-rollback.md` moves the set back at once,
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import signal
 import threading
 import time
@@ -41,9 +45,11 @@ from kappa.contracts.topic_declarations import Cleanup, Topic
 from kappa.core.settings import KappaSettings
 from kappa.kafka.aliases import AliasRegistry, AliasWatch
 from kappa.lifecycle import deployments
+from kappa.ops.clickstream import ProfileVersion, clickstream
 from kappa.runtime.readers import AliasConsumer, Change
+from tests import oracles
 from tests.conftest import SHORT_RUN_JVM
-from tests.e2e.test_replay_lifecycle import rule, run
+from tests.e2e.test_replay_lifecycle import run
 from tests.integration.replay_pipeline import CONFIG, Deployment, deploy_copy, produce
 from tests.waiting import wait_until
 
@@ -52,6 +58,7 @@ TOPICS = {"enrich_clicks": "enriched_clicks", "sessionize": "sessions"}
 TABLES = {"page_stats": "page_stats", "sessions_table": "sessions", "user_activity": "user_activity"}
 DECLARATION = "enrich_clicks/declaration.py"
 DATA = CONFIG  # the lifecycle test's clickstream: 3,000 clicks of 30 users
+LATENESS_MS = 20 * 60_000  # enrich_clicks' profile lateness, in v1 and in v2 (the change is the segment)
 ENV = {
     "KAPPA_SPARK_SHUFFLE_PARTITIONS": "1",  # one state store per stateful batch: the test's size
     # A job host runs five queries for minutes: the short runs' C1-only JVM fills its code cache (48 MB) and dies.
@@ -92,13 +99,46 @@ def caught_up(stack: KappaSettings, d: Deployment, versions: dict[str, int]) -> 
     def written() -> bool:
         aliases = AliasRegistry(stack).all()
         for job, version in versions.items():
-            if job in TABLES and not Path(settings.delta_root, f"{d.prefix}{TABLES[job]}", f"v{version}").is_dir():
+            if job in TABLES and not Path(str(settings.delta_root), f"{d.prefix}{TABLES[job]}", f"v{version}").is_dir():
                 return False
             if version == 1 and datasets(d.prefix)[job] not in aliases:
                 return False
         return True
 
     wait_until(lambda: written() and d.caught_up(stack, versions), 600, f"{versions} to catch up", interval_s=2)
+
+
+def segments_v1() -> dict[str, str]:
+    """event_id -> the segment v1 gives it: the as-of rule over the whole log, computed independently of the job
+    (tests/oracles.py's SQL, which shares no code with jobs/enrich_clicks)."""
+    clicks, profiles = [], []
+    for emission in clickstream(DATA):
+        r = emission.record
+        if isinstance(r, ProfileVersion):
+            profiles.append((r.user_id, r.profile_version, r.valid_from_ms, emission.log_time_ms, r.segment, r.country))
+        else:
+            clicks.append((r.event_id, r.user_id, r.page, r.event_time_ms))
+    return {key: segment for key, (_version, segment, _country, _page) in oracles.enrichment(
+        clicks, profiles, LATENESS_MS
+    ).items()}  # fmt: skip
+
+
+def verified_before_kill(lines: list[str]) -> list[str]:
+    """The members a killed `replay start --downstream` reported verified (`verification: PASSED` under its
+    `[n/5] <job> v2` line), in its order."""
+    member, passed = None, []
+    for line in lines:
+        started = re.match(r"\[\d+/\d+\] (\w+) v2: ", line)
+        if started:
+            member = started.group(1)
+        elif line.startswith("verification: PASSED"):
+            passed.append(member)
+    return [m for m in passed if m is not None]
+
+
+def moves(seen: list[Any]) -> list[Any]:
+    """What a reader saw, each run of equal reads as one: [old, new] for a reader that saw one move."""
+    return [x for n, x in enumerate(seen) if n == 0 or seen[n - 1] != x]
 
 
 def stop_all(stack: KappaSettings, d: Deployment) -> None:
@@ -126,11 +166,12 @@ def topic_table(stack: KappaSettings, topic: str, schema_file: Path) -> dict[str
             message = consumer.poll(1.0)
             if message is None:
                 continue
-            if message.error() is not None:
-                if message.error().code() == KafkaError._PARTITION_EOF:
-                    ended.add(message.partition())
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    ended.add(message.partition() or 0)
                 continue
-            key = message.key().decode()
+            key = bytes(message.key() or b"").decode()
             raw = message.value()
             if raw is None:
                 latest.pop(key, None)
@@ -165,7 +206,8 @@ def outputs(stack: KappaSettings, d: Deployment) -> dict[str, Any]:
 class Readers:
     """Three readers through the aliases while the set moves: a follower of enriched_clicks (every change,
     counted per key), a reader of the page_stats table, and a poller of the registry (every dataset's version
-    as of one read). They record what they saw; the test asserts on it."""
+    as of one read). They record what they saw; the test asserts on it. A reader thread that fails fails the
+    test: its exception is raised again by `alive()` and on leaving the `with`."""
 
     def __init__(self, stack: KappaSettings, prefix: str) -> None:
         self.stack = stack
@@ -177,7 +219,31 @@ class Readers:
         self.polled: list[tuple[int, ...]] = []  # the five versions, per poll
         self.page_stats_reads: list[tuple[int, int, int]] = []  # (enriched version, page_stats version, rows)
         self._stop = threading.Event()
-        self._threads = [threading.Thread(target=f, daemon=True) for f in (self._poll, self._read_page_stats)]
+        self._errors: dict[str, BaseException] = {}
+        self._threads = [
+            threading.Thread(target=self._recorded, args=(f,), name=f.__name__, daemon=True)
+            for f in (self._poll, self._read_page_stats)
+        ]
+
+    def _recorded(self, read: Callable[[], None]) -> None:
+        try:
+            read()
+        except BaseException as exc:
+            self._errors[read.__name__] = exc
+
+    def alive(self) -> bool:
+        """Both reader threads still read (a dead one raises its exception here)."""
+        for name, error in self._errors.items():
+            raise AssertionError(f"the reader thread {name} died") from error
+        dead = [t.name for t in self._threads if not t.is_alive()]
+        assert not dead, f"the reader threads {dead} ended while the test still reads"
+        return True
+
+    def saw(self, versions: int) -> bool:
+        """Both threads have read the set at `versions` since the move (each reader's latest read)."""
+        self.alive()
+        polled = bool(self.polled) and self.polled[-1] == (versions,) * len(self.names)
+        return polled and bool(self.page_stats_reads) and self.page_stats_reads[-1][:2] == (versions, versions)
 
     def follow(self) -> None:
         """The follower takes every change there is now (it runs between the steps, in this thread)."""
@@ -219,6 +285,10 @@ class Readers:
         for thread in self._threads:
             thread.join(60)
         self.follower.close()
+        for name, error in self._errors.items():
+            raise AssertionError(f"the reader thread {name} died") from error
+        running = [t.name for t in self._threads if t.is_alive()]
+        assert not running, f"the reader threads {running} did not end within 60 s of being told to"
 
 
 # --- the test --------------------------------------------------------------------------------------------------
@@ -261,15 +331,24 @@ def test_a_change_replays_through_everything_below_it_and_the_set_moves_at_once(
     assert plan["members"][0]["records"] >= DATA.events  # the clicks, and the profiles it joins
     assert all(m["estimate_s"] is not None for m in plan["members"])
 
-    # Killed while the set's third member (sessionize) catches up, then resumed by the runbook's own `start`.
+    # Killed as the set's third member (sessionize) starts its catch-up, then resumed by the runbook's `start`.
     killed = v2.popen("replay", "start", "enrich_clicks", "--downstream")
     assert killed.stdout is not None
+    said: list[str] = []
+    member = None
     for line in killed.stdout:
-        if line.startswith("[3/5] sessionize v2"):
-            time.sleep(3)
+        said.append(line)
+        if re.match(r"\[\d+/\d+\] (\w+) v2: ", line):
+            member = line.split("] ", 1)[1].split(" ", 1)[0]
+        if member == "sessionize" and "catch-up sessionize v2: " in line:  # the catch-up's first progress line
             killed.send_signal(signal.SIGKILL)
             break
+    else:
+        pytest.fail("the replay ended before sessionize's catch-up started:\n" + "".join(said[-40:]))
     killed.wait(60)
+    # What the killed run verified decides what the runbook's run replays: the two members before sessionize.
+    verified = verified_before_kill(said)
+    assert verified == ["enrich_clicks", "page_stats"], "".join(said[-60:])
     # Not everything is verified: the set cannot be cut over (and nothing went live).
     refused = v2.kappa("replay", "cutover", "enrich_clicks", "--downstream", check=False)
     assert refused.returncode == 2, refused.stdout + refused.stderr
@@ -282,29 +361,33 @@ def test_a_change_replays_through_everything_below_it_and_the_set_moves_at_once(
         started = time.monotonic()
         out = run(v2, "cascade-replay.md")
         wall = time.monotonic() - started
-        assert "enrich_clicks v2: verified already, not replayed again" in out
-        assert "page_stats v2: verified already, not replayed again" in out
-        assert out.count("verification: PASSED") == 3  # the other three members, each verified
+        for job in JOBS:  # the members the killed run verified are not replayed; every other one is, and passes
+            skipped = f"{job} v2: verified already, not replayed again" in out
+            assert skipped == (job in verified), f"{job}: {'not ' if job in verified else ''}skipped\n{out}"
+        assert out.count("verification: PASSED") == len(JOBS) - len(verified), out
         assert "5 aliases in one transaction" in out
         readers.follow()
-        time.sleep(1)  # the readers' threads poll once more after the move
+        wait_until(lambda: readers.saw(2), 60, "both reader threads to read the new set after the cutover")
     print(f"cascade runbook: {wall:.1f} s")
     assert {d: registry.all()[d].version for d in names.values()} == {d: 2 for d in names.values()}
+    new = outputs(stack, v2)
 
-    # The readers never saw a mix: each poll is the old set or the new set.
-    assert set(readers.polled) <= {(1,) * 5, (2,) * 5}, sorted(set(readers.polled))
-    assert {(1,) * 5, (2,) * 5} <= set(readers.polled)
-    assert all(e == s for e, s, _rows in readers.page_stats_reads), readers.page_stats_reads
-    # The follower got each TRIAL click once, now FREE (the as-of rule computed independently: rule()).
-    segments = {key: segment for key, (_version, segment) in rule(DATA, 20, slice(0, None)).items()}
-    changed = {key for key, segment in segments.items() if segment == "TRIAL"}
+    # The readers never saw a mix: each poll is the old set or the new set, and the set moved once.
+    assert moves(readers.polled) == [(1,) * 5, (2,) * 5], moves(readers.polled)
+    # The page_stats reader read each version's whole table, with enriched_clicks at the same version.
+    rows = {1: len(old["page_stats"]), 2: len(new["page_stats"])}
+    assert rows[1] > 0
+    assert rows[2] > 0
+    assert moves([(e, s) for e, s, _n in readers.page_stats_reads]) == [(1, 1), (2, 2)], moves(readers.page_stats_reads)
+    assert all(n == rows[s] for _e, s, n in readers.page_stats_reads), (rows, moves(readers.page_stats_reads))
+    # The follower got each TRIAL click once, now FREE (the as-of rule computed independently: segments_v1()).
+    changed = {key for key, segment in segments_v1().items() if segment == "TRIAL"}
     assert changed, "the logic change must change some answers, or the test proves nothing"
     after_cutover = [c for c in readers.changes if c.version == 2]
     assert sorted(c.key for c in after_cutover) == sorted(changed)
     assert {c.value["segment"] for c in after_cutover if c.value is not None} == {"FREE"}
 
     # 2. The new set equals a fresh run of the new code over the same log.
-    new = outputs(stack, v2)
     fresh = copies("fresh")
     change_logic(fresh)
     fresh.kappa("topics", "apply")  # its first version is v2: its topics
@@ -335,9 +418,10 @@ def test_a_change_replays_through_everything_below_it_and_the_set_moves_at_once(
         out = run(v2, "cascade-rollback.md")
         assert "rollback of the set of enrich_clicks: 5 aliases in one transaction" in out
         readers.follow()
-        time.sleep(1)
-    assert set(readers.polled) <= {(1,) * 5, (2,) * 5}, sorted(set(readers.polled))
-    assert all(e == s for e, s, _rows in readers.page_stats_reads), readers.page_stats_reads
+        wait_until(lambda: readers.saw(1), 60, "both reader threads to read the old set after the rollback")
+    assert moves(readers.polled) == [(2,) * 5, (1,) * 5], moves(readers.polled)
+    assert moves([(e, s) for e, s, _n in readers.page_stats_reads]) == [(2, 2), (1, 1)], moves(readers.page_stats_reads)
+    assert all(n == rows[s] for _e, s, n in readers.page_stats_reads), (rows, moves(readers.page_stats_reads))
     assert sorted(c.key for c in readers.changes if c.version == 1) == sorted(changed)
     assert outputs(stack, v1) == old
 
@@ -355,7 +439,9 @@ def test_a_change_replays_through_everything_below_it_and_the_set_moves_at_once(
     assert restart.returncode == 2, restart.stdout + restart.stderr
     assert f"sessionize v1 is live and reads {names['enrich_clicks']} v1 (live: v2)" in restart.stderr
     assert "kappa replay start" in restart.stderr
-    assert deployments.state_of(deployments.load(settings, "sessionize", 1)).health is deployments.Health.RUNNING
+    sessionize_v1 = deployments.load(settings, "sessionize", 1)
+    assert sessionize_v1 is not None
+    assert deployments.state_of(sessionize_v1).health is deployments.Health.RUNNING
 
 
 def test_a_first_versions_replay_goes_live_by_its_cutover(
