@@ -59,7 +59,7 @@ test-integration: setup ## against one real stack started for the session
 test-e2e: setup ## the CLI and whole flows, each stack on its own ports
 	$(PYTEST) $(WORKERS) -m e2e
 
-soak: setup ## the Kappa-promise test at 200,000 events (CI runs it at 8,000): live with kills = replay = batch
+soak: setup ## the Kappa-promise test at 200,000 events (CI runs it at 8,000): live with kills = replay = the independent answer
 	KAPPA_TEST_PROMISE_EVENTS=$(or $(EVENTS),200000) $(PYTEST) tests/integration/test_kappa_promise.py
 
 lint: setup ## ruff, ruff format --check, mypy, the import layers (no cycle), and the schemas against their git history

@@ -1,18 +1,25 @@
-"""The Kappa promise: for one generated input, a live run (every job running at once, each killed with SIGKILL
-and restarted in the middle), one availableNow replay from the start, and a plain batch Spark computation give
-identical outputs for every job. Kafka outputs are compared as the latest value per key (what a compacted
-topic's readers see).
+"""The Kappa promise: for one generated input, a live run (every job running at once, each killed inside one of
+its batches and restarted) and one availableNow replay from the start both equal an answer computed without the
+code under test, for every output: the two topics (as the latest value per key, what a compacted topic's
+readers see), the three Delta tables row for row, the late records' side topics and the dead-letter topics.
+
+The independent answer (tests/oracles.py: set-based DuckDB SQL restating each rule from its documentation) is
+computed from the generator's own records, never from what a job wrote: the as-of enrichment from the clicks and
+profile versions as generated, sessions and late clicks from each user's clicks in the order they were produced
+with their enriched segment, page_stats from the clicks, user_activity and the sessions table from the sessions.
+Dead letters: undecodable records the test puts into every job's inputs, each known by its position; each must
+come back as a dead letter of that job, once in the replay and at least once live (a batch run again after a
+crash sends its side records again), and nothing else may.
 
 Live: all five jobs run continuously at once, each in its own process (each with a freshness of 2 seconds: a batch
-every second, so many batches wherever the clicks fall), while the generator produces (so clicks, late profile versions
-and enrich_clicks' corrections reach each job interleaved, as in production). Each job is killed with SIGKILL after
-its second batch and restarted from its checkpoint while the first half of the log is produced; the second half
-comes once the restarted enrich_clicks has caught up, so it is read as it is produced. Then the jobs are stopped in
-pipeline order, each when it has read its inputs to their end. Replay: each job in one availableNow run into its own
-outputs. Batch: enrich_clicks' and sessionize's own transforms over a batch read of their inputs (the JVM operators
-of kappa.operators run the per-user rule once per user there); the Delta views' pure-Python rules
-(jobs/page_stats/logic.py, jobs/user_activity/logic.py) over their input topics read in log order, and sessions as
-the topic's latest value per key. Delta tables are compared row for row.
+every second, so many batches wherever the clicks fall), while the generator produces (so clicks, late profile
+versions and enrich_clicks' corrections reach each job interleaved, as in production). Each job dies by SIGKILL at
+a fault point of its second batch (kappa.runtime.faults: the topic jobs after their Kafka write and before the
+checkpoint knows, so the batch runs again; page_stats and the sessions table between a view's two writes, its
+dead letters sent and its table not merged; user_activity after its merge) and is restarted from its checkpoint
+while the first half of the log is produced; the second half comes once the restarted enrich_clicks has caught up,
+so it is read as it is produced. Then the jobs are stopped in pipeline order, each when it has read its inputs to
+their end. Replay: each job in one availableNow run into its own outputs.
 
 Size: KAPPA_TEST_PROMISE_EVENTS clicks (CI's default below); `make soak` runs 200,000. The generator spreads them
 over PRODUCE_S + LIVE_PART_S seconds at most, so the live jobs see many batches whatever the size.
@@ -20,6 +27,7 @@ over PRODUCE_S + LIVE_PART_S seconds at most, so the live jobs see many batches 
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import queue
@@ -28,38 +36,40 @@ import subprocess
 import sys
 import threading
 import time
-from collections import Counter
-from collections.abc import Callable
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import pytest
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
+from fastavro import parse_schema, schemaless_reader
 from pyspark.sql import DataFrame, Row, SparkSession
-from pyspark.sql import functions as F
 
 from jobs.catalog import CLICKS, ENRICHED_CLICKS, SESSIONS, USER_PROFILES
 from jobs.enrich_clicks.declaration import JOB as ENRICH
-from jobs.enrich_clicks.logic import MINUTE_MS
-from jobs.enrich_clicks.transforms import ENRICHED, enriched_changes, union_inputs
-from jobs.page_stats import logic as page_logic
 from jobs.page_stats.declaration import JOB as PAGE_STATS
 from jobs.sessionize.declaration import JOB as SESSIONIZE
-from jobs.sessionize.transforms import LATE, UPSERT, session_changes
 from jobs.sessions_table.declaration import JOB as SESSIONS_TABLE
-from jobs.user_activity import logic as activity_logic
 from jobs.user_activity.declaration import JOB as USER_ACTIVITY
-from kappa.contracts.registry import Registry
-from kappa.contracts.topic_declarations import Topic, late_events_of
+from kappa.contracts.avro_serde import AvroEncoder
+from kappa.contracts.dead_letter_format import H_JOB, H_SOURCE_OFFSET, H_SOURCE_PARTITION, H_SOURCE_TOPIC
+from kappa.contracts.registry import Registry, value_subject
+from kappa.contracts.schema_files import topic_value_schema
+from kappa.contracts.topic_declarations import Topic, dead_letters_of, late_events_of
 from kappa.core.settings import KappaSettings
-from kappa.kafka.clients import admin_client
+from kappa.kafka.clients import Outgoing, admin_client, produce_all
+from kappa.kafka.partitioning import partition_for
 from kappa.kafka.topic_admin import apply
-from kappa.ops.clickstream import StreamConfig
+from kappa.ops.clickstream import START, Click, Emission, ProfileVersion, StreamConfig, clickstream
 from kappa.ops.produce_clickstream import generate
 from kappa.runtime import DeltaTable, JobSpec
+from kappa.runtime.faults import KILL_AT, FaultPoint
 from kappa.runtime.runner import run_job
 from kappa.spark.compacted import latest_per_key
-from kappa.spark.topic_io import decode_topic, kafka_source, read_topic, value_schema, writer_schemas
+from tests import oracles
 from tests.environment import stack_env
 from tests.waiting import wait_until
 
@@ -79,13 +89,64 @@ SCALE = max(1.0, EVENTS / 50_000)  # waits grow with the size of the run
 # ahead of the clicks, and re-emitted nothing.
 SPLIT = EVENTS // 2  # emissions (clicks and profile versions) in the first part
 LIVE_PART_S = 40.0
-ENRICHED_FIELDS = ("event_id", "user_id", "page", "referrer", "event_time", "device", "profile_version", "segment",
-                   "country")  # fmt: skip
+MINUTE_MS = 60_000
+# The rules' parameters, as the jobs declare them (the answer's inputs, not its code).
+LATENESS_MS = ENRICH.settings["profile_lateness_minutes"] * MINUTE_MS
+DISORDER_MS = ENRICH.settings["disorder_minutes"] * MINUTE_MS
+GAP_MS = SESSIONIZE.settings["gap_minutes"] * MINUTE_MS
+ALLOWED_MS = SESSIONIZE.settings["allowed_lateness_minutes"] * MINUTE_MS
+PAGE_GAP_MS = PAGE_STATS.settings["gap_minutes"] * MINUTE_MS
 # The jobs after enrich_clicks, in pipeline order; each reads what the one before produced.
 DOWNSTREAM = (SESSIONIZE, PAGE_STATS, USER_ACTIVITY, SESSIONS_TABLE)
 PIPELINE = (ENRICH, *DOWNSTREAM)
-SESSION_FIELDS = ("session_id", "user_id", "start_time", "end_time", "clicks", "distinct_pages", "entry_page",
-                  "exit_page", "segment")  # fmt: skip
+# Where each job dies in its second batch (a batch with rows: a job's batches run when its inputs grew).
+KILLS = {
+    ENRICH.name: FaultPoint.AFTER_WRITES,  # in Kafka, not in the checkpoint: the batch runs again
+    SESSIONIZE.name: FaultPoint.AFTER_WRITES,
+    PAGE_STATS.name: FaultPoint.BETWEEN_WRITES,  # its dead letters sent, its table not merged
+    USER_ACTIVITY.name: FaultPoint.AFTER_WRITES,  # merged, not in the checkpoint: Delta skips the batch id
+    SESSIONS_TABLE.name: FaultPoint.BETWEEN_WRITES,
+}
+KILLED_IN_BATCH = 2
+EDGE_HOUR = (int(START.timestamp() * 1000) + 2 * 3_600_000) // 3_600_000 * 3_600_000
+# A value no decoder accepts: its first byte is not the Confluent wire format's magic byte (0).
+POISON = b"\x07not an Avro record of any registered schema"
+
+
+def _edges() -> list[Emission]:
+    """A few users whose data sits on the rules' boundaries, to the millisecond, in log order: a rule off by one
+    (a gap, an allowed lateness or a visibility compared with < instead of <=) changes an output. The generated
+    data alone never comes within a minute of them."""
+    t0 = int(START.timestamp() * 1000) + 2 * 3_600_000
+    first = int(START.timestamp() * 1000) - MINUTE_MS  # every edge user's first version, valid from the start
+
+    def click(event_id: str, user: str, at: int) -> Emission:
+        return Emission(at, Click(f"edge-{event_id}", f"edge-{user}", f"/edge/{event_id}", None, at))
+
+    def version(user: str, number: int, segment: str, valid_from: int, published: int) -> Emission:
+        return Emission(published, ProfileVersion(f"edge-{user}", number, segment, "DE", valid_from))
+
+    return [
+        version("gap", 1, "FREE", first, t0 - 1000),
+        click("g1", "gap", t0),
+        click("g2", "gap", t0 + GAP_MS),  # exactly the gap after g1: the same session, g1's time on page
+        click("g3", "gap", t0 + 2 * GAP_MS + 1),  # 1 ms more than the gap after g2: a session of its own
+        version("late", 1, "FREE", first, t0 - 1000),
+        click("l1", "late", t0 + ALLOWED_MS + 10 * MINUTE_MS),
+        click("l2", "late", t0 + 10 * MINUTE_MS),  # exactly the allowed lateness behind l1: accepted
+        click("l3", "late", t0 + 10 * MINUTE_MS - 1),  # 1 ms more: late
+        version("asof", 1, "FREE", first, t0 - 1000),
+        click("a1", "asof", t0),
+        click("a2", "asof", t0 + MINUTE_MS),
+        version("asof", 2, "PRO", t0, t0 + LATENESS_MS),  # valid from a1's time, published L after it: a1's
+        version("asof", 3, "TRIAL", t0 + MINUTE_MS, t0 + MINUTE_MS + LATENESS_MS + 1),  # 1 ms too late for a2
+    ]
+
+
+EDGES = _edges()
+EDGE_CLICKS = sum(1 for e in EDGES if isinstance(e.record, Click))
+SESSION_FIELDS = ("session_id", "start_time", "end_time", "clicks", "distinct_pages", "entry_page", "exit_page",
+                  "segment")  # fmt: skip
 
 
 class Job:
@@ -118,9 +179,11 @@ class Job:
                 return line
         raise AssertionError(f"no such line within {timeout_s:.0f} s; last output:\n{''.join(self.log[-30:])}")
 
-    def kill(self) -> None:
-        self.process.send_signal(signal.SIGKILL)
-        assert self.process.wait(timeout=60) == -signal.SIGKILL
+    def killed_by_its_fault_point(self, timeout_s: float) -> str:
+        """The job killed itself at its armed fault point: -> the line that says where."""
+        line = self.wait_for(lambda line: line.startswith("fault point: SIGKILL"), timeout_s)
+        assert self.process.wait(timeout=60) == -signal.SIGKILL, "".join(self.log[-30:])
+        return line.strip()
 
     def finish(self, timeout_s: float) -> None:
         code = self.process.wait(timeout=timeout_s)
@@ -134,15 +197,88 @@ class Job:
         self.finish(timeout_s)
 
 
-def _batch_line(query: str, at_least: int) -> Callable[[str], bool]:
-    def matches(line: str) -> bool:
-        marker = f"{query} batch "
-        if marker not in line:
-            return False
-        number = line.split(marker, 1)[1].split(":", 1)[0]
-        return number.isdigit() and int(number) >= at_least
+class Poison:
+    """Undecodable records put into topics, each remembered by its position: the dead letters to expect."""
 
-    return matches
+    def __init__(self, settings: KappaSettings) -> None:
+        self.producer = Producer({"bootstrap.servers": settings.bootstrap, "enable.idempotence": True})
+        self.sent: dict[str, set[tuple[int, int]]] = defaultdict(set)  # topic -> {(partition, offset)}
+        self.failed: list[str] = []
+        self._lock = threading.Lock()
+
+    def into(self, topic: Topic, count: int) -> None:
+        for _ in range(count):
+            key = f"poison-{uuid.uuid4().hex[:8]}".encode()
+            self.producer.produce(topic.name, key=key, value=POISON, on_delivery=self._delivered)
+        assert self.producer.flush(30) == 0, f"poison for {topic.name} not delivered"
+        assert not self.failed, self.failed
+
+    def _delivered(self, error: object, message: object) -> None:
+        if error is not None:
+            self.failed.append(str(error))
+            return
+        with self._lock:
+            self.sent[message.topic()].add((message.partition(), message.offset()))  # type: ignore[attr-defined]
+
+    def of(self, *topics: Topic) -> set[tuple[str, int, int]]:
+        return {(t.name, p, o) for t in topics for p, o in self.sent[t.name]}
+
+
+class Record(NamedTuple):
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: dict[str, str]
+
+
+def _size(settings: KappaSettings, topic: str) -> int:
+    """The records a topic holds now (never compacted away in a test this short)."""
+    consumer = Consumer({"bootstrap.servers": settings.bootstrap, "group.id": "probe-size"})
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        return sum(e - s for s, e in (consumer.get_watermark_offsets(TopicPartition(topic, p)) for p in partitions))
+    finally:
+        consumer.close()
+
+
+def _records(settings: KappaSettings, topic: str) -> list[Record]:
+    """Every record of a topic up to its end as it is now, read once."""
+    consumer = Consumer({"bootstrap.servers": settings.bootstrap, "group.id": f"probe-{uuid.uuid4().hex[:8]}",
+                         "enable.auto.commit": False})  # fmt: skip
+    try:
+        metadata = consumer.list_topics(topic, timeout=10).topics[topic]
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in metadata.partitions}
+        wanted = sum(end - start for start, end in ends.values())
+        consumer.assign([TopicPartition(topic, p, start) for p, (start, _end) in ends.items()])
+        found: list[Record] = []
+        deadline = time.monotonic() + 60
+        while len(found) < wanted and time.monotonic() < deadline:
+            for m in consumer.consume(500, timeout=1):
+                assert m.error() is None, m.error()
+                if int(m.offset() or 0) >= ends[int(m.partition() or 0)][1]:
+                    continue  # written since the ends were read
+                headers = {
+                    str(h[0]): h[1].decode() if isinstance(h[1], bytes) else str(h[1]) for h in m.headers() or []
+                }
+                found.append(Record(int(m.partition() or 0), int(m.offset() or 0), m.key(), m.value(), headers))
+        assert len(found) == wanted, f"{topic}: read {len(found)} of {wanted} records"
+        return found
+    finally:
+        consumer.close()
+
+
+def _dead_letters(settings: KappaSettings, topic: Topic, job: str, offsets: range) -> set[tuple[str, int, int]]:
+    """(source topic, partition, offset) of the dead letters `job` wrote for `topic` at those dlq offsets."""
+    return {
+        (h[H_SOURCE_TOPIC], int(h[H_SOURCE_PARTITION]), int(h[H_SOURCE_OFFSET]))
+        for offset, h in ((r.offset, r.headers) for r in _records(settings, dead_letters_of(topic).name))
+        if h[H_JOB] == job and offset in offsets
+    }
+
+
+def _end_offset(settings: KappaSettings, topic: str) -> int:
+    return _size(settings, topic)  # a dead-letter topic: one partition
 
 
 def _caught_up(settings: KappaSettings, group: str, topics: list[Topic]) -> bool:
@@ -164,20 +300,72 @@ def _ms(t: datetime | None) -> int | None:
     return None if t is None else int(t.astimezone(UTC).timestamp() * 1000)  # pyspark: naive local time
 
 
-def _utc(ms: int | None) -> datetime | None:
-    return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC)
-
-
-def _same_rows(a: DataFrame, b: DataFrame, what: str) -> None:
-    """Equal as multisets of rows: each side read once (one Spark job), compared here with the differences named."""
-    left, right = Counter(tuple(r) for r in a.collect()), Counter(tuple(r) for r in b.collect())
-    missing, extra = left - right, right - left
+def _same(actual: Mapping[Any, Any], expected: Mapping[Any, Any], what: str) -> None:
+    """Equal mappings, the differences named."""
+    missing = {k: v for k, v in expected.items() if actual.get(k, KeyError) != v}
+    extra = [k for k in actual if k not in expected]
     differences = (
-        f"{what}: {sum(missing.values())} rows only on the left, {sum(extra.values())} only on the right; "
-        f"e.g. {list(missing)[:3]} vs {list(extra)[:3]}"
+        f"{what}: {len(missing)} keys missing or different, {len(extra)} unexpected; "
+        f"e.g. expected {list(missing.items())[:3]}, got {[(k, actual.get(k)) for k in list(missing)[:3]]}, "
+        f"unexpected {[(k, actual[k]) for k in extra[:3]]}"
     )
     assert not missing, differences
     assert not extra, differences
+
+
+def _produce_edges(settings: KappaSettings, clicks: Topic, profiles: Topic) -> None:
+    """The edge users' records, in their log order, as the generator writes records (key, partition, time)."""
+    with Registry(settings.registry) as registry:
+        encoders = {t.name: AvroEncoder(registry, value_subject(t.name), topic_value_schema(settings.schemas_path, t),
+                                        register=False) for t in (clicks, profiles)}  # fmt: skip
+    for e in EDGES:
+        r = e.record
+        topic, key = (clicks, r.event_id) if isinstance(r, Click) else (profiles, r.user_id)
+        value = encoders[topic.name].encode(r.as_avro())
+        produce_all(settings, topic.name, [Outgoing(key.encode(), value, partition_for(r.user_id, topic.partitions),
+                                                    timestamp_ms=e.log_time_ms)])  # fmt: skip
+
+
+class Answer:
+    """The independent answer, from the generator's records (tests/oracles.py), for each output."""
+
+    def __init__(self, config: StreamConfig) -> None:
+        clicks: list[Click] = []
+        profiles = []
+        for emission in [*clickstream(config), *EDGES]:  # in log order: each user's clicks as they were produced
+            r = emission.record
+            if isinstance(r, ProfileVersion):
+                profiles.append((r.user_id, r.profile_version, r.valid_from_ms, emission.log_time_ms, r.segment,
+                                 r.country))  # fmt: skip
+            else:
+                clicks.append(r)
+        enriched = oracles.enrichment(
+            ((c.event_id, c.user_id, c.page, c.event_time_ms) for c in clicks), profiles, LATENESS_MS
+        )
+        self.late_profiles = oracles.late_profiles(
+            (
+                (r.user_id, e.log_time_ms, r.profile_version, r.valid_from_ms)
+                if isinstance(r := e.record, ProfileVersion)
+                else (r.user_id, r.event_time_ms, None, None)
+                for e in [*clickstream(config), *EDGES]
+            ),
+            LATENESS_MS,
+            DISORDER_MS,
+        )
+        self.enriched = {
+            c.event_id: (c.user_id, c.page, c.referrer, c.event_time_ms, c.device, *enriched[c.event_id][:3])
+            for c in clicks
+        }
+        events = [(c.event_id, c.user_id, c.page, c.event_time_ms, enriched[c.event_id][1]) for c in clicks]
+        sessions, self.late_clicks = oracles.sessions(events, GAP_MS, ALLOWED_MS)
+        self.sessions = {sid: (sid.split(":", 1)[0], *row) for sid, row in sessions.items()}
+        self.page_stats = oracles.page_stats(
+            ((c.user_id, c.event_id, c.page, c.event_time_ms) for c in clicks), PAGE_GAP_MS
+        )
+        self.user_activity = oracles.user_activity(
+            (sid, user, start, end, n, segment)
+            for sid, (user, start, end, n, _pages, _entry, _exit, segment) in self.sessions.items()
+        )
 
 
 @pytest.fixture
@@ -196,7 +384,7 @@ def topics(avro_topic: Callable[..., Topic], stack: KappaSettings) -> dict[str, 
 
 @pytest.mark.slow
 @pytest.mark.timeout(int(1800 * SCALE))
-def test_live_with_sigkill_replay_and_batch_give_identical_outputs(
+def test_live_with_kills_inside_batches_and_replay_both_equal_the_independent_answer(
     stack: KappaSettings, spark: SparkSession, topics: dict[str, Topic], tmp_path: Path
 ) -> None:
     def bindings(run: str) -> dict[str, str]:
@@ -207,34 +395,70 @@ def test_live_with_sigkill_replay_and_batch_give_identical_outputs(
             SESSIONS.name: topics[f"sessions_{run}"].name,
         }
 
+    answer = Answer(CONFIG)
+    assert len(answer.enriched) == EVENTS + EDGE_CLICKS
+    # The edges, as the documented rules decide them (what makes a rule off by one fail here):
+    assert answer.sessions["edge-gap:edge-g1"][3] == 2  # g1 and g2, exactly the gap apart
+    assert "edge-gap:edge-g3" in answer.sessions
+    assert "edge-l2" not in answer.late_clicks
+    assert "edge-l3" in answer.late_clicks
+    assert [answer.enriched[f"edge-{c}"][5] for c in ("a1", "a2")] == [2, 2]  # v2 visible to a1; v3 not to a2
+    assert answer.page_stats[("/edge/g1", EDGE_HOUR)][2] == GAP_MS  # g1's time on page: exactly the gap
+    assert answer.late_clicks, "the data must hold late clicks, or .late proves nothing"
+    assert len(answer.sessions) > EVENTS // 20  # about one session per 13 clicks: a real workload
+    poison = Poison(stack)
+    for name in ("clicks", "profiles", "enriched_replay", "sessions_replay"):  # the replay's come before it
+        poison.into(topics[name], 3)
+    _produce_edges(stack, topics["clicks"], topics["profiles"])
+
     live = stack.model_copy(update={"checkpoint_root": str(tmp_path / "live" / "cp"),
                                     "delta_root": str(tmp_path / "live" / "delta")})  # fmt: skip
-    live_env = stack_env(stack, KAPPA_CHECKPOINT_ROOT=str(tmp_path / "live" / "cp"),
-                         KAPPA_DELTA_ROOT=str(tmp_path / "live" / "delta"))  # fmt: skip
 
-    # (a) Live: every job at once, as deployed, while the generator produces.
-    def live_job(spec: JobSpec) -> Job:
-        # The two topic jobs on 1 s, so corrections, merges and tombstones reach the views spread over many
-        # batches; the Delta views on their declared trigger (a view batch is two MERGEs: back to back on a
-        # 1 s trigger, they cost the machine more than they add batches to the test).
-        # a batch every second, views too: many batches, each cut where the clicks happen to be
-        return Job([spec.name, json.dumps(bindings("live")), "--freshness", "2 seconds"], live_env)
+    # (a) Live: every job at once, as deployed, while the generator produces; each armed to die in its 2nd batch.
+    def live_job(spec: JobSpec, **armed: str) -> Job:
+        env = stack_env(stack, KAPPA_CHECKPOINT_ROOT=str(tmp_path / "live" / "cp"),
+                        KAPPA_DELTA_ROOT=str(tmp_path / "live" / "delta"), **armed)  # fmt: skip
+        # A batch every second, views too: many batches, each cut where the clicks happen to be.
+        return Job([spec.name, json.dumps(bindings("live")), "--freshness", "2 seconds"], env)
 
-    jobs = {spec.name: live_job(spec) for spec in PIPELINE}
+    jobs = {s.name: live_job(s, **{KILL_AT: f"{KILLS[s.name]}:{KILLED_IN_BATCH}"}) for s in PIPELINE}
     for spec in PIPELINE:
         jobs[spec.name].wait_for(lambda line: "started" in line, timeout_s=300 * SCALE)
+    # Poison drips into each live intermediate topic once its job has written to it, so the batches the views die
+    # in carry dead letters too (the fault point's line counts them).
+    stop_dripping = threading.Event()
+
+    drip_failed: list[BaseException] = []
+
+    def drip() -> None:
+        dripping: set[str] = set()
+        try:
+            while not stop_dripping.wait(0.5):
+                for name in ("enriched_live", "sessions_live"):
+                    topic = topics[name]
+                    if name in dripping or _size(stack, topic.name) > len(poison.sent[topic.name]):
+                        dripping.add(name)
+                        poison.into(topic, 1)
+        except BaseException as exc:  # raised again in the test's thread
+            drip_failed.append(exc)
+
+    dripper = threading.Thread(target=drip, daemon=True)
+    dripper.start()
     producer = threading.Thread(
         target=generate,
         args=(stack, CONFIG, topics["clicks"], topics["profiles"]),
         kwargs={"rate": SPLIT / PRODUCE_S, "progress": None, "emissions": slice(0, SPLIT)},
     )
     producer.start()
-    # Each job: SIGKILL after its second batch (its first one that started from a checkpoint), then a restart
-    # from that checkpoint. Downstream jobs get their first rows only once enrich_clicks has written some.
-    for spec in PIPELINE:
-        jobs[spec.name].wait_for(_batch_line(f"{spec.name}_v{spec.version}", 1), timeout_s=600 * SCALE)
-        jobs[spec.name].kill()
+    kills = []
+    for spec in PIPELINE:  # downstream jobs get their first rows only once enrich_clicks has written some
+        kills.append(jobs[spec.name].killed_by_its_fault_point(timeout_s=600 * SCALE))
         jobs[spec.name] = live_job(spec)
+    print("\n".join(kills))  # where each job died: the test's log shows it
+    for spec, line in zip(PIPELINE, kills, strict=True):
+        assert f"at {KILLS[spec.name]} of {spec.name}_v{spec.version}" in line, line
+        if KILLS[spec.name] is FaultPoint.BETWEEN_WRITES:  # a batch with table rows (only such batches count)
+            assert not line.endswith(" 0 rows unwritten"), line
     producer.join(timeout=600 * SCALE)
     assert not producer.is_alive(), "the generator did not finish"
     enrich_inputs = list(ENRICH.bound(bindings("live")).inputs)
@@ -247,6 +471,12 @@ def test_live_with_sigkill_replay_and_batch_give_identical_outputs(
     rest = generate(stack, CONFIG, topics["clicks"], topics["profiles"], rate=(EVENTS - SPLIT) / LIVE_PART_S,
                     progress=None, emissions=slice(SPLIT, None))  # fmt: skip
     assert rest.clicks > 0
+    stop_dripping.set()
+    dripper.join(timeout=60)
+    assert not dripper.is_alive()
+    if drip_failed:
+        raise drip_failed[0]
+    assert len(poison.sent[topics["enriched_live"].name]) > 10, "the drip ran while the jobs did"
     # Stopped in pipeline order, each once it has read its inputs to their end: then its output is final, and
     # so are the next job's inputs. Its queries run before it is asked to stop (a SIGTERM while Python still
     # imports would kill the restarted job instead of stopping it).
@@ -254,114 +484,92 @@ def test_live_with_sigkill_replay_and_batch_give_identical_outputs(
         job = jobs[spec.name]
         job.wait_for(lambda line: "started" in line, timeout_s=300 * SCALE)
         inputs = list(spec.bound(bindings("live")).inputs)
+        group = f"kappa.{spec.name}.v{spec.version}"
         wait_until(
-            lambda inputs=inputs, spec=spec: _caught_up(stack, f"kappa.{spec.name}.v{spec.version}", inputs),
+            lambda group=group, inputs=inputs: _caught_up(stack, group, inputs),  # type: ignore[misc]
             timeout_s=900 * SCALE,
             what=f"{spec.name} reads its inputs to their end",
             log=job.log,
         )
         job.stop(timeout_s=180)
+    live_dead_letters_end = {
+        t: _end_offset(stack, dead_letters_of(topics[t]).name) for t in ("clicks", "profiles")
+    }  # enrich_clicks' live and replay runs share their inputs' dead-letter topics: the replay's come after
 
     # (b) Replay: each job once from the start, availableNow, into its own outputs.
     replay = stack.model_copy(update={"checkpoint_root": str(tmp_path / "replay" / "cp"),
                                       "delta_root": str(tmp_path / "replay" / "delta")})  # fmt: skip
-    run_job(ENRICH.bound(bindings("replay")), replay, available_now=True)
-    for spec in DOWNSTREAM:
+    for spec in PIPELINE:
         run_job(spec.bound(bindings("replay")), replay, available_now=True)
 
-    # (c) Plain batch: each job's transform over a batch read of the same input topics.
-    def batch_read(topic: Topic) -> DataFrame:
-        return read_topic(spark, stack, topic, job="batch", job_version=0, streaming=False, with_raw=True).records
-
-    lateness = ENRICH.settings["profile_lateness_minutes"] * MINUTE_MS
-    disorder = ENRICH.settings["disorder_minutes"] * MINUTE_MS
-    enriched_batch = enriched_changes(
-        union_inputs(batch_read(topics["clicks"]), batch_read(topics["profiles"])), lateness, disorder
-    ).where(F.col("kind") == ENRICHED)
-    gap = SESSIONIZE.settings["gap_minutes"] * MINUTE_MS
-    allowed = SESSIONIZE.settings["allowed_lateness_minutes"] * MINUTE_MS
-    session_batch = session_changes(batch_read(topics["enriched_replay"]), gap, allowed).cache()
-
-    # enriched_clicks: live == replay == batch, as the latest value per event id.
-    enriched = {run: latest_per_key(spark, stack, topics[f"enriched_{run}"]) for run in ("live", "replay")}
-    expected = enriched_batch.select(*ENRICHED_FIELDS).cache()
-    assert expected.count() == EVENTS
-    for run, table in enriched.items():
-        _same_rows(table.select(*ENRICHED_FIELDS), expected, f"enriched_clicks {run} vs batch")
-    # The live run did re-emit corrections (late profile versions), which the replay never needed.
-    live_records = (
-        spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", stack.bootstrap)
-        .option("subscribe", topics["enriched_live"].name)
-        .load()
-        .count()
-    )
+    # enriched_clicks: the latest value per event id.
+    for run in ("live", "replay"):
+        rows = latest_per_key(spark, stack, topics[f"enriched_{run}"]).collect()
+        found = {r.event_id: (r.user_id, r.page, r.referrer, _ms(r.event_time), r.device, r.profile_version,
+                              r.segment, r.country) for r in rows}  # fmt: skip
+        assert len(rows) == len(found)  # one row per key
+        _same(found, answer.enriched, f"enriched_clicks {run}")
+    # The live run did re-emit corrections (late profile versions), which the answer does not need.
+    live_records = len(_records(stack, topics["enriched_live"].name)) - len(poison.sent[topics["enriched_live"].name])
     assert live_records > EVENTS, f"live enrich_clicks: {live_records:,} records for {EVENTS:,} clicks, no correction"
 
-    # sessions: live == replay == batch, as the latest value per session id; late events the same set.
-    sessions = {run: latest_per_key(spark, stack, topics[f"sessions_{run}"]) for run in ("live", "replay")}
-    expected_sessions = session_batch.where(F.col("kind") == UPSERT).select(*SESSION_FIELDS)
-    assert expected_sessions.count() > EVENTS // 20  # about one session per 13 clicks: a real workload
-    for run, table in sessions.items():
-        _same_rows(table.select(*SESSION_FIELDS), expected_sessions, f"sessions {run} vs batch")
-    expected_late = {r.event_id for r in batch_read(topics["enriched_replay"]).join(
-        session_batch.where(F.col("kind") == LATE).select(
-            F.col("side_partition").alias("kafka_partition"), F.col("side_offset").alias("kafka_offset")
-        ), ["kafka_partition", "kafka_offset"]).select("event_id").collect()}  # fmt: skip
-    assert expected_late
+    # sessions: the latest value per session id; the late clicks, each set aside (by its key, the event id).
     for run in ("live", "replay"):
-        # The side topic holds the original enriched records, written with the enriched topic's schemas.
-        late_topic = late_events_of(topics[f"sessions_{run}"])
-        with Registry(stack.registry) as registry:
-            writers = writer_schemas(registry, topics[f"enriched_{run}"])
-        raw = kafka_source(spark, stack, late_topic, streaming=False)
-        late = decode_topic(raw, value_schema(stack, ENRICHED_CLICKS), writers, job="t", job_version=0)
-        late_ids = {r.event_id for r in late.records.select("event_id").collect()}
-        assert expected_late <= late_ids, run
-        # Beyond those, the live run's side topic may hold corrections that came after their session settled
-        # (counted, never silently dropped): only event ids enrich_clicks re-emitted, which a replay never does.
-        corrected = {
-            r.key
-            for r in spark.read.format("kafka").option("kafka.bootstrap.servers", stack.bootstrap)
-            .option("subscribe", topics[f"enriched_{run}"].name).load()
-            .groupBy(F.col("key").cast("string").alias("key")).count().where("count > 1").collect()
-        }  # fmt: skip
-        assert late_ids - expected_late <= corrected, run
-        if run == "replay":
-            assert late_ids == expected_late
+        rows = latest_per_key(spark, stack, topics[f"sessions_{run}"]).collect()
+        found = {r.session_id: (r.user_id, _ms(r.start_time), _ms(r.end_time), r.clicks, r.distinct_pages,
+                                r.entry_page, r.exit_page, r.segment) for r in rows}  # fmt: skip
+        _same(found, answer.sessions, f"sessions {run}")
+        # A late record holds the enriched record's bytes and, in its headers, where it was read: its event id
+        # is that record's key.
+        keys = {(r.partition, r.offset): r.key for r in _records(stack, topics[f"enriched_{run}"].name)}
+        late = {
+            (keys[(int(r.headers[H_SOURCE_PARTITION]), int(r.headers[H_SOURCE_OFFSET]))] or b"").decode()
+            for r in _records(stack, late_events_of(topics[f"sessions_{run}"]).name)
+        }
+        assert late == answer.late_clicks, (
+            f"sessions {run} .late: {len(late - answer.late_clicks)} unexpected "
+            f"{sorted(late - answer.late_clicks)[:5]}, {len(answer.late_clicks - late)} missing"
+        )
 
-    # Delta views: live == replay == batch, row for row. Batch: each view's rule over the whole of its input topic
-    # (the replay's), as read in one batch: page_stats' and user_activity's pure-Python specifications
-    # (jobs/*/logic.py, not the operators the jobs run), and sessions as the topic's latest value per key.
-    def in_log_order(topic: Topic) -> list[Row]:
-        decoded = read_topic(spark, stack, topic, job="batch", job_version=0, streaming=False)
-        rows = decoded.rows.where(F.col("side_kind").isNull()).collect()
-        return sorted(rows, key=lambda r: (r.kafka_partition, r.kafka_offset))
-
-    clicks_in_log = [
-        page_logic.Click(r.user_id, r.event_id, r.page, _ms(r.event_time))
-        for r in in_log_order(topics["enriched_replay"])
-    ]
-    expected_views = (  # a JobSpec is no dict key: its outputs hold dicts
-        (PAGE_STATS, spark.createDataFrame(
-            [(page, _utc(hour), v.views, v.distinct_users, v.median_time_on_page_ms)
-             for (page, hour), v in page_logic.page_stats(clicks_in_log, gap).items()],
-            "page string, hour_start timestamp, views long, distinct_users long, median_time_on_page_ms long",
-        )),
-        (USER_ACTIVITY, spark.createDataFrame(
-            [(user, a.sessions, a.clicks, _utc(a.first_seen_ms), _utc(a.last_seen_ms), a.segment)
-             for user, a in activity_logic.user_activity(
-                 activity_logic.SessionChange(r.key, r.user_id, _ms(r.start_time), _ms(r.end_time), r.clicks,
-                                              r.segment, r.deleted)
-                 for r in in_log_order(topics["sessions_replay"])
-             ).items()],
-            "user_id string, sessions long, clicks long, first_seen timestamp, last_seen timestamp, segment string",
-        )),
-        (SESSIONS_TABLE, latest_per_key(spark, stack, topics["sessions_replay"]).select(*SESSION_FIELDS)),
-    )  # fmt: skip
-    for spec, expected_rows in expected_views:
+    # The Delta views, row for row.
+    def table(spec: JobSpec, settings: KappaSettings) -> list[Row]:
         assert isinstance(spec.output, DeltaTable)
-        assert expected_rows.count() > 100, spec.name
-        for run, settings in (("live", live), ("replay", replay)):
-            actual = spark.read.format("delta").load(spec.output.path(settings, spec.version))
-            _same_rows(actual.select(*expected_rows.columns), expected_rows, f"{spec.name} {run} vs batch")
+        frame: DataFrame = spark.read.format("delta").load(spec.output.path(settings, spec.version))
+        return frame.collect()
+
+    for run, settings in (("live", live), ("replay", replay)):
+        page_rows = table(PAGE_STATS, settings)
+        _same({(r.page, _ms(r.hour_start)): (r.views, r.distinct_users, r.median_time_on_page_ms)
+               for r in page_rows}, answer.page_stats, f"page_stats {run}")  # fmt: skip
+        assert len(page_rows) == len(answer.page_stats)
+        activity_rows = table(USER_ACTIVITY, settings)
+        _same({r.user_id: (r.sessions, r.clicks, _ms(r.first_seen), _ms(r.last_seen), r.segment)
+               for r in activity_rows}, answer.user_activity, f"user_activity {run}")  # fmt: skip
+        session_rows = table(SESSIONS_TABLE, settings)
+        _same({r.session_id: (r.user_id, _ms(r.start_time), _ms(r.end_time), r.clicks, r.distinct_pages,
+                              r.entry_page, r.exit_page, r.segment)
+               for r in session_rows}, answer.sessions, f"sessions table {run}")  # fmt: skip
+        assert len(session_rows) == len(answer.sessions)
+
+    # Dead letters: each job's, from each of its inputs, exactly the poison put there (a set: a batch run
+    # again after its crash sends its side records again; `kappa dlq inspect` counts each once).
+    for run in ("live", "replay"):
+        for spec in PIPELINE:
+            for declared in spec.inputs:
+                name = next(k for k, t in topics.items() if t.name == bindings(run)[declared.name])
+                shared = live_dead_letters_end.get(name)  # None: this run's input alone
+                offsets = range(0, 2**62) if shared is None else range(0, shared) if run == "live" else range(
+                    shared, 2**62)  # fmt: skip
+                dead = _dead_letters(stack, topics[name], spec.name, offsets)
+                assert poison.of(topics[name]), f"no poison in {name}: the check would prove nothing"
+                assert dead == poison.of(topics[name]), f"{spec.name} {run}: the dead letters of {name}"
+
+    # enrich_clicks' late profile versions (published after a click they apply to was settled): the same set.
+    profile_schema = parse_schema(json.loads((Path(stack.schemas_path) / "user_profiles.avsc").read_text()))
+    for run in ("live", "replay"):
+        late_profiles = set()
+        for r in _records(stack, late_events_of(topics[f"enriched_{run}"]).name):
+            assert r.value is not None
+            profile = schemaless_reader(io.BytesIO(r.value[5:]), profile_schema, None)  # the wire format's 5 bytes
+            late_profiles.add((profile["user_id"], profile["profile_version"]))  # type: ignore[call-overload,index]
+        assert late_profiles == answer.late_profiles, f"enriched_clicks {run} .late"
