@@ -11,7 +11,15 @@ unknown, the record is a dead letter.
 The ingest side shares the broker outage: two `kappa produce` runs stream files into a topic that is not compacted
 when the broker goes away. One waits the outage out (KAPPA_PRODUCE_TIMEOUT_S, longer than the outage) and exits 0;
 the other, given a timeout shorter than the outage, names the rows it could not confirm and exits 3, and run again
-after the outage adds exactly those the topic does not hold. Every row of both files is then in the topic once."""
+after the outage adds exactly those the topic does not hold. Every row of both files is then in the topic once.
+
+Each job's own lines show that it saw each outage and waited it out: while the broker was away, its lines name
+the lost broker (the platform's line per attempt when a query failed for want of Kafka, or the Kafka client's
+timeout that Spark logs while a batch waits for it), then batches of rows once it was back; raw_clicks' line
+while the registry was away, then the batch that dead-letters the unknown id once it answers (the lines' own
+times, against the clock of the outages). In the runs seen so far, a two-minute broker outage never failed a
+query: both held their batch (Spark's Kafka offset reader retries) and went on, so the platform's Kafka retry
+line is checked only when it appears; the registry outage does fail raw_clicks' query, and its lines are."""
 
 import json
 import re
@@ -20,6 +28,7 @@ import subprocess
 import threading
 import time
 from collections import Counter
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -59,6 +68,30 @@ INGEST_DECLARATION = (
     "\n\nUSER_PROFILES = Topic("
 )
 SHORT_TIMEOUT_S = 15  # the impatient producer's KAPPA_PRODUCE_TIMEOUT_S: well inside the outage
+
+
+LOGGED = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")  # a log line's time (local, as asctime)
+BATCH = re.compile(r" batch \d+: (\d+) rows, ")  # a batch's progress line, with the rows it read
+# What a job's lines say when Kafka does not answer: the platform's line before it starts a failed query again, or
+# the Kafka client's timeout in Spark's warnings while a batch waits for the broker (its query has not failed).
+KAFKA_LOST = (": Kafka is unavailable (", "org.apache.kafka.common.errors.TimeoutException")
+
+
+def _logged(lines: list[str], text: str, start: float, end: float) -> list[str]:
+    """The log lines holding `text` whose own time is within [start, end] (seconds since the epoch)."""
+    found = []
+    for line in lines:
+        at = LOGGED.match(line)
+        if at and text in line:
+            logged = datetime.strptime(at.group(1), "%Y-%m-%d %H:%M:%S,%f").astimezone().timestamp()  # local time
+            if start <= logged <= end:
+                found.append(line)
+    return found
+
+
+def _batches_with_rows(lines: list[str], start: float, end: float) -> list[str]:
+    """Progress lines of batches that read rows, logged within [start, end]."""
+    return [line for line in _logged(lines, " batch ", start, end) if (m := BATCH.search(line)) and int(m.group(1))]
 
 
 def _rows_file(path: Path, first: int, count: int) -> set[str]:
@@ -119,6 +152,8 @@ def test_continuous_jobs_wait_out_broker_and_registry_outages_and_lose_nothing(t
             threading.Thread(target=lambda r=running, o=said[name]: o.extend(r.stdout), daemon=True).start()  # type: ignore[arg-type, misc]
         wait_until(lambda: _ingested(settings) >= 300, 60, "both files are streaming", log=said["patient"])
 
+        clock = {"broker gone": time.time()}  # when each outage began and ended, against the jobs' log lines
+        said_by = {"broker gone": {name: len(lines) for name, lines in outputs.items()}}  # where each job's lines were
         stack.stop_component(BROKER)  # every Kafka client of the job loses it: source, dead letters, progress
         back_at = time.monotonic() + OUTAGE_S
         while time.monotonic() < back_at:  # the outage itself, not a wait for a condition
@@ -128,6 +163,7 @@ def test_continuous_jobs_wait_out_broker_and_registry_outages_and_lose_nothing(t
             time.sleep(5)
         # The impatient one gave up on its unacknowledged rows inside the outage, and named them.
         assert producers["impatient"].wait(timeout=5) == 3, "".join(said["impatient"])
+        clock["broker back"] = time.time()
         stack.start_component(BROKER)
         assert producers["patient"].wait(timeout=300) == 0, "".join(said["patient"])
         again = pipeline.kappa("produce", INGEST, str(impatient))  # once Kafka answers: the rest, exactly once
@@ -138,6 +174,8 @@ def test_continuous_jobs_wait_out_broker_and_registry_outages_and_lose_nothing(t
 
         # The registry goes away: clicks of known writer versions still flow.
         encoded, during = encode_clicks(settings, source, 200, first=1000)
+        clock["registry gone"] = time.time()
+        said_by["registry gone"] = {name: len(lines) for name, lines in outputs.items()}
         stack.stop_component(REGISTRY)
         produce_all(settings, source.name, encoded)
         wait_until(lambda: len(event_ids(table)) >= 1200, 300, "clicks in Delta without the registry", log=output)
@@ -149,6 +187,7 @@ def test_continuous_jobs_wait_out_broker_and_registry_outages_and_lose_nothing(t
                 assert running.poll() is None, f"{name} exited without the registry:\n" + "".join(outputs[name][-40:])
             time.sleep(5)
         assert any("the schema registry is unavailable (" in line for line in output), "".join(output[-40:])
+        clock["registry back"] = time.time()
         stack.start_component(REGISTRY)
         wait_until(
             lambda: inspect(settings, source.name).by_job == {"raw_clicks": 1, "enrich_clicks": 1},
@@ -176,6 +215,12 @@ def test_continuous_jobs_wait_out_broker_and_registry_outages_and_lose_nothing(t
         out = "".join(lines)
         assert jobs[name].returncode == 0, out[-3000:]
         assert all("starting again in" in line for line in lines if "is unavailable (" in line)  # one line each
+        # It saw the broker's outage (its lines from then on name the lost broker), and went on once the broker was
+        # back: batches of rows (the clicks produced after the outage) before the registry went away.
+        outage = lines[said_by["broker gone"][name] : said_by["registry gone"][name]]
+        lost = [line for line in outage if any(marker in line for marker in KAFKA_LOST)]
+        assert lost, f"{name} said nothing of the broker outage:\n{''.join(outage)[-3000:]}"
+        assert _batches_with_rows(lines, clock["broker back"], clock["registry gone"]), f"{name}:\n{out[-3000:]}"
         assert "Traceback" not in out
         assert "stopped by signal" in out  # a clean stop after the outage, not a crash
         record = run_record.read(run_record.record_path(pipeline.settings(settings), name, 1))
@@ -183,6 +228,13 @@ def test_continuous_jobs_wait_out_broker_and_registry_outages_and_lose_nothing(t
         assert record.state is RunState.STOPPED
         waits = [line for line in lines if "is unavailable (" in line]
         assert record.last_error == (waits[-1].split(": ", 1)[1].split("; starting again in ")[0] if waits else None)
+    # raw_clicks saw the registry's outage while it lasted, then read on once it answered: the unknown id's batch
+    # (its progress line may come after the dead letter the test waited for, and after the stop signal).
+    registry_waits = _logged(
+        output, "the schema registry is unavailable (", clock["registry gone"], clock["registry back"]
+    )
+    assert registry_waits, "".join(output[-40:])
+    assert _batches_with_rows(output, clock["registry back"], float("inf")), "".join(output[-40:])
 
 
 def _check_ingest(
