@@ -135,7 +135,7 @@ def test_continuous_jobs_wait_out_broker_and_registry_outages_and_lose_nothing(t
         before = produce_clicks(settings, source, 600, first=0)
         for name, lines in outputs.items():
             jobs[name] = started = pipeline.popen("jobs", "run", name)
-            threading.Thread(target=lambda s=started, o=lines: o.extend(s.stdout), daemon=True).start()  # type: ignore[arg-type, misc]
+            threading.Thread(target=lambda s=started, o=lines: o.extend(s.stdout), daemon=True).start()
         wait_until(lambda: len(event_ids(table)) == len(before), 240, "the first clicks in Delta", log=output)
         wait_until(lambda: live_keys(settings, enriched) == before, 240, "the first clicks enriched", log=output)
 
@@ -149,7 +149,7 @@ def test_continuous_jobs_wait_out_broker_and_registry_outages_and_lose_nothing(t
         }
         said: dict[str, list[str]] = {name: [] for name in producers}
         for name, running in producers.items():
-            threading.Thread(target=lambda r=running, o=said[name]: o.extend(r.stdout), daemon=True).start()  # type: ignore[arg-type, misc]
+            threading.Thread(target=lambda r=running, o=said[name]: o.extend(r.stdout), daemon=True).start()
         wait_until(lambda: _ingested(settings) >= 300, 60, "both files are streaming", log=said["patient"])
 
         clock = {"broker gone": time.time()}  # when each outage began and ended, against the jobs' log lines
