@@ -1059,7 +1059,7 @@ def main() -> None:
                 sections["jvm_profile"] += idle_profile
                 verdicts.append({"what": "idle: the jobs' cores", "measured": idle["jobs"], "target": "< 0.1",
                                  "verdict": "met" if idle["jobs"] < 0.1 else "MISSED"})  # fmt: skip
-            for rate in args.rates.split(","):
+            for rate in (r for r in args.rates.split(",") if r):  # --rates '': none (the idle cost, a backlog)
                 if behind := drained(settings, pipeline, args.drain):
                     rows.append({"rate": rate, "path": f"not measured: {behind:,} records of backlog after "
                                  f"{args.drain:.0f} s"})  # fmt: skip
