@@ -240,7 +240,7 @@ from kappa.lifecycle import deployments
 stop = threading.Event()
 signal.signal(signal.SIGTERM, lambda *_: stop.set())
 watch = deployments.watch_wrapper(lambda: os.kill(os.getpid(), signal.SIGTERM), interval_s=0.05)
-print("running", "watching" if watch else "unwatched", flush=True)
+print("running " + ("watching" if watch else "unwatched"), flush=True)  # one write: the test reads it whole
 stop.wait()
 time.sleep(1.0)
 print("stopped:", "wrapper gone" if watch and watch.gone.is_set() else "signal", flush=True)
