@@ -281,7 +281,8 @@ class AliasConsumer:
         return _required(self._aliases.live(self.dataset.name), self.dataset.name).version
 
     def changes(self, idle_timeout_s: float | None = None) -> Iterator[Change]:
-        """Every change, following the alias; stops after `idle_timeout_s` with nothing new (None: never)."""
+        """Every change, following the alias; stops after `idle_timeout_s` with nothing new (None: never). The
+        time the caller spends between two changes does not count: a cutover it makes meanwhile is still seen."""
         idle_since = time.monotonic()
         while True:
             now = time.monotonic()
@@ -290,8 +291,8 @@ class AliasConsumer:
                 wanted = self._live_version()
                 if wanted != self.version:
                     for change in self._switch(wanted):
-                        idle_since = time.monotonic()
                         yield change
+                        idle_since = time.monotonic()  # the caller's time with a change is not idle time
             message = self._consumer.poll(0.2)
             if message is None:
                 if idle_timeout_s is not None and time.monotonic() - idle_since > idle_timeout_s:
@@ -309,6 +310,7 @@ class AliasConsumer:
             if self.delivered.get(key, b"-") != digest:
                 yield self._change(key, raw, self.version or 0, topic, partition, offset)
                 self.delivered[key] = digest  # handed over: the caller asked for the next change
+                idle_since = time.monotonic()
             self._consumer.store_offsets(
                 offsets=[TopicPartition(topic, partition, offset + 1, metadata=self._metadata)]
             )
