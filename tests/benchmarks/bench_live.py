@@ -983,12 +983,16 @@ def backlog_drain(settings: KappaSettings, pipeline: Pipeline, args: argparse.Na
         producer.join()
         samples.stop()
     batches = job_batches(settings, job, version, started_at)
+
+    def after(seen_at: list[float]) -> float | str:  # seconds, or why there are none
+        return round(seen_at[0], 1) if seen_at else f"not within {args.drain:.0f} s"
+
     highest = {j: max((lags[j] for _, lags in samples.samples), default=0) for j, _ in others}
     row: dict[str, Any] = {
         "job": job,
         "backlog": behind,
-        "backlog_read_s": round(consumed_after[0], 1) if consumed_after else f"not within {args.drain:.0f} s",
-        "drained_s": round(drained_after[0], 1) if drained_after else f"not within {args.drain:.0f} s",
+        "backlog_read_s": after(consumed_after),
+        "drained_s": after(drained_after),
         "batches": len(batches),
         "largest_batch": max((b["rows"] for b in batches), default=0),
         "longest_batch_ms": max((b["ms"] for b in batches), default=0),
@@ -996,8 +1000,8 @@ def backlog_drain(settings: KappaSettings, pipeline: Pipeline, args: argparse.Na
         "jobs_cores": cores["jobs"],
         "machine_cores": cores["machine"],
     }
-    said = {k: f"{v} s" if isinstance(v, float) else v for k, v in row.items()}
-    print(f"backlog: read in {said['backlog_read_s']}; lag under 2 s of input in {said['drained_s']}", flush=True)
+    read, drained = (f"{v} s" if isinstance(v, float) else v for v in (row["backlog_read_s"], row["drained_s"]))
+    print(f"backlog: read in {read}; lag under 2 s of input in {drained}", flush=True)
     return [row]
 
 
