@@ -163,7 +163,7 @@ def kafka_records(
     from pyspark.sql import functions as F
 
     # Lazy: imports pyspark, only where a Spark session runs (this module is imported without one).
-    from kappa.spark.side_outputs import SIDE_KIND, side_record_columns
+    from kappa.spark.side_outputs import HEADERS_TYPE, SIDE_KIND, side_record_columns
     from kappa.spark.topic_io import topic_value
 
     output = ctx.spec.output
@@ -174,7 +174,7 @@ def kafka_records(
     record = {
         "key": key.cast("string").cast("binary"),
         "value": value if delete is None else F.when(~delete, value),
-        "headers": F.lit(None).cast("array<struct<key: string, value: binary>>"),
+        "headers": F.lit(None).cast(HEADERS_TYPE),
         "topic": F.lit(output.name),
     }
     columns = [F.when(side, dead[name]).otherwise(column).alias(name) for name, column in record.items()]

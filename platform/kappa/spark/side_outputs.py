@@ -64,9 +64,19 @@ def late_side_row(rows: pd.DataFrame, i: int, kind: DeadLetterKind) -> dict[str,
     }
 
 
+HEADERS_TYPE = "array<struct<key: string, value: binary>>"  # a Kafka record's headers, as Spark's Kafka sink takes them
+
+
 def kafka_header(name: str, value: Column) -> Column:
     """One Kafka header (struct<key: string, value: binary>), its value as UTF-8 text."""
     return F.struct(F.lit(name).alias("key"), value.cast("string").cast("binary").alias("value"))
+
+
+def _present(headers: Sequence[Column]) -> Column:
+    """The headers whose value is not null, in their order. A concat of one-header arrays, not `F.filter`: a
+    lambda keeps Spark from compiling the projection into its whole-stage code, and each task generated it again."""
+    none = F.array().cast(HEADERS_TYPE)
+    return F.concat(none, *[F.when(h["value"].isNotNull(), F.array(h)).otherwise(none) for h in headers])
 
 
 def side_records(
@@ -90,7 +100,7 @@ def side_record_columns(
         target = F.when(F.col("side_topic") == topic, F.lit(dlq_topic(topic))).otherwise(target)
     if output_topic is not None:
         target = F.when(F.col(SIDE_KIND).isin(*LATE_KINDS), F.lit(late_topic(output_topic))).otherwise(target)
-    headers = F.array(
+    headers = (
         kafka_header(H_KIND, F.col(SIDE_KIND)),
         kafka_header(H_MESSAGE, F.col("side_message")),
         kafka_header(H_SOURCE_TOPIC, F.col("side_topic")),
@@ -106,6 +116,6 @@ def side_record_columns(
     return {
         "key": F.col("side_key"),
         "value": F.col("side_value"),
-        "headers": F.filter(headers, lambda h: h["value"].isNotNull()),  # only headers that say something
+        "headers": _present(headers),  # only headers that say something
         "topic": target,
     }
