@@ -243,12 +243,20 @@ class RowContract:
         # Lazy: pyspark, only where a Spark session runs (this module is imported without one).
         from pyspark.sql import functions as F
 
-        none = F.array().cast("array<string>")
-        # A concat of one-name arrays, not array_compact: that is a lambda (`filter`), which Spark cannot compile
-        # into its whole-stage code, so every task of a job reading a topic generated the contract's projection
-        # again (a quarter of a live batch's task time).
-        names = [F.when(~ok, F.array(F.lit(name))).otherwise(none) for name, ok in self.checks(col or F.col)]
-        return F.concat(none, *names)
+        return kept_in_order([(~ok, F.lit(name)) for name, ok in self.checks(col or F.col)], "string")
+
+
+def kept_in_order(items: Sequence[tuple[Column, Column]], element_type: str) -> Column:
+    """array<element_type>: each (keep, element)'s element where `keep` holds, in their order.
+
+    A concat of one-element arrays, not `array_compact`/`filter`: a lambda is an expression Spark cannot compile
+    into its whole-stage code, so its whole projection ran row by row and every task generated that projection's
+    code again (29 % of a live batch's task time in enrich_clicks at 1,000 clicks/s)."""
+    # Lazy: pyspark, only where a Spark session runs (this module is imported without one).
+    from pyspark.sql import functions as F
+
+    none = F.array().cast(f"array<{element_type}>")
+    return F.concat(none, *[F.when(keep, F.array(element)).otherwise(none) for keep, element in items])
 
 
 def row_contract(suite: Suite) -> RowContract:

@@ -34,6 +34,7 @@ from kappa.contracts.dead_letter_format import (
     dlq_topic,
     late_topic,
 )
+from kappa.contracts.expectations import kept_in_order
 
 # The side columns, as Spark DDL (a stateful rule's output schema ends with them) and by name.
 SIDE_SCHEMA = (
@@ -64,19 +65,13 @@ def late_side_row(rows: pd.DataFrame, i: int, kind: DeadLetterKind) -> dict[str,
     }
 
 
-HEADERS_TYPE = "array<struct<key: string, value: binary>>"  # a Kafka record's headers, as Spark's Kafka sink takes them
+HEADER_TYPE = "struct<key: string, value: binary>"  # one Kafka header, as Spark's Kafka sink takes it
+HEADERS_TYPE = f"array<{HEADER_TYPE}>"
 
 
 def kafka_header(name: str, value: Column) -> Column:
     """One Kafka header (struct<key: string, value: binary>), its value as UTF-8 text."""
     return F.struct(F.lit(name).alias("key"), value.cast("string").cast("binary").alias("value"))
-
-
-def _present(headers: Sequence[Column]) -> Column:
-    """The headers whose value is not null, in their order. A concat of one-header arrays, not `F.filter`: a
-    lambda keeps Spark from compiling the projection into its whole-stage code, and each task generated it again."""
-    none = F.array().cast(HEADERS_TYPE)
-    return F.concat(none, *[F.when(h["value"].isNotNull(), F.array(h)).otherwise(none) for h in headers])
 
 
 def side_records(
@@ -116,6 +111,6 @@ def side_record_columns(
     return {
         "key": F.col("side_key"),
         "value": F.col("side_value"),
-        "headers": _present(headers),  # only headers that say something
+        "headers": kept_in_order([(h["value"].isNotNull(), h) for h in headers], HEADER_TYPE),  # those with a value
         "topic": target,
     }
