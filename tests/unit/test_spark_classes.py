@@ -57,6 +57,9 @@ def test_driver_options_map_the_archive_then_add_the_settings_options(tmp_path: 
     assert f"-XX:SharedArchiveFile={archive}" in options
     assert "-Xlog:cds=off" in options  # a JVM the archive does not fit says nothing, and runs without it
     assert options[-2:] == ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
+    # Spark's generated methods over HotSpot's 8,000 bytes are compiled, in the driver and on executors.
+    assert "-XX:-DontCompileHugeMethods" in options
+    assert shlex.split(conf["spark.executor.extraJavaOptions"]) == ["-XX:-DontCompileHugeMethods"]
     assert conf["spark.databricks.delta.snapshotPartitions"] == "3"
 
     (settings.jars_path / ARCHIVE).unlink()

@@ -86,7 +86,12 @@ def spark_conf(settings: KappaSettings, app_name: str) -> dict[str, str]:
     local = settings.spark_master.startswith("local")
     archive = usable_archive(settings, spark_java_path(), driver_classpath(settings))
     scratch = scratch_folder(settings)
+    # HotSpot compiles no method over 8,000 bytes of bytecode by default; Spark generates larger ones for a
+    # fused stage (a topic's decoding, data contract and the job's projection), which then ran interpreted:
+    # replaying 5M clicks, raw_clicks 43.6 -> 30.7 s and enrich_clicks 51.1 -> 37.7 s with them compiled.
+    jit = ["-XX:-DontCompileHugeMethods"]
     driver_options = [
+        *jit,
         f"-Dderby.system.home={settings.state_dir / 'derby'}",
         f"-Dlog4j2.configurationFile={log4j_config_path(settings)}",
         *([f"-Djava.io.tmpdir={scratch}"] if local else []),
@@ -135,6 +140,7 @@ def spark_conf(settings: KappaSettings, app_name: str) -> dict[str, str]:
         "spark.hadoop.fs.AbstractFileSystem.file.impl": "io.kappa.fs.LocalFs",
         "spark.sql.warehouse.dir": str(settings.state_dir / "spark-warehouse"),
         "spark.driver.extraJavaOptions": shlex.join(driver_options),
+        "spark.executor.extraJavaOptions": shlex.join(jit),  # executors of a cluster; local mode runs in the driver
     }
 
 
