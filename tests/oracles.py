@@ -17,10 +17,13 @@ The restatements follow from the rules' documented semantics:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
 import duckdb
 import pandas as pd
+
+from kappa.ops.clickstream import Emission, ProfileVersion
 
 # (event_id, user_id, page, event_time_ms, segment): one user's events in log order, any users interleaved.
 SessionEvent = tuple[str, str, str, int, str]
@@ -159,3 +162,65 @@ def late_profiles(
                 late.add((user, version))
         frontier[user] = max(frontier.get(user, at), at)
     return late
+
+
+@dataclass(frozen=True)
+class PipelineAnswer:
+    """Every output of the pipeline for one log, as the rules above compute it."""
+
+    # event_id -> (user_id, page, referrer, event_time_ms, device, profile_version, segment, country)
+    enriched: dict[str, tuple[str, str, str | None, int, str | None, int | None, str, str | None]]
+    late_profiles: set[tuple[str, int]]  # (user_id, profile_version) on enriched_clicks' .late
+    # session_id -> (user_id, start_ms, end_ms, clicks, distinct_pages, entry_page, exit_page, segment): the
+    # sessions topic's latest values and the sessions table's rows
+    sessions: dict[str, tuple[str, int, int, int, int, str, str, str]]
+    late_clicks: set[str]  # event ids on sessions' .late
+    page_stats: dict[tuple[str, int], tuple[int, int, int | None]]
+    user_activity: dict[str, tuple[int, int, int, int, str]]
+
+
+def pipeline(
+    log: Sequence[Emission],
+    *,
+    lateness_ms: int,
+    disorder_ms: int,
+    gap_ms: int,
+    allowed_lateness_ms: int,
+    page_gap_ms: int,
+    segment: Callable[[str], str] = lambda s: s,
+) -> PipelineAnswer:
+    """The pipeline's outputs for the generator's records in log order (clicks and profile versions), with the
+    jobs' settings; `segment` maps the as-of rule's segment to the one enrich_clicks writes (a logic change)."""
+    clicks = [e.record for e in log if not isinstance(e.record, ProfileVersion)]
+    profiles = [(r.user_id, r.profile_version, r.valid_from_ms, e.log_time_ms, r.segment, r.country)
+                for e in log if isinstance(r := e.record, ProfileVersion)]  # fmt: skip
+    as_of = enrichment(((c.event_id, c.user_id, c.page, c.event_time_ms) for c in clicks), profiles, lateness_ms)
+    late_versions = late_profiles(
+        (
+            (r.user_id, e.log_time_ms, r.profile_version, r.valid_from_ms)
+            if isinstance(r := e.record, ProfileVersion)
+            else (r.user_id, r.event_time_ms, None, None)
+            for e in log
+        ),
+        lateness_ms,
+        disorder_ms,
+    )
+    enriched: dict[str, tuple[str, str, str | None, int, str | None, int | None, str, str | None]] = {}
+    for c in clicks:
+        version, seg, country, _page = as_of[c.event_id]
+        enriched[c.event_id] = (c.user_id, c.page, c.referrer, c.event_time_ms, c.device, version, segment(seg),
+                                country)  # fmt: skip
+    events = [(c.event_id, c.user_id, c.page, c.event_time_ms, enriched[c.event_id][6]) for c in clicks]
+    found, late_clicks = sessions(events, gap_ms, allowed_lateness_ms)
+    by_session = {sid: (sid.split(":", 1)[0], *row) for sid, row in found.items()}
+    return PipelineAnswer(
+        enriched=enriched,
+        late_profiles=late_versions,
+        sessions=by_session,
+        late_clicks=late_clicks,
+        page_stats=page_stats(((c.user_id, c.event_id, c.page, c.event_time_ms) for c in clicks), page_gap_ms),
+        user_activity=user_activity(
+            (sid, user, start, end, n, seg)
+            for sid, (user, start, end, n, _pages, _entry, _exit, seg) in by_session.items()
+        ),
+    )

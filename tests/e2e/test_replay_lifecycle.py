@@ -39,21 +39,22 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from jobs.enrich_clicks.logic import MINUTE_MS, Profile, answer
 from kappa.contracts.expectations import suite_for
 from kappa.contracts.topic_declarations import Cleanup, Topic
 from kappa.core.settings import KappaSettings
 from kappa.kafka.aliases import AliasRegistry, Step
 from kappa.kafka.clients import Outgoing, produce_all
 from kappa.lifecycle import deployments
-from kappa.ops.clickstream import Click, ProfileVersion, StreamConfig, clickstream
+from kappa.ops.clickstream import ProfileVersion, StreamConfig, clickstream
 from kappa.runtime.readers import AliasConsumer
+from tests import oracles
 from tests.conftest import PORT_OFFSET
 from tests.integration.replay_pipeline import CONFIG, REPO, Deployment, deploy_copy, produce
 from tests.waiting import wait_until
 
 FIRST_PART = slice(0, 2200)  # the log when v1 goes live; the CLI flow adds the rest after its cutover
 DECLARATION = "enrich_clicks/declaration.py"
+MINUTE_MS = 60_000
 
 
 @pytest.fixture(scope="module")
@@ -105,25 +106,21 @@ def stop_deployment(d: Deployment, version: int) -> None:
 
 
 def rule(config: StreamConfig, lateness_minutes: int, emissions: slice) -> dict[str, tuple[int | None, str]]:
-    """event_id -> (profile_version, segment): the as-of rule over that part of the log (a fresh run)."""
-    profiles: dict[str, list[Profile]] = {}
-    clicks: list[Click] = []
+    """event_id -> (profile_version, segment): the as-of rule over that part of the log (a fresh run), computed
+    independently of the job (tests/oracles.py's SQL, which shares no code with jobs/enrich_clicks)."""
+    profiles: list[tuple[str, int, int, int, str, str]] = []
+    clicks: list[tuple[str, str, str, int]] = []
     for n, emission in enumerate(clickstream(config)):
         if n < (emissions.start or 0) or (emissions.stop is not None and n >= emissions.stop):
             continue
         r = emission.record
         if isinstance(r, ProfileVersion):
-            profiles.setdefault(r.user_id, []).append(
-                Profile(r.profile_version, r.valid_from_ms, emission.log_time_ms, r.segment, r.country)
-            )
+            profiles.append((r.user_id, r.profile_version, r.valid_from_ms, emission.log_time_ms, r.segment,
+                             r.country))  # fmt: skip
         else:
-            clicks.append(r)
-    result = {}
-    for c in clicks:
-        best = answer(c.event_time_ms, sorted(profiles.get(c.user_id, []), key=lambda p: p.order),
-                      lateness_minutes * MINUTE_MS)  # fmt: skip
-        result[c.event_id] = (best.profile_version if best else None, best.segment if best else "UNKNOWN")
-    return result
+            clicks.append((r.event_id, r.user_id, r.page, r.event_time_ms))
+    enriched = oracles.enrichment(clicks, profiles, lateness_minutes * MINUTE_MS)
+    return {key: (version, segment) for key, (version, segment, _country, _page) in enriched.items()}
 
 
 def table(changes: dict[str, dict[str, object] | None]) -> dict[str, tuple[object, object]]:
