@@ -12,9 +12,11 @@ from __future__ import annotations
 import contextlib
 import importlib
 import re
+import shlex
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +64,9 @@ class Deployment:
         )
 
     def kappa(self, *args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+        """The CLI run to its end. Each command's seconds are printed (a failing test shows them: where a slow
+        test spends its time)."""
+        started = time.monotonic()
         done = subprocess.run(
             [sys.executable, "-m", "kappa.cli", *args],
             cwd=self.code,
@@ -70,6 +75,7 @@ class Deployment:
             text=True,
             timeout=timeout,
         )
+        print(f"{time.monotonic() - started:6.1f} s  kappa {shlex.join(args)} (exit {done.returncode})", flush=True)
         if check and done.returncode != 0:
             raise AssertionError(f"kappa {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
         return done
