@@ -15,11 +15,12 @@ after the outage adds exactly those the topic does not hold. Every row of both f
 
 Each job's own lines show that it saw each outage and waited it out: while the broker was away, its lines name
 the lost broker (the platform's line per attempt when a query failed for want of Kafka, or the Kafka client's
-timeout that Spark logs while a batch waits for it), then batches of rows once it was back; raw_clicks' line
-while the registry was away, then the batch that dead-letters the unknown id once it answers (the lines' own
-times, against the clock of the outages). In the runs seen so far, a two-minute broker outage never failed a
-query: both held their batch (Spark's Kafka offset reader retries) and went on, so the platform's Kafka retry
-line is checked only when it appears; the registry outage does fail raw_clicks' query, and its lines are."""
+timeout that Spark logs while a batch waits for it), then batches of rows once it was back; its line while the
+registry was away (one per attempt, each saying when it starts again), and raw_clicks' batch that dead-letters
+the unknown id once the registry answers (the lines' own times, against the clock of the outages). In the runs
+seen so far, a two-minute broker outage never failed a query: both held their batch (Spark's Kafka offset reader
+retries) and went on, so the platform's Kafka retry line is checked only when it appears; the registry outage
+fails both jobs' queries, and their lines are."""
 
 import json
 import re
@@ -214,7 +215,13 @@ def test_continuous_jobs_wait_out_broker_and_registry_outages_and_lose_nothing(t
     for name, lines in outputs.items():
         out = "".join(lines)
         assert jobs[name].returncode == 0, out[-3000:]
-        assert all("starting again in" in line for line in lines if "is unavailable (" in line)  # one line each
+        # Each job waited for the registry while it was away, one line per attempt, saying when it starts again.
+        waits = [line for line in lines if "is unavailable (" in line]
+        registry_waits = _logged(
+            lines, "the schema registry is unavailable (", clock["registry gone"], clock["registry back"]
+        )
+        assert registry_waits, f"{name} said nothing of the registry outage:\n{out[-3000:]}"
+        assert all("starting again in" in line for line in waits), "\n".join(waits)
         # It saw the broker's outage (its lines from then on name the lost broker), and went on once the broker was
         # back: batches of rows (the clicks produced after the outage) before the registry went away.
         outage = lines[said_by["broker gone"][name] : said_by["registry gone"][name]]
@@ -226,14 +233,9 @@ def test_continuous_jobs_wait_out_broker_and_registry_outages_and_lose_nothing(t
         record = run_record.read(run_record.record_path(pipeline.settings(settings), name, 1))
         assert record is not None  # what `kappa jobs status` reads: stopped, its last wait as its last error
         assert record.state is RunState.STOPPED
-        waits = [line for line in lines if "is unavailable (" in line]
         assert record.last_error == (waits[-1].split(": ", 1)[1].split("; starting again in ")[0] if waits else None)
-    # raw_clicks saw the registry's outage while it lasted, then read on once it answered: the unknown id's batch
-    # (its progress line may come after the dead letter the test waited for, and after the stop signal).
-    registry_waits = _logged(
-        output, "the schema registry is unavailable (", clock["registry gone"], clock["registry back"]
-    )
-    assert registry_waits, "".join(output[-40:])
+    # raw_clicks read on once the registry answered: the unknown id's batch (its progress line may come after the
+    # dead letter the test waited for, and after the stop signal).
     assert _batches_with_rows(output, clock["registry back"], float("inf")), "".join(output[-40:])
 
 
