@@ -46,7 +46,7 @@ JOB = JobSpec(
     plan=plan,
     settings={"profile_lateness_minutes": 20, "disorder_minutes": 10},
     # Read by sessionize and page_stats: a batch every 500 ms. Bounded catch-up: 200,000 clicks per batch, about
-    # 3 s of one core at the replay rate (make bench-pipeline: 69,321 per core).
+    # 3 s of one core at the replay rate (make bench-pipeline: 69,020 per core).
     freshness="1 second",
     max_batch_records=200_000,
 )

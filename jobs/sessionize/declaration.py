@@ -46,7 +46,7 @@ JOB = JobSpec(
     plan=plan,
     settings={"gap_minutes": 30, "allowed_lateness_minutes": 120},
     # Read by the session views and by people following sessions: a batch every second. 200,000 enriched clicks
-    # per catch-up batch: under 2 s of one core at the replay rate (126,498 per core).
+    # per catch-up batch: under 2 s of one core at the replay rate (113,500 per core).
     freshness="2 seconds",
     max_batch_records=200_000,
 )

@@ -233,7 +233,7 @@ def test_continuous_jobs_wait_out_broker_and_registry_outages_and_lose_nothing(t
         record = run_record.read(run_record.record_path(pipeline.settings(settings), name, 1))
         assert record is not None  # what `kappa jobs status` reads: stopped, its last wait as its last error
         assert record.state is RunState.STOPPED
-        assert record.last_error == (waits[-1].split(": ", 1)[1].split("; starting again in ")[0] if waits else None)
+        assert record.last_error == waits[-1].split(": ", 1)[1].split("; starting again in ")[0]
     # raw_clicks read on once the registry answered: the unknown id's batch (its progress line may come after the
     # dead letter the test waited for, and after the stop signal).
     assert _batches_with_rows(output, clock["registry back"], float("inf")), "".join(output[-40:])

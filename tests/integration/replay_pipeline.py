@@ -66,16 +66,19 @@ class Deployment:
     def kappa(self, *args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess[str]:
         """The CLI run to its end. Each command's seconds are printed (a failing test shows them: where a slow
         test spends its time)."""
-        started = time.monotonic()
-        done = subprocess.run(
-            [sys.executable, "-m", "kappa.cli", *args],
-            cwd=self.code,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-        print(f"{time.monotonic() - started:6.1f} s  kappa {shlex.join(args)} (exit {done.returncode})", flush=True)
+        started, ended = time.monotonic(), "timed out"
+        try:
+            done = subprocess.run(
+                [sys.executable, "-m", "kappa.cli", *args],
+                cwd=self.code,
+                env=self.env,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
+            ended = f"exit {done.returncode}"
+        finally:
+            print(f"{time.monotonic() - started:6.1f} s  kappa {shlex.join(args)} ({ended})", flush=True)
         if check and done.returncode != 0:
             raise AssertionError(f"kappa {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
         return done

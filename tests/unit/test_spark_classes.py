@@ -60,6 +60,11 @@ def test_driver_options_map_the_archive_then_add_the_settings_options(tmp_path: 
     # Spark's generated methods over HotSpot's 8,000 bytes are compiled, in the driver and on executors.
     assert "-XX:-DontCompileHugeMethods" in options
     assert shlex.split(conf["spark.executor.extraJavaOptions"]) == ["-XX:-DontCompileHugeMethods"]
+    tuned = settings.model_copy(update={"spark_executor_java_options": "-XX:+DontCompileHugeMethods -Xss4m"})
+    assert shlex.split(spark_conf(tuned, "t")["spark.executor.extraJavaOptions"])[-2:] == [
+        "-XX:+DontCompileHugeMethods",  # the last of two opposite flags wins: the setting turns it off
+        "-Xss4m",
+    ]
     assert conf["spark.databricks.delta.snapshotPartitions"] == "3"
 
     (settings.jars_path / ARCHIVE).unlink()

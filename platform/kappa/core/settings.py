@@ -141,6 +141,9 @@ class KappaSettings(BaseSettings):
         description="extra JVM options of the Spark driver; short runs (tests, one-off replays) start faster with "
         "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC, long-running jobs keep the JVM's defaults",
     )
+    spark_executor_java_options: str = Field(
+        "", description="extra JVM options of the Spark executors (on a cluster; local mode runs them in the driver)"
+    )
     spark_class_archive: bool = Field(
         True, description="map the driver's classes from the archive `kappa setup` builds (faster start)"
     )

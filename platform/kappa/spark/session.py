@@ -140,7 +140,8 @@ def spark_conf(settings: KappaSettings, app_name: str) -> dict[str, str]:
         "spark.hadoop.fs.AbstractFileSystem.file.impl": "io.kappa.fs.LocalFs",
         "spark.sql.warehouse.dir": str(settings.state_dir / "spark-warehouse"),
         "spark.driver.extraJavaOptions": shlex.join(driver_options),
-        "spark.executor.extraJavaOptions": shlex.join(jit),  # executors of a cluster; local mode runs in the driver
+        # Executors of a cluster (local mode runs them in the driver): Spark's setting, not the cluster's defaults.
+        "spark.executor.extraJavaOptions": shlex.join([*jit, *shlex.split(settings.spark_executor_java_options)]),
     }
 
 
