@@ -6,8 +6,8 @@ is the log's order in every run. Four partitions suit a 2-core machine; raise th
 
 from kappa.contracts.topic_declarations import DAY_MS, FOREVER, Cleanup, Topic
 
-# How far back a replay of a compacted entity topic can go with every version intact (DESIGN: compaction
-# erases history, so a compacted topic keeps each version younger than min.compaction.lag.ms).
+# How far back a replay of a compacted entity topic can go with every version intact: compaction erases
+# history, so a compacted topic keeps each version only while it is younger than min.compaction.lag.ms.
 PROFILE_REPLAY_WINDOW_MS = 30 * DAY_MS
 
 CLICKS = Topic(

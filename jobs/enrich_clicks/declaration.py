@@ -16,9 +16,8 @@ from __future__ import annotations
 from pyspark.sql import functions as F
 
 from jobs.catalog import CLICKS, ENRICHED_CLICKS, USER_PROFILES
-from jobs.enrich_clicks.logic import MINUTE_MS
 from jobs.enrich_clicks.transforms import ENRICHED, enriched_changes, union_inputs
-from kappa.contracts.topic_declarations import Topic
+from kappa.contracts.topic_declarations import MINUTE_MS, Topic
 from kappa.kafka.partitioning import partition_column
 from kappa.runtime import JobContext, JobSpec, TopicPlan
 

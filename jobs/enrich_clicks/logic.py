@@ -29,7 +29,7 @@ import bisect
 import json
 from dataclasses import dataclass, field
 
-MINUTE_MS = 60_000
+from kappa.contracts.topic_declarations import MINUTE_MS
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ Settings: `gap_minutes` (a next click later than this is not time on the page, 3
 from __future__ import annotations
 
 from jobs.catalog import ENRICHED_CLICKS
-from jobs.page_stats.logic import MINUTE_MS
 from jobs.page_stats.transforms import KEYS, page_stat_changes
+from kappa.contracts.topic_declarations import MINUTE_MS
 from kappa.runtime import DeltaTable, JobContext, JobSpec, TablePlan, TableWrite
 
 TABLE = DeltaTable(

@@ -25,8 +25,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-MINUTE_MS = 60_000
-HOUR_MS = 3_600_000
+from kappa.contracts.topic_declarations import HOUR_MS
 
 
 @dataclass(frozen=True)

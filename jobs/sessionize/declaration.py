@@ -10,9 +10,8 @@ from __future__ import annotations
 from pyspark.sql import functions as F
 
 from jobs.catalog import ENRICHED_CLICKS, SESSIONS
-from jobs.sessionize.logic import MINUTE_MS
 from jobs.sessionize.transforms import RETRACT, UPSERT, session_changes
-from kappa.contracts.topic_declarations import Topic
+from kappa.contracts.topic_declarations import MINUTE_MS, Topic
 from kappa.kafka.partitioning import partition_column
 from kappa.runtime import JobContext, JobSpec, TopicPlan
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-MINUTE_MS = 60_000
+from kappa.contracts.topic_declarations import MINUTE_MS
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ from jobs.enrich_clicks.declaration import JOB as ENRICH
 from jobs.page_stats.declaration import JOB as PAGE_STATS
 from jobs.sessionize.declaration import JOB as SESSIONIZE
 from kappa.contracts.schema_files import load
-from kappa.contracts.topic_declarations import Cleanup, Topic
+from kappa.contracts.topic_declarations import MINUTE_MS, Cleanup, Topic
 from kappa.core.settings import KappaSettings
 from kappa.kafka.aliases import AliasRegistry, AliasWatch
 from kappa.lifecycle import deployments
@@ -64,7 +64,6 @@ TOPICS = {"enrich_clicks": "enriched_clicks", "sessionize": "sessions"}
 TABLES = {"page_stats": "page_stats", "sessions_table": "sessions", "user_activity": "user_activity"}
 DECLARATION = "enrich_clicks/declaration.py"
 DATA = CONFIG  # the lifecycle test's clickstream: 3,000 clicks of 30 users
-MINUTE_MS = 60_000
 ENV = {
     "KAPPA_SPARK_SHUFFLE_PARTITIONS": "1",  # one state store per stateful batch: the test's size
     # A job host runs five queries for minutes: the short runs' C1-only JVM fills its code cache (48 MB) and dies.

@@ -40,7 +40,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from kappa.contracts.expectations import suite_for
-from kappa.contracts.topic_declarations import Cleanup, Topic
+from kappa.contracts.topic_declarations import MINUTE_MS, Cleanup, Topic
 from kappa.core.settings import KappaSettings
 from kappa.kafka.aliases import AliasRegistry, Step
 from kappa.kafka.clients import Outgoing, produce_all
@@ -54,7 +54,6 @@ from tests.waiting import wait_until
 
 FIRST_PART = slice(0, 2200)  # the log when v1 goes live; the CLI flow adds the rest after its cutover
 DECLARATION = "enrich_clicks/declaration.py"
-MINUTE_MS = 60_000
 
 
 @pytest.fixture(scope="module")

@@ -24,9 +24,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from jobs.enrich_clicks.declaration import JOB
-from jobs.enrich_clicks.logic import MINUTE_MS, Profile, answer
+from jobs.enrich_clicks.logic import Profile, answer
 from kappa.contracts.schema_files import load
-from kappa.contracts.topic_declarations import Topic, late_events_of
+from kappa.contracts.topic_declarations import MINUTE_MS, Topic, late_events_of
 from kappa.core.settings import KappaSettings
 from kappa.kafka.clients import admin_client
 from kappa.kafka.topic_admin import apply

@@ -58,7 +58,7 @@ from kappa.contracts.avro_serde import AvroEncoder
 from kappa.contracts.dead_letter_format import H_JOB, H_SOURCE_OFFSET, H_SOURCE_PARTITION, H_SOURCE_TOPIC
 from kappa.contracts.registry import Registry, value_subject
 from kappa.contracts.schema_files import topic_value_schema
-from kappa.contracts.topic_declarations import Topic, dead_letters_of, late_events_of
+from kappa.contracts.topic_declarations import MINUTE_MS, Topic, dead_letters_of, late_events_of
 from kappa.core.settings import KappaSettings
 from kappa.kafka.clients import Outgoing, admin_client, produce_all
 from kappa.kafka.partitioning import partition_for
@@ -89,7 +89,6 @@ SCALE = max(1.0, EVENTS / 50_000)  # waits grow with the size of the run
 # ahead of the clicks, and re-emitted nothing.
 SPLIT = EVENTS // 2  # emissions (clicks and profile versions) in the first part
 LIVE_PART_S = 40.0
-MINUTE_MS = 60_000
 # The rules' parameters, as the jobs declare them (the answer's inputs, not its code).
 LATENESS_MS = ENRICH.settings["profile_lateness_minutes"] * MINUTE_MS
 DISORDER_MS = ENRICH.settings["disorder_minutes"] * MINUTE_MS

@@ -22,13 +22,14 @@ import pytest
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
-from jobs.enrich_clicks.logic import MINUTE_MS, Click, Profile, UserState, enrich
+from jobs.enrich_clicks.logic import Click, Profile, UserState, enrich
 from jobs.enrich_clicks.transforms import ENRICHED, LATE_PROFILE, enriched_changes, union_inputs
 from jobs.sessionize.logic import Event as SessionEvent
 from jobs.sessionize.logic import UserState as SessionState
 from jobs.sessionize.logic import sessionize
 from jobs.sessionize.transforms import LATE, RETRACT, UPSERT, session_changes
 from kappa.contracts.dead_letter_format import DeadLetterKind
+from kappa.contracts.topic_declarations import MINUTE_MS
 from kappa.core.errors import SettingsError
 from kappa.operators.jvm import STATE_STORE_PROVIDER
 from tests.batch_streams import T0, cut, dead_letter, run_batches, write_batches

@@ -17,12 +17,12 @@ import pytest
 from pyspark.sql import Row, SparkSession
 
 from jobs.sessionize.declaration import JOB
-from jobs.sessionize.logic import MINUTE_MS, Event, UserState, sessionize
+from jobs.sessionize.logic import Event, UserState, sessionize
 from kappa.contracts.avro_serde import AvroEncoder
 from kappa.contracts.dead_letter_format import late_topic
 from kappa.contracts.registry import Registry, value_subject
 from kappa.contracts.schema_files import topic_value_schema
-from kappa.contracts.topic_declarations import Topic, late_events_of
+from kappa.contracts.topic_declarations import MINUTE_MS, Topic, late_events_of
 from kappa.core.settings import KappaSettings
 from kappa.kafka.clients import Outgoing, admin_client, produce_all
 from kappa.kafka.partitioning import partition_for

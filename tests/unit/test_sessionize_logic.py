@@ -2,7 +2,8 @@
 
 import random
 
-from jobs.sessionize.logic import MINUTE_MS, Changes, Event, Session, UserState, sessionize
+from jobs.sessionize.logic import Changes, Event, Session, UserState, sessionize
+from kappa.contracts.topic_declarations import MINUTE_MS
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 

@@ -13,7 +13,9 @@ from kappa.contracts.dead_letter_format import dlq_topic, late_topic
 from kappa.core.errors import KappaError
 
 FOREVER = -1  # retention.ms = -1: a retained log keeps everything
-DAY_MS = 24 * 60 * 60 * 1000  # one day in milliseconds, for retention and compaction lags
+MINUTE_MS = 60 * 1000  # event times and durations are epoch milliseconds everywhere
+HOUR_MS = 60 * MINUTE_MS
+DAY_MS = 24 * 60 * MINUTE_MS  # one day in milliseconds, for retention and compaction lags
 SIDE_RETENTION_MS = 30 * DAY_MS  # dead letters and late events: 30 days to inspect and re-inject them
 
 

@@ -12,10 +12,9 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from kappa.contracts.topic_declarations import HOUR_MS
 from kappa.operators.jvm import operators_jvm, side_input, side_output
 from kappa.spark.topic_io import DELETED
-
-HOUR_MS = 3_600_000
 
 
 def page_stats(

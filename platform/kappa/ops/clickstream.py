@@ -13,11 +13,11 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from kappa.contracts.topic_declarations import MINUTE_MS
 from kappa.kafka.clients import Outgoing
 from kappa.kafka.partitioning import partition_for
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
-_MINUTE_MS = 60_000
 
 
 DEVICES = ("DESKTOP", "MOBILE", "TABLET", "UNKNOWN")
@@ -62,7 +62,7 @@ def clicks(count: int, users: int = 500, pages: int = 200, seed: int = 7) -> Ite
     user_ids = [f"user-{u:05d}" for u in range(users)]
     device = {u: rng.choices(DEVICES, _DEVICE_WEIGHTS)[0] for u in user_ids}
     last_page: dict[str, str | None] = dict.fromkeys(user_ids)
-    upcoming = [(start_ms + rng.randrange(60 * _MINUTE_MS), u) for u in user_ids]  # (next click time, user)
+    upcoming = [(start_ms + rng.randrange(60 * MINUTE_MS), u) for u in user_ids]  # (next click time, user)
     heapq.heapify(upcoming)
     for n in range(count):
         at, user = heapq.heappop(upcoming)
@@ -76,7 +76,7 @@ def clicks(count: int, users: int = 500, pages: int = 200, seed: int = 7) -> Ite
             device=device[user],
         )
         if rng.random() < 0.08:  # end of a session: an inactivity gap longer than 30 minutes
-            heapq.heappush(upcoming, (at + rng.randrange(40, 240) * _MINUTE_MS, user))
+            heapq.heappush(upcoming, (at + rng.randrange(40, 240) * MINUTE_MS, user))
             last_page[user] = None
         else:
             heapq.heappush(upcoming, (at + int(rng.expovariate(1 / 30_000)) + 1_000, user))
@@ -115,7 +115,7 @@ class StreamConfig:
     seed: int = 7
     disorder_ms: int = 5_000  # every event reaches the log up to this long after it happened (out of order)
     late_share: float = 0.01  # ... and this share arrives `late_by_ms` (plus up to disorder_ms) late
-    late_by_ms: int = 45 * _MINUTE_MS
+    late_by_ms: int = 45 * MINUTE_MS
     no_profile_share: float = 0.05  # users whose first clicks come before any profile of theirs
     profile_change_share: float = 0.01  # per click: the user's profile changes shortly after it
     late_profile_share: float = 0.3  # profile changes that reach the log after later clicks of the user
@@ -158,9 +158,9 @@ def clickstream(config: StreamConfig) -> Iterator[Emission]:
         now = click.event_time_ms
         if click.user_id not in versions:
             if rng.random() < config.no_profile_share:  # the profile comes after this first click
-                new_profile(click.user_id, now + rng.randrange(1, 20 * _MINUTE_MS), rng.randrange(1_000))
+                new_profile(click.user_id, now + rng.randrange(1, 20 * MINUTE_MS), rng.randrange(1_000))
             else:
-                new_profile(click.user_id, start_ms - _MINUTE_MS, 0)
+                new_profile(click.user_id, start_ms - MINUTE_MS, 0)
         delay = rng.randrange(config.disorder_ms + 1)
         if rng.random() < config.late_share:
             delay += config.late_by_ms
@@ -168,7 +168,7 @@ def clickstream(config: StreamConfig) -> Iterator[Emission]:
         if rng.random() < config.profile_change_share:
             valid_from = now + rng.randrange(1_000, 60_000)
             late = rng.random() < config.late_profile_share
-            new_profile(click.user_id, valid_from, rng.randrange(2, 15) * _MINUTE_MS if late else rng.randrange(1_000))
+            new_profile(click.user_id, valid_from, rng.randrange(2, 15) * MINUTE_MS if late else rng.randrange(1_000))
         while pending and pending[0][0] <= now:
             at, _, record = heapq.heappop(pending)
             yield Emission(at, record)

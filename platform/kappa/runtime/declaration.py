@@ -222,6 +222,17 @@ class JobSpec:
         return duration_ms(self.freshness, f"job {self.name}: freshness") // 2
 
 
+def version_id(job: str, version: int) -> str:
+    """`<job>_v<version>`: a version's name in query names, progress lines and run records (the one naming rule)."""
+    return f"{job}_v{version}"
+
+
+def version_consumer_group(job: str, version: int) -> str:
+    """`kappa.<job>.v<version>`: the group the runner records a version's progress under (Kafka's tools show its
+    lag)."""
+    return f"kappa.{job}.v{version}"
+
+
 def job_checkpoints(settings: KappaSettings, job: str) -> str:
     """The folder of a job's versions' checkpoint folders."""
     return f"{settings.checkpoint_root}/{job}"
@@ -247,7 +258,7 @@ class JobContext:
     @property
     def id(self) -> str:
         """`<job>_v<version>`: the version's name in query names and progress lines."""
-        return f"{self.spec.name}_v{self.version}"
+        return version_id(self.spec.name, self.version)
 
     def checkpoint(self, part: str = "output") -> str:
         """The checkpoint folder of one of the version's queries: `<checkpoint_root>/<job>/v<version>/<part>`."""
@@ -260,7 +271,7 @@ class JobContext:
     @property
     def consumer_group(self) -> str:
         """The group under which the runner records this version's progress (Kafka's tools show its lag)."""
-        return f"kappa.{self.spec.name}.v{self.version}"
+        return version_consumer_group(self.spec.name, self.version)
 
     def trigger(self) -> dict[str, Any]:
         """The query's trigger, as `DataStreamWriter.trigger` takes it: availableNow for a replay, else

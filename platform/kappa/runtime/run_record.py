@@ -27,6 +27,7 @@ from typing import Any
 
 from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings
+from kappa.runtime.declaration import version_id
 
 log = logging.getLogger("kappa.runner")
 
@@ -133,7 +134,7 @@ class RunRecorder:
     @contextlib.contextmanager
     def recording(cls, settings: KappaSettings, job: str, version: int) -> Iterator[RunRecorder]:
         """A run's record, from its start to its end: stopped, or failed with the error that ended it."""
-        recorder = cls(record_path(settings, job, version), job, version, f"{job}_v{version}")
+        recorder = cls(record_path(settings, job, version), job, version, version_id(job, version))
         try:
             yield recorder
         except BaseException as exc:
