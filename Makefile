@@ -30,7 +30,7 @@ system-packages: ## Debian packages: Java 17 for Spark, Maven, chromium for the 
 	@command -v java >/dev/null && command -v mvn >/dev/null || { \
 	  echo "installing Java 17 and Maven with apt-get"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jdk-headless maven; }
-	@# Debian's chromium, driven headless by Playwright in tests/e2e/test_dagster_ui.py (Playwright downloads no browser).
+	@# Debian's chromium, driven headless by Playwright in tests/e2e/test_replay_lifecycle.py (the Dagster UI test) (Playwright downloads no browser).
 	@test -x /usr/bin/chromium || { \
 	  echo "installing chromium with apt-get"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
