@@ -21,7 +21,7 @@ import org.apache.spark.sql.types.StructType;
 public final class AsOfJoin {
   private AsOfJoin() {}
 
-  /** One row per event or entity version, in any order; the log order is (kafka_partition, kafka_offset). */
+  /** One row per event or entity version, in any order (the columns too); the log order is (kafka_partition, kafka_offset). */
   public static final StructType INPUT =
       SideRows.withSide(
           List.of(
@@ -58,11 +58,13 @@ public final class AsOfJoin {
    */
   public static Dataset<Row> apply(
       Dataset<Row> inputs, long latenessMs, long disorderMs, String lateKind) {
-    SideRows.check("as_of_join", INPUT, inputs.schema());
+    StructType input = inputs.schema();
+    SideRows.check("as_of_join", INPUT, input);
+    int key = input.fieldIndex("key");
     return inputs
-        .groupByKey((MapFunction<Row, String>) row -> row.getString(0), Encoders.STRING())
+        .groupByKey((MapFunction<Row, String>) row -> row.getString(key), Encoders.STRING())
         .transformWithState(
-            new AsOfJoinProcessor(latenessMs, disorderMs, lateKind),
+            new AsOfJoinProcessor(input, latenessMs, disorderMs, lateKind),
             TimeMode.None(),
             OutputMode.Update(),
             Encoders.row(OUTPUT));

@@ -8,22 +8,34 @@ import java.util.Map;
 import java.util.Set;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
+import org.apache.spark.sql.types.StructType;
 
 /** Spark's side of the as-of join: one key's rows of a batch, in log order, through {@link AsOfRule}. */
 final class AsOfJoinProcessor extends KeyedRuleProcessor {
   private static final long serialVersionUID = 1L;
 
-  // Positions in AsOfJoin.INPUT and AsOfJoin.OUTPUT.
-  private static final int IS_ENTITY = 1, TOPIC = 2, PARTITION = 3, OFFSET = 4, RAW = 5;
-  private static final int EVENT_ID = 6, EVENT_TIME = 7, VERSION = 8, VALID_FROM = 9, PUBLISHED = 10;
-  private static final int PAYLOAD = 11, SIDE_IN = 12, SIDE_OUT = 7;
+  private static final int SIDE_OUT = AsOfJoin.OUTPUT.fieldIndex("side_kind");
 
+  // Positions in the input (AsOfJoin.INPUT's columns, in the order the query gives them).
+  private final int isEntity, topic, partition, offset, raw, eventId, eventTime, version, validFrom, published;
+  private final int payload;
   private final long latenessMs;
   private final long disorderMs;
   private final String lateKind;
 
-  AsOfJoinProcessor(long latenessMs, long disorderMs, String lateKind) {
-    super(PARTITION, OFFSET, SIDE_IN, AsOfJoin.OUTPUT.size(), SIDE_OUT);
+  AsOfJoinProcessor(StructType input, long latenessMs, long disorderMs, String lateKind) {
+    super(input, AsOfJoin.OUTPUT.size(), SIDE_OUT);
+    isEntity = input.fieldIndex("is_entity");
+    topic = input.fieldIndex("kafka_topic");
+    partition = input.fieldIndex("kafka_partition");
+    offset = input.fieldIndex("kafka_offset");
+    raw = input.fieldIndex("raw_value");
+    eventId = input.fieldIndex("event_id");
+    eventTime = input.fieldIndex("event_time_ms");
+    version = input.fieldIndex("entity_version");
+    validFrom = input.fieldIndex("valid_from_ms");
+    published = input.fieldIndex("published_ms");
+    payload = input.fieldIndex("payload");
     this.latenessMs = latenessMs;
     this.disorderMs = disorderMs;
     this.lateKind = lateKind;
@@ -35,13 +47,12 @@ final class AsOfJoinProcessor extends KeyedRuleProcessor {
     Map<Long, Row> firstRowOf = new HashMap<>();
     List<AsOfRule.Event> events = new ArrayList<>();
     for (Row r : rows) {
-      if (r.getBoolean(IS_ENTITY)) {
-        long version = r.getLong(VERSION);
-        versions.add(
-            new AsOfRule.Version(version, r.getLong(VALID_FROM), r.getLong(PUBLISHED), payload(r)));
-        firstRowOf.putIfAbsent(version, r);
+      if (r.getBoolean(isEntity)) {
+        long v = r.getLong(version);
+        versions.add(new AsOfRule.Version(v, r.getLong(validFrom), r.getLong(published), payload(r)));
+        firstRowOf.putIfAbsent(v, r);
       } else {
-        events.add(new AsOfRule.Event(r.getString(EVENT_ID), r.getLong(EVENT_TIME), payload(r)));
+        events.add(new AsOfRule.Event(r.getString(eventId), r.getLong(eventTime), payload(r)));
       }
     }
     AsOfRule.State current = stored != null ? AsOfRule.deserialize(stored) : new AsOfRule.State();
@@ -70,14 +81,14 @@ final class AsOfJoinProcessor extends KeyedRuleProcessor {
       Object[] values = new Object[AsOfJoin.OUTPUT.size()];
       values[0] = "late";
       values[1] = key;
-      SideRows.late(values, SIDE_OUT, lateKind, r.get(RAW), r.getString(TOPIC), r.getInt(PARTITION), r.getLong(OFFSET));
+      SideRows.late(values, SIDE_OUT, lateKind, r.get(raw), r.getString(topic), r.getInt(partition), r.getLong(offset));
       out.add(RowFactory.create(values));
     }
     return AsOfRule.serialize(current);
   }
 
-  private static String[] payload(Row r) {
-    List<String> values = r.getList(PAYLOAD);
+  private String[] payload(Row r) {
+    List<String> values = r.getList(payload);
     return values.toArray(new String[0]);
   }
 }

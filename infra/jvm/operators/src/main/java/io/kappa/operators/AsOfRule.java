@@ -1,8 +1,6 @@
 package io.kappa.operators;
 
-import java.io.ByteArrayInputStream;
 import java.io.ByteArrayOutputStream;
-import java.io.DataInputStream;
 import java.io.DataOutputStream;
 import java.io.IOException;
 import java.io.UncheckedIOException;
@@ -194,12 +192,8 @@ final class AsOfRule {
   }
 
   static State deserialize(byte[] data) {
-    State state = new State();
-    try (DataInputStream in = new DataInputStream(new ByteArrayInputStream(data))) {
-      int format = in.readByte();
-      if (format != FORMAT) {
-        throw new IllegalStateException("as-of state format " + format + ", this operator reads " + FORMAT);
-      }
+    return Bytes.decode("as-of", FORMAT, data, in -> {
+      State state = new State();
       int versions = in.readInt();
       for (int i = 0; i < versions; i++) {
         state.versions.add(new Version(in.readLong(), in.readLong(), in.readLong(), Bytes.readStrings(in)));
@@ -211,9 +205,7 @@ final class AsOfRule {
       }
       state.frontierMs = Bytes.readLong(in);
       state.settledThroughMs = Bytes.readLong(in);
-    } catch (IOException e) {
-      throw new UncheckedIOException(e);
-    }
-    return state;
+      return state;
+    });
   }
 }

@@ -26,6 +26,7 @@ import org.apache.spark.sql.streaming.StatefulProcessor;
 import org.apache.spark.sql.streaming.TTLConfig;
 import org.apache.spark.sql.streaming.TimeMode;
 import org.apache.spark.sql.streaming.TimerValues;
+import org.apache.spark.sql.types.StructType;
 import scala.jdk.javaapi.CollectionConverters;
 
 /**
@@ -41,16 +42,23 @@ import scala.jdk.javaapi.CollectionConverters;
 final class ClickGapsProcessor extends StatefulProcessor<String, Row, Row> {
   private static final long serialVersionUID = 1L;
 
-  // Positions in PageStats.CLICKS and PageStats.CONTRIBUTIONS.
-  private static final int PARTITION = 1, OFFSET = 2, EVENT_ID = 3, EVENT_TIME = 4, PAGE = 5, SIDE_IN = 6;
-  static final int SIDE_OUT = 5;
+  static final int SIDE_OUT = PageStats.CONTRIBUTIONS.fieldIndex("side_kind");
 
+  // Positions in the input (PageStats.CLICKS' columns, in the order the query gives them).
+  private final int partition, offset, eventId, eventTime, page;
+  private final int[] sideIn;
   private final long gapMs;
   private final long hourMs;
   private transient MapState<Long, byte[]> buckets;
   private transient MapState<String, Long> times;
 
-  ClickGapsProcessor(long gapMs, long hourMs) {
+  ClickGapsProcessor(StructType input, long gapMs, long hourMs) {
+    partition = input.fieldIndex("kafka_partition");
+    offset = input.fieldIndex("kafka_offset");
+    eventId = input.fieldIndex("event_id");
+    eventTime = input.fieldIndex("event_time_ms");
+    page = input.fieldIndex("page");
+    sideIn = SideRows.positions(input);
     this.gapMs = gapMs;
     this.hourMs = hourMs;
   }
@@ -94,10 +102,10 @@ final class ClickGapsProcessor extends StatefulProcessor<String, Row, Row> {
     List<Row> ruled = new ArrayList<>();
     while (rows.hasNext()) {
       Row row = rows.next();
-      if (row.isNullAt(SIDE_IN)) {
+      if (row.isNullAt(sideIn[SideRows.KIND])) {
         ruled.add(row);
       } else {
-        out.add(SideRows.passThrough(row, SIDE_IN, PageStats.CONTRIBUTIONS.size(), SIDE_OUT));
+        out.add(SideRows.passThrough(row, sideIn, PageStats.CONTRIBUTIONS.size(), SIDE_OUT));
       }
     }
     if (!ruled.isEmpty()) {
@@ -111,12 +119,12 @@ final class ClickGapsProcessor extends StatefulProcessor<String, Row, Row> {
   }
 
   private void apply(String user, List<Row> rows, List<Row> out) {
-    rows.sort(Comparator.<Row>comparingInt(r -> r.getInt(PARTITION)).thenComparingLong(r -> r.getLong(OFFSET)));
+    rows.sort(Comparator.<Row>comparingInt(r -> r.getInt(partition)).thenComparingLong(r -> r.getLong(offset)));
     Map<String, Click> latest = new LinkedHashMap<>(); // the batch's clicks, the latest of each event id
     for (Row r : rows) {
-      String id = r.getString(EVENT_ID);
+      String id = r.getString(eventId);
       latest.remove(id);
-      latest.put(id, new Click(r.getLong(EVENT_TIME), id, r.isNullAt(PAGE) ? null : r.getString(PAGE), null));
+      latest.put(id, new Click(r.getLong(eventTime), id, r.isNullAt(page) ? null : r.getString(page), null));
     }
     // Where each click was before this batch (null: a new click), and which buckets the changes reach.
     Map<String, Long> before = new HashMap<>();

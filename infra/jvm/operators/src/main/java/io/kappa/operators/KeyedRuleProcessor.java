@@ -2,7 +2,9 @@ package io.kappa.operators;
 
 import java.util.ArrayList;
 import java.util.Comparator;
+import java.util.Iterator;
 import java.util.List;
+import java.util.function.Supplier;
 import org.apache.spark.sql.Encoders;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.streaming.OutputMode;
@@ -11,6 +13,7 @@ import org.apache.spark.sql.streaming.TTLConfig;
 import org.apache.spark.sql.streaming.TimeMode;
 import org.apache.spark.sql.streaming.TimerValues;
 import org.apache.spark.sql.streaming.ValueState;
+import org.apache.spark.sql.types.StructType;
 import scala.jdk.javaapi.CollectionConverters;
 
 /**
@@ -23,15 +26,16 @@ abstract class KeyedRuleProcessor extends StatefulProcessor<String, Row, Row> {
 
   private final int partition;
   private final int offset;
-  private final int sideIn;
+  private final int[] sideIn;
   private final int outputWidth;
   private final int sideOut;
   private transient ValueState<byte[]> state;
 
-  KeyedRuleProcessor(int partition, int offset, int sideIn, int outputWidth, int sideOut) {
-    this.partition = partition;
-    this.offset = offset;
-    this.sideIn = sideIn;
+  /** {@code input}: the schema of the rows the query gives the processor; columns are found in it by name. */
+  KeyedRuleProcessor(StructType input, int outputWidth, int sideOut) {
+    this.partition = input.fieldIndex("kafka_partition");
+    this.offset = input.fieldIndex("kafka_offset");
+    this.sideIn = SideRows.positions(input);
     this.outputWidth = outputWidth;
     this.sideOut = sideOut;
   }
@@ -45,24 +49,35 @@ abstract class KeyedRuleProcessor extends StatefulProcessor<String, Row, Row> {
   public final scala.collection.Iterator<Row> handleInputRows(
       String key, scala.collection.Iterator<Row> rows, TimerValues timerValues) {
     List<Row> out = new ArrayList<>();
+    byte[] stored =
+        handle(key, CollectionConverters.asJava(rows), () -> state.exists() ? state.get() : null, out);
+    if (stored != null) {
+      state.update(stored);
+    }
+    return CollectionConverters.asScala(out.iterator());
+  }
+
+  /**
+   * One key's rows of a batch: dead letters pass through to {@code out}, the others go through the rule in
+   * log order. Returns the key's new state, or null when no row reached the rule (the state is then not read).
+   */
+  final byte[] handle(String key, Iterator<Row> rows, Supplier<byte[]> stored, List<Row> out) {
     List<Row> ruled = new ArrayList<>();
     while (rows.hasNext()) {
       Row row = rows.next();
-      if (row.isNullAt(sideIn)) {
+      if (row.isNullAt(sideIn[SideRows.KIND])) {
         ruled.add(row);
       } else {
         out.add(SideRows.passThrough(row, sideIn, outputWidth, sideOut));
       }
     }
-    if (!ruled.isEmpty()) {
-      // stable: rows at the same position keep Spark's order, as numpy's lexsort does
-      ruled.sort(
-          Comparator.<Row>comparingInt(r -> r.getInt(partition))
-              .thenComparingLong(r -> r.getLong(offset)));
-      byte[] stored = apply(key, state.exists() ? state.get() : null, ruled, out);
-      state.update(stored);
+    if (ruled.isEmpty()) {
+      return null;
     }
-    return CollectionConverters.asScala(out.iterator());
+    // stable: rows at the same position keep Spark's order, as numpy's lexsort does
+    ruled.sort(
+        Comparator.<Row>comparingInt(r -> r.getInt(partition)).thenComparingLong(r -> r.getLong(offset)));
+    return apply(key, stored.get(), ruled, out);
   }
 
   /** Apply the rule to one key's rows in log order: append what to emit to {@code out}, return the new

@@ -32,7 +32,7 @@ import org.apache.spark.sql.types.StructType;
 public final class PageStats {
   private PageStats() {}
 
-  /** One row per enriched click, in any order; the log order is (kafka_partition, kafka_offset). */
+  /** One row per enriched click, in any order (the columns too); the log order is (kafka_partition, kafka_offset). */
   public static final StructType CLICKS =
       SideRows.withSide(
           List.of(
@@ -69,12 +69,14 @@ public final class PageStats {
    * @param hourMs the width of a group's time window (an hour: 3,600,000)
    */
   public static Dataset<Row> apply(Dataset<Row> clicks, long gapMs, long hourMs) {
-    SideRows.check("page statistics", CLICKS, clicks.schema());
+    StructType input = clicks.schema();
+    SideRows.check("page statistics", CLICKS, input);
+    int key = input.fieldIndex("key");
     Dataset<Row> contributions =
         clicks
-            .groupByKey((MapFunction<Row, String>) row -> row.getString(0), Encoders.STRING())
+            .groupByKey((MapFunction<Row, String>) row -> row.getString(key), Encoders.STRING())
             .transformWithState(
-                new ClickGapsProcessor(gapMs, hourMs),
+                new ClickGapsProcessor(input, gapMs, hourMs),
                 TimeMode.None(),
                 OutputMode.Update(),
                 Encoders.row(CONTRIBUTIONS));

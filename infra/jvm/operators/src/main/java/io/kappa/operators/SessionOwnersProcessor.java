@@ -7,7 +7,6 @@ import java.io.DataOutputStream;
 import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.util.ArrayList;
-import java.util.Comparator;
 import java.util.List;
 import java.util.Objects;
 import org.apache.spark.sql.Encoders;
@@ -19,6 +18,7 @@ import org.apache.spark.sql.streaming.TTLConfig;
 import org.apache.spark.sql.streaming.TimeMode;
 import org.apache.spark.sql.streaming.TimerValues;
 import org.apache.spark.sql.streaming.ValueState;
+import org.apache.spark.sql.types.StructType;
 import scala.jdk.javaapi.CollectionConverters;
 
 /**
@@ -29,12 +29,24 @@ import scala.jdk.javaapi.CollectionConverters;
 final class SessionOwnersProcessor extends StatefulProcessor<String, Row, Row> {
   private static final long serialVersionUID = 1L;
 
-  // Positions in UserActivity.SESSIONS and UserActivity.CHANGES.
-  private static final int PARTITION = 1, OFFSET = 2, DELETED = 3, USER = 4, START = 5, END = 6, CLICKS = 7;
-  private static final int SEGMENT = 8, SIDE_IN = 9;
-  static final int SIDE_OUT = 7;
+  static final int SIDE_OUT = UserActivity.CHANGES.fieldIndex("side_kind");
 
+  // Positions in the input (UserActivity.SESSIONS' columns, in the order the query gives them).
+  private final int partition, offset, deleted, user, start, end, clicks, segment;
+  private final int[] sideIn;
   private transient ValueState<byte[]> state;
+
+  SessionOwnersProcessor(StructType input) {
+    partition = input.fieldIndex("kafka_partition");
+    offset = input.fieldIndex("kafka_offset");
+    deleted = input.fieldIndex("deleted");
+    user = input.fieldIndex("user");
+    start = input.fieldIndex("start_ms");
+    end = input.fieldIndex("end_ms");
+    clicks = input.fieldIndex("clicks");
+    segment = input.fieldIndex("segment");
+    sideIn = SideRows.positions(input);
+  }
 
   /** A live session's value. */
   record Session(String user, Long startMs, Long endMs, Long clicks, String segment) {
@@ -74,22 +86,22 @@ final class SessionOwnersProcessor extends StatefulProcessor<String, Row, Row> {
     Row last = null;
     while (rows.hasNext()) {
       Row row = rows.next();
-      if (!row.isNullAt(SIDE_IN)) {
-        out.add(SideRows.passThrough(row, SIDE_IN, UserActivity.CHANGES.size(), SIDE_OUT));
-      } else if (last == null || LOG_ORDER.compare(row, last) > 0) {
+      if (!row.isNullAt(sideIn[SideRows.KIND])) {
+        out.add(SideRows.passThrough(row, sideIn, UserActivity.CHANGES.size(), SIDE_OUT));
+      } else if (last == null || inLogOrder(last, row)) {
         last = row;
       }
     }
     if (last != null) {
       Session was = state.exists() ? Session.read(state.get()) : null;
       Session now = null;
-      if (!last.getBoolean(DELETED)) {
-        String user = last.isNullAt(USER) ? (was == null ? null : was.user()) : last.getString(USER);
+      if (!last.getBoolean(deleted)) {
+        String owner = last.isNullAt(user) ? (was == null ? null : was.user()) : last.getString(user);
         now =
-            user == null
+            owner == null
                 ? was // a record that names no user, of a session never seen: nothing to count it for
-                : new Session(user, nullable(last, START), nullable(last, END), nullable(last, CLICKS),
-                    last.isNullAt(SEGMENT) ? null : last.getString(SEGMENT));
+                : new Session(owner, nullable(last, start), nullable(last, end), nullable(last, clicks),
+                    last.isNullAt(segment) ? null : last.getString(segment));
       }
       if (was != null && (now == null || !was.user().equals(now.user()))) {
         out.add(change(sessionId, was, false));
@@ -106,8 +118,11 @@ final class SessionOwnersProcessor extends StatefulProcessor<String, Row, Row> {
     return CollectionConverters.asScala(out.iterator());
   }
 
-  private static final Comparator<Row> LOG_ORDER =
-      Comparator.<Row>comparingInt(r -> r.getInt(PARTITION)).thenComparingLong(r -> r.getLong(OFFSET));
+  /** Whether {@code b} comes after {@code a} in the log, (kafka_partition, kafka_offset). */
+  private boolean inLogOrder(Row a, Row b) {
+    int byPartition = Integer.compare(a.getInt(partition), b.getInt(partition));
+    return byPartition != 0 ? byPartition < 0 : a.getLong(offset) < b.getLong(offset);
+  }
 
   private static Long nullable(Row row, int field) {
     return row.isNullAt(field) ? null : row.getLong(field);

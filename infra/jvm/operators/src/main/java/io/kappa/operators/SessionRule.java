@@ -1,8 +1,6 @@
 package io.kappa.operators;
 
-import java.io.ByteArrayInputStream;
 import java.io.ByteArrayOutputStream;
-import java.io.DataInputStream;
 import java.io.DataOutputStream;
 import java.io.IOException;
 import java.io.UncheckedIOException;
@@ -198,12 +196,8 @@ final class SessionRule {
   }
 
   static State deserialize(byte[] data) {
-    State state = new State();
-    try (DataInputStream in = new DataInputStream(new ByteArrayInputStream(data))) {
-      int format = in.readByte();
-      if (format != FORMAT) {
-        throw new IllegalStateException("sessions state format " + format + ", this operator reads " + FORMAT);
-      }
+    return Bytes.decode("sessions", FORMAT, data, in -> {
+      State state = new State();
       state.latestMs = Bytes.readLong(in);
       state.seen = in.readLong();
       int open = in.readInt();
@@ -222,9 +216,7 @@ final class SessionRule {
         Collections.addAll(s.eventIds, Bytes.readStrings(in));
         state.open.put(s.sessionId, s);
       }
-    } catch (IOException e) {
-      throw new UncheckedIOException(e);
-    }
-    return state;
+      return state;
+    });
   }
 }

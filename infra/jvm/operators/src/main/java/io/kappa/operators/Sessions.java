@@ -19,7 +19,7 @@ import org.apache.spark.sql.types.StructType;
 public final class Sessions {
   private Sessions() {}
 
-  /** One row per event, in any order; the log order is (kafka_partition, kafka_offset). */
+  /** One row per event, in any order (the columns too); the log order is (kafka_partition, kafka_offset). */
   public static final StructType INPUT =
       SideRows.withSide(
           List.of(
@@ -55,11 +55,13 @@ public final class Sessions {
    * @param lateKind the side_kind of a late event (the dead-letter header)
    */
   public static Dataset<Row> apply(Dataset<Row> inputs, long gapMs, long latenessMs, String lateKind) {
-    SideRows.check("sessions", INPUT, inputs.schema());
+    StructType input = inputs.schema();
+    SideRows.check("sessions", INPUT, input);
+    int key = input.fieldIndex("key");
     return inputs
-        .groupByKey((MapFunction<Row, String>) row -> row.getString(0), Encoders.STRING())
+        .groupByKey((MapFunction<Row, String>) row -> row.getString(key), Encoders.STRING())
         .transformWithState(
-            new SessionsProcessor(gapMs, latenessMs, lateKind),
+            new SessionsProcessor(input, gapMs, latenessMs, lateKind),
             TimeMode.None(),
             OutputMode.Update(),
             Encoders.row(OUTPUT));

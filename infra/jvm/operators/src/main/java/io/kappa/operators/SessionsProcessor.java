@@ -6,21 +6,30 @@ import java.util.List;
 import java.util.Set;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
+import org.apache.spark.sql.types.StructType;
 
 /** Spark's side of sessionization: one key's rows of a batch, in log order, through {@link SessionRule}. */
 final class SessionsProcessor extends KeyedRuleProcessor {
   private static final long serialVersionUID = 1L;
 
-  // Positions in Sessions.INPUT and Sessions.OUTPUT.
-  private static final int TOPIC = 1, PARTITION = 2, OFFSET = 3, RAW = 4, EVENT_ID = 5, EVENT_TIME = 6;
-  private static final int PAGE = 7, SEGMENT = 8, SIDE_IN = 9, SIDE_OUT = 10;
+  private static final int SIDE_OUT = Sessions.OUTPUT.fieldIndex("side_kind");
 
+  // Positions in the input (Sessions.INPUT's columns, in the order the query gives them).
+  private final int topic, partition, offset, raw, eventId, eventTime, page, segment;
   private final long gapMs;
   private final long latenessMs;
   private final String lateKind;
 
-  SessionsProcessor(long gapMs, long latenessMs, String lateKind) {
-    super(PARTITION, OFFSET, SIDE_IN, Sessions.OUTPUT.size(), SIDE_OUT);
+  SessionsProcessor(StructType input, long gapMs, long latenessMs, String lateKind) {
+    super(input, Sessions.OUTPUT.size(), SIDE_OUT);
+    topic = input.fieldIndex("kafka_topic");
+    partition = input.fieldIndex("kafka_partition");
+    offset = input.fieldIndex("kafka_offset");
+    raw = input.fieldIndex("raw_value");
+    eventId = input.fieldIndex("event_id");
+    eventTime = input.fieldIndex("event_time_ms");
+    page = input.fieldIndex("page");
+    segment = input.fieldIndex("segment");
     this.gapMs = gapMs;
     this.latenessMs = latenessMs;
     this.lateKind = lateKind;
@@ -32,7 +41,7 @@ final class SessionsProcessor extends KeyedRuleProcessor {
     for (Row r : rows) {
       events.add(
           new SessionRule.Event(
-              r.getString(EVENT_ID), r.getLong(EVENT_TIME), r.getString(PAGE), r.getString(SEGMENT)));
+              r.getString(eventId), r.getLong(eventTime), r.getString(page), r.getString(segment)));
     }
     SessionRule.State current =
         stored != null ? SessionRule.deserialize(stored) : new SessionRule.State();
@@ -63,14 +72,14 @@ final class SessionsProcessor extends KeyedRuleProcessor {
       late.add(e.id());
     }
     for (Row r : rows) { // every row of a late event, in log order
-      if (!late.contains(r.getString(EVENT_ID))) {
+      if (!late.contains(r.getString(eventId))) {
         continue;
       }
       Object[] values = new Object[Sessions.OUTPUT.size()];
       values[0] = "late";
       values[1] = "";
       values[2] = key;
-      SideRows.late(values, SIDE_OUT, lateKind, r.get(RAW), r.getString(TOPIC), r.getInt(PARTITION), r.getLong(OFFSET));
+      SideRows.late(values, SIDE_OUT, lateKind, r.get(raw), r.getString(topic), r.getInt(partition), r.getLong(offset));
       out.add(RowFactory.create(values));
     }
     return SessionRule.serialize(current);

@@ -28,7 +28,8 @@ import org.apache.spark.sql.types.StructType;
 public final class UserActivity {
   private UserActivity() {}
 
-  /** One row per `sessions` change (a record, or a tombstone: {@code deleted}, values null), in any order. */
+  /** One row per `sessions` change (a record, or a tombstone: {@code deleted}, values null), in any order (the
+   * columns too). */
   public static final StructType SESSIONS =
       SideRows.withSide(
           List.of(
@@ -67,12 +68,14 @@ public final class UserActivity {
               SideRows.field("deleted", DataTypes.BooleanType)));
 
   public static Dataset<Row> apply(Dataset<Row> sessions) {
-    SideRows.check("user activity", SESSIONS, sessions.schema());
+    StructType input = sessions.schema();
+    SideRows.check("user activity", SESSIONS, input);
+    int key = input.fieldIndex("key");
     Dataset<Row> changes =
         sessions
-            .groupByKey((MapFunction<Row, String>) row -> row.getString(0), Encoders.STRING())
+            .groupByKey((MapFunction<Row, String>) row -> row.getString(key), Encoders.STRING())
             .transformWithState(
-                new SessionOwnersProcessor(), TimeMode.None(), OutputMode.Update(), Encoders.row(CHANGES));
+                new SessionOwnersProcessor(input), TimeMode.None(), OutputMode.Update(), Encoders.row(CHANGES));
     return changes
         .groupByKey(
             (MapFunction<Row, String>)

@@ -1,0 +1,304 @@
+package io.kappa.operators;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.io.ByteArrayInputStream;
+import java.io.ByteArrayOutputStream;
+import java.io.DataInputStream;
+import java.io.DataOutputStream;
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.Set;
+import java.util.function.Function;
+import org.junit.jupiter.api.Test;
+
+/**
+ * The state bytes (FORMAT = 1) of both rules: every kind of value survives a round trip, the layout is the
+ * one written down here byte by byte (a change to it must change FORMAT), and bytes of another format, cut
+ * short or with bytes left over are refused with a message that says so.
+ */
+class StateBytesTest {
+
+  // ---- Bytes: the nullable values
+
+  private interface Write {
+    void to(DataOutputStream out) throws IOException;
+  }
+
+  private static byte[] write(Write w) throws IOException {
+    ByteArrayOutputStream bytes = new ByteArrayOutputStream();
+    try (DataOutputStream out = new DataOutputStream(bytes)) {
+      w.to(out);
+    }
+    return bytes.toByteArray();
+  }
+
+  private static DataInputStream in(byte[] data) {
+    return new DataInputStream(new ByteArrayInputStream(data));
+  }
+
+  @Test
+  void nullableValuesHaveTheirDocumentedBytes() throws IOException {
+    assertArrayEquals(new byte[] {0}, write(out -> Bytes.writeLong(out, null)));
+    assertArrayEquals(new byte[] {1, 0, 0, 0, 0, 0, 0, 1, 0}, write(out -> Bytes.writeLong(out, 256L)));
+    assertArrayEquals(new byte[] {-1, -1, -1, -1}, write(out -> Bytes.writeString(out, null)));
+    assertArrayEquals(new byte[] {0, 0, 0, 0}, write(out -> Bytes.writeString(out, "")));
+    // "é" is two bytes of UTF-8 (0xC3 0xA9), not one char
+    assertArrayEquals(new byte[] {0, 0, 0, 2, (byte) 0xC3, (byte) 0xA9}, write(out -> Bytes.writeString(out, "é")));
+  }
+
+  @Test
+  void nullableValuesRoundTrip() throws IOException {
+    String big = "x".repeat(70_000) + "\u00e9\u6f22\ud83d\ude00"; // beyond writeUTF's 64 KiB, outside the BMP
+    String[] values = {null, "", "plain", big};
+    byte[] data =
+        write(
+            out -> {
+              Bytes.writeLong(out, null);
+              Bytes.writeLong(out, Long.MIN_VALUE);
+              Bytes.writeStrings(out, values);
+              Bytes.writeStrings(out, new String[0]);
+            });
+    DataInputStream in = in(data);
+    assertNull(Bytes.readLong(in));
+    assertEquals(Long.MIN_VALUE, Bytes.readLong(in));
+    assertArrayEquals(values, Bytes.readStrings(in));
+    assertArrayEquals(new String[0], Bytes.readStrings(in));
+    assertEquals(0, in.available());
+  }
+
+  // ---- the as-of state
+
+  private static AsOfRule.State asOfState() {
+    AsOfRule.State s = new AsOfRule.State();
+    s.versions.add(new AsOfRule.Version(1, -5, 10, new String[] {"GOLD", null, ""}));
+    s.versions.add(new AsOfRule.Version(7, 100, Long.MAX_VALUE, new String[0]));
+    s.held.put("b", new AsOfRule.Held(new AsOfRule.Event("b", 200, new String[] {"p\u00e9", null}), 7L));
+    s.held.put("a", new AsOfRule.Held(new AsOfRule.Event("a", 150, new String[0]), null));
+    s.frontierMs = 300L;
+    s.settledThroughMs = null;
+    return s;
+  }
+
+  /** Everything the state holds, as plain values (the rule's classes have no equals of their own). */
+  private static List<Object> asOfValues(AsOfRule.State s) {
+    List<Object> values = new ArrayList<>();
+    for (AsOfRule.Version v : s.versions) {
+      values.add(List.of(v.version(), v.validFromMs(), v.publishedMs(), Arrays.asList(v.payload())));
+    }
+    s.held.forEach(
+        (id, h) ->
+            values.add(
+                Arrays.asList(id, h.event.id(), h.event.timeMs(), Arrays.asList(h.event.payload()), h.answer)));
+    values.add(Arrays.asList(s.frontierMs, s.settledThroughMs));
+    return values;
+  }
+
+  @Test
+  void theAsOfStateRoundTrips() {
+    AsOfRule.State original = asOfState();
+    AsOfRule.State back = AsOfRule.deserialize(AsOfRule.serialize(original));
+    assertEquals(asOfValues(original), asOfValues(back));
+    assertEquals(List.of("b", "a"), new ArrayList<>(back.held.keySet()), "the held events keep their order");
+
+    AsOfRule.State empty = AsOfRule.deserialize(AsOfRule.serialize(new AsOfRule.State()));
+    assertEquals(asOfValues(new AsOfRule.State()), asOfValues(empty));
+
+    AsOfRule.State settled = asOfState();
+    settled.settledThroughMs = 42L;
+    assertEquals(asOfValues(settled), asOfValues(AsOfRule.deserialize(AsOfRule.serialize(settled))));
+  }
+
+  @Test
+  void theAsOfRuleContinuesFromItsBytesAsFromItsMemory() {
+    AsOfRule.State kept = new AsOfRule.State();
+    AsOfRule.apply(kept, List.of(new AsOfRule.Version(1, 0, 0, new String[] {"A"})), events("a", 100, "b", 400), 50, 10);
+    AsOfRule.State stored = AsOfRule.deserialize(AsOfRule.serialize(kept));
+    List<AsOfRule.Version> next = List.of(new AsOfRule.Version(2, 90, 95, new String[] {"B"}));
+    AsOfRule.Changes fromMemory = AsOfRule.apply(kept, next, events("c", 410), 50, 10);
+    AsOfRule.Changes fromBytes = AsOfRule.apply(stored, next, events("c", 410), 50, 10);
+    assertEquals(describe(fromMemory), describe(fromBytes));
+    assertEquals(List.of("c=2", "b=2", "late=[2]"), describe(fromBytes), "a settled at 100: version 2 is late");
+  }
+
+  private static List<AsOfRule.Event> events(Object... idsAndTimes) {
+    List<AsOfRule.Event> out = new ArrayList<>();
+    for (int i = 0; i < idsAndTimes.length; i += 2) {
+      out.add(new AsOfRule.Event((String) idsAndTimes[i], ((Integer) idsAndTimes[i + 1]).longValue(), new String[0]));
+    }
+    return out;
+  }
+
+  private static List<String> describe(AsOfRule.Changes changes) {
+    List<String> out = new ArrayList<>();
+    for (AsOfRule.Answer a : changes.emit()) {
+      out.add(a.event().id() + "=" + (a.version() == null ? "none" : a.version().version()));
+    }
+    List<Long> late = new ArrayList<>();
+    changes.late().forEach(v -> late.add(v.version()));
+    out.add("late=" + late);
+    return out;
+  }
+
+  @Test
+  void theAsOfLayoutIsFormatOneAsWrittenDownHere() {
+    AsOfRule.State s = new AsOfRule.State();
+    s.versions.add(new AsOfRule.Version(3, 4, 5, new String[] {"S"}));
+    s.held.put("e", new AsOfRule.Held(new AsOfRule.Event("e", 6, new String[0]), null));
+    s.frontierMs = 9L;
+    ByteBuffer expected = ByteBuffer.allocate(1 + 4 + 24 + 4 + 4 + 1 + 4 + 4 + 1 + 8 + 4 + 1 + 9 + 1);
+    expected.put((byte) 1); // FORMAT
+    expected.putInt(1).putLong(3).putLong(4).putLong(5).putInt(1).putInt(1).put((byte) 'S'); // one version
+    expected.putInt(1).putInt(1).put((byte) 'e').putLong(6).putInt(0).put((byte) 0); // one held event, no answer
+    expected.put((byte) 1).putLong(9).put((byte) 0); // frontier 9, settled through: none
+    assertEquals(0, expected.remaining(), "the expected layout above is complete");
+    assertArrayEquals(expected.array(), AsOfRule.serialize(s));
+  }
+
+  // ---- the sessions state
+
+  private static SessionRule.State sessionsState() {
+    SessionRule.State s = new SessionRule.State();
+    s.latestMs = 5_000L;
+    s.seen = 12;
+    SessionRule.Session one = new SessionRule.Session();
+    one.sessionId = "u:e1";
+    one.startMs = 1_000;
+    one.endMs = 2_000;
+    one.clicks = 3;
+    one.pages.addAll(Set.of("/a", "/b\u00e9"));
+    one.entryPage = "/a";
+    one.exitPage = "/b\u00e9";
+    one.createdSeq = 4;
+    one.segment = null;
+    one.firstEventId = "e1";
+    one.eventIds.addAll(Set.of("e1", "e2", "e3"));
+    SessionRule.Session two = new SessionRule.Session();
+    two.sessionId = "u:e9";
+    two.startMs = 4_000;
+    two.endMs = 4_000;
+    two.clicks = 1;
+    two.pages.add("/z");
+    two.entryPage = "/z";
+    two.exitPage = "/z";
+    two.createdSeq = 11;
+    two.segment = "GOLD";
+    two.firstEventId = "e9";
+    two.eventIds.add("e9");
+    s.open.put(two.sessionId, two); // not in created order: the map's order must survive
+    s.open.put(one.sessionId, one);
+    return s;
+  }
+
+  private static List<Object> sessionsValues(SessionRule.State s) {
+    List<Object> values = new ArrayList<>();
+    values.add(Arrays.asList(s.latestMs, s.seen));
+    s.open.forEach(
+        (id, x) ->
+            values.add(
+                Arrays.asList(
+                    id, x.sessionId, x.startMs, x.endMs, x.clicks, x.pages, x.entryPage, x.exitPage,
+                    x.createdSeq, x.segment, x.firstEventId, x.eventIds)));
+    return values;
+  }
+
+  @Test
+  void theSessionsStateRoundTrips() {
+    SessionRule.State original = sessionsState();
+    SessionRule.State back = SessionRule.deserialize(SessionRule.serialize(original));
+    assertEquals(sessionsValues(original), sessionsValues(back));
+    assertEquals(List.of("u:e9", "u:e1"), new ArrayList<>(back.open.keySet()));
+    assertEquals(Set.of("e1", "e2", "e3"), back.open.get("u:e1").eventIds);
+
+    SessionRule.State empty = SessionRule.deserialize(SessionRule.serialize(new SessionRule.State()));
+    assertNull(empty.latestMs);
+    assertEquals(sessionsValues(new SessionRule.State()), sessionsValues(empty));
+  }
+
+  @Test
+  void theSessionsLayoutIsFormatOneAsWrittenDownHere() {
+    ByteBuffer expected = ByteBuffer.allocate(1 + 1 + 8 + 4);
+    expected.put((byte) 1).put((byte) 0).putLong(0).putInt(0); // FORMAT, latest: none, seen 0, no session
+    assertArrayEquals(expected.array(), SessionRule.serialize(new SessionRule.State()));
+
+    SessionRule.State s = new SessionRule.State();
+    s.latestMs = 7L;
+    s.seen = 1;
+    SessionRule.Session x = new SessionRule.Session();
+    x.sessionId = "i";
+    x.startMs = 7;
+    x.endMs = 7;
+    x.clicks = 1;
+    x.pages.add("p");
+    x.entryPage = "p";
+    x.exitPage = "p";
+    x.createdSeq = 0;
+    x.segment = null;
+    x.firstEventId = "e";
+    x.eventIds.add("e");
+    s.open.put("i", x);
+    ByteBuffer one = ByteBuffer.allocate(1 + 9 + 8 + 4 + 5 + 16 + 4 + 9 + 5 + 5 + 8 + 4 + 5 + 9);
+    one.put((byte) 1).put((byte) 1).putLong(7).putLong(1).putInt(1); // FORMAT, latest 7, seen 1, one session
+    one.putInt(1).put((byte) 'i').putLong(7).putLong(7).putInt(1); // id, start, end, clicks
+    one.putInt(1).putInt(1).put((byte) 'p'); // pages
+    one.putInt(1).put((byte) 'p').putInt(1).put((byte) 'p'); // entry, exit
+    one.putLong(0).putInt(-1); // created seq, segment: none
+    one.putInt(1).put((byte) 'e').putInt(1).putInt(1).put((byte) 'e'); // first event id, event ids
+    assertEquals(0, one.remaining(), "the expected layout above is complete");
+    assertArrayEquals(one.array(), SessionRule.serialize(s));
+  }
+
+  // ---- refusals
+
+  private static void refuses(
+      Function<byte[], Object> read, byte[] data, String what, String because) {
+    IllegalStateException e = assertThrows(IllegalStateException.class, () -> read.apply(data));
+    assertTrue(e.getMessage().startsWith(what + " state "), e.getMessage());
+    assertTrue(e.getMessage().contains(because), e.getMessage());
+  }
+
+  @Test
+  void bytesOfAnotherFormatAreRefused() {
+    byte[] asOf = AsOfRule.serialize(asOfState());
+    asOf[0] = 2;
+    refuses(AsOfRule::deserialize, asOf, "as-of", "format 2, this operator reads 1");
+    byte[] sessions = SessionRule.serialize(sessionsState());
+    sessions[0] = 0;
+    refuses(SessionRule::deserialize, sessions, "sessions", "format 0, this operator reads 1");
+  }
+
+  @Test
+  void bytesCutShortAnywhereAreRefusedAsTruncated() {
+    byte[] asOf = AsOfRule.serialize(asOfState());
+    for (int length = 0; length < asOf.length; length++) {
+      refuses(AsOfRule::deserialize, Arrays.copyOf(asOf, length), "as-of", "truncated");
+    }
+    byte[] sessions = SessionRule.serialize(sessionsState());
+    for (int length = 0; length < sessions.length; length++) {
+      refuses(SessionRule::deserialize, Arrays.copyOf(sessions, length), "sessions", "truncated");
+    }
+  }
+
+  @Test
+  void bytesLeftOverAfterTheLayoutAreRefused() {
+    byte[] asOf = AsOfRule.serialize(asOfState());
+    refuses(AsOfRule::deserialize, Arrays.copyOf(asOf, asOf.length + 3), "as-of", "3 left over");
+    byte[] sessions = SessionRule.serialize(new SessionRule.State());
+    refuses(SessionRule::deserialize, Arrays.copyOf(sessions, sessions.length + 1), "sessions", "1 left over");
+  }
+
+  @Test
+  void aBrokenLengthIsRefusedNotAllocated() {
+    // FORMAT 1, then a version count of one and a payload of 2^31 - 1 strings
+    ByteBuffer data = ByteBuffer.allocate(1 + 4 + 24 + 4);
+    data.put((byte) 1).putInt(1).putLong(1).putLong(2).putLong(3).putInt(Integer.MAX_VALUE);
+    refuses(AsOfRule::deserialize, data.array(), "as-of", "truncated");
+  }
+}
