@@ -15,7 +15,7 @@ import pytest
 from kappa.cli.main import main
 from kappa.core.errors import KappaError, SettingsError
 from kappa.core.settings import KappaSettings, Launcher, load_settings
-from kappa.lifecycle import deployments
+from kappa.lifecycle import deployments, launchers
 from kappa.lifecycle.deployments import Deployment, Health
 from kappa.lifecycle.replay import Replay, ReplayRefusedError, exclusive_catch_up
 from kappa.runtime import run_record
@@ -79,6 +79,20 @@ def test_spark_submit_needs_a_cluster_master(tmp_path: Path) -> None:
         load_settings(state_dir=tmp_path, deploy_launcher="kubectl")
     for master in ("yarn", "k8s://https://10.0.0.1:6443", "spark://a:7077"):
         assert load_settings(state_dir=tmp_path, deploy_launcher="spark-submit", spark_master=master).spark_master
+
+
+def test_a_launcher_is_chosen_from_the_setting_in_one_place(settings: KappaSettings) -> None:
+    for name in Launcher:  # every value of the setting has its launcher
+        assert launchers.for_start(name, "raw_clicks").name is name
+    # The shared launcher hands a real-time job a driver of its own; the others run whatever they are given.
+    assert launchers.for_start(Launcher.SHARED, "enrich_clicks_realtime").name is Launcher.SUBPROCESS
+    assert launchers.for_start(Launcher.SPARK_SUBMIT, "enrich_clicks_realtime").name is Launcher.SPARK_SUBMIT
+    # Whoever stops or restarts a deployment finds the launcher that started it, by its state file.
+    assert launchers.of(_deployment(settings, 4242, launcher="shared")).name is Launcher.SHARED
+    assert launchers.of(_deployment(settings, 4242)).name is Launcher.SUBPROCESS
+    assert [launchers.named(n.value).where for n in Launcher] == [None, None, "in the job host"]
+    with pytest.raises(KappaError, match=r"no launcher 'kubectl' here \(known: shared, spark-submit, subprocess\)"):
+        launchers.of(_deployment(settings, 4242, launcher="kubectl"))
 
 
 def test_lag_is_end_minus_committed_per_partition() -> None:
@@ -228,7 +242,7 @@ def test_the_wrapper_records_how_the_job_ended(settings: KappaSettings) -> None:
         assert state.exit_reason.startswith("killed by SIGKILL (exit status 137)")
         assert deployments.exit_status(deployment) == 137  # the exit record, written by the wrapper
     finally:
-        deployments._terminate(deployment, timeout_s=1)
+        deployments.terminate(deployment, timeout_s=1)
     assert process.group_members(deployment.pid) == []
 
 
@@ -267,7 +281,7 @@ def test_a_job_whose_wrapper_is_killed_stops_after_its_batch_and_shows_running_t
         assert "stopped: wrapper gone" in deployment.log_path.read_text()
         assert deployments.state_of(deployment).health is Health.CRASHED  # should run; nothing runs it now
     finally:
-        deployments._terminate(deployment, timeout_s=1)
+        deployments.terminate(deployment, timeout_s=1)
 
 
 def test_status_shows_what_the_run_recorded(
@@ -289,7 +303,7 @@ def test_status_shows_what_the_run_recorded(
             assert "waiting: Kafka is unavailable (DisconnectException)" in out
             assert "queries: fake_v1 9d1e (run 41a7)" in out
     finally:
-        deployments._terminate(deployment, timeout_s=1)
+        deployments.terminate(deployment, timeout_s=1)
 
 
 def _read_run(settings: KappaSettings) -> run_record.RunRecord:
@@ -311,7 +325,7 @@ def test_stop_terminates_the_driver_gracefully(settings: KappaSettings) -> None:
         assert deployments.state_of(stopped).health is Health.STOPPED
         assert process.group_members(deployment.pid) == []
     finally:
-        deployments._terminate(deployment, timeout_s=1)
+        deployments.terminate(deployment, timeout_s=1)
 
 
 def test_stop_all_stops_every_running_deployment_for_a_purge(settings: KappaSettings) -> None:
@@ -321,7 +335,7 @@ def test_stop_all_stops_every_running_deployment_for_a_purge(settings: KappaSett
         assert process.group_members(deployment.pid) == []
         assert deployments.stop_all(settings) == []  # nothing runs any more
     finally:
-        deployments._terminate(deployment, timeout_s=1)
+        deployments.terminate(deployment, timeout_s=1)
 
 
 def test_the_code_location_has_stop_and_restart_jobs_and_a_running_health_sensor() -> None:
@@ -389,7 +403,7 @@ def test_one_writer_per_checkpoint(settings: KappaSettings) -> None:
         with pytest.raises(ReplayRefusedError, match=r"fake v1 is deployed to run continuously \(running,"):
             another_launch()
     finally:
-        deployments._terminate(deployment, timeout_s=1)
+        deployments.terminate(deployment, timeout_s=1)
     # Crashed but still meant to run: the sensor would restart it beside the catch-up.
     deployments.save(settings, dataclasses.replace(deployment, desired="running"))
     with pytest.raises(ReplayRefusedError, match=r"fake v1 is deployed to run continuously \(crashed,"):

@@ -46,3 +46,31 @@ def test_a_child_that_exited_is_not_running_and_is_reaped(tmp_path: Path) -> Non
     assert process.exists(pid)
     assert not process.is_running(pid, marker)
     assert not process.exists(pid)  # is_running reaped it
+
+
+# A leader that stops on SIGTERM, and a child in its group that ignores SIGTERM (a JVM its driver failed to stop).
+STUBBORN_CHILD = """
+import signal, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                          "print('child', flush=True); time.sleep(60)"])
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+time.sleep(60)
+"""
+
+
+def test_end_group_sigterms_then_kills_what_is_left_of_the_group(tmp_path: Path) -> None:
+    marker = f"kappa-test-{uuid.uuid4().hex}"
+    log = tmp_path / "log"
+    pid = process.spawn([sys.executable, "-c", STUBBORN_CHILD, marker], marker, log, tmp_path)
+    wait_until(lambda: "child" in log.read_text() and len(process.group_members(pid)) == 2, 10, "the child runs")
+    # The leader alone is signalled and stops at once; the child, left over, is killed with the group.
+    process.end_group(pid, lambda: process.is_running(pid, marker), 5, marker, term=[pid], whole_group=True)
+    assert process.group_members(pid) == []
+
+
+def test_end_group_kills_a_group_that_ignores_sigterm_after_the_timeout(tmp_path: Path) -> None:
+    marker = f"kappa-test-{uuid.uuid4().hex}"
+    ignores = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+    pid = process.spawn([sys.executable, "-c", ignores, marker], marker, tmp_path / "log", tmp_path)
+    process.end_group(pid, lambda: process.is_running(pid, marker), 0.5, marker)
+    assert not process.is_running(pid, marker)

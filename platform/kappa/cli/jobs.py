@@ -13,7 +13,7 @@ from typing import Any
 from kappa.cli.table import render
 from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings
-from kappa.lifecycle import deployments, job_host
+from kappa.lifecycle import deployments, job_host, launchers
 from kappa.lifecycle.deployments import checkpoint_lock
 from kappa.ops import scaffold
 from kappa.runtime.binding import deployed_job, ensure_live
@@ -101,8 +101,8 @@ def cmd_jobs_start(settings: KappaSettings, args: argparse.Namespace) -> int:
     job, version = _job_version(args)
     deployment = deployments.start(settings, job, version)
     deployments.confirm_running(deployment, args.wait)
-    where = "in the job host (pid" if deployment.launcher == "shared" else "(pid"
-    print(f"{job} v{version}: started {where} {_pid(deployment)}), log {deployment.log_file}")
+    where = " ".join(filter(None, (launchers.of(deployment).where, f"(pid {_pid(deployment)})")))
+    print(f"{job} v{version}: started {where}, log {deployment.log_file}")
     return 0
 
 

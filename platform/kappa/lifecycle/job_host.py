@@ -4,7 +4,7 @@ With a driver JVM per job, six jobs on two cores spend their time competing for 
 application"): in one application the stateful jobs' batches ran 2 to 2.5 times faster. The host keeps what a
 deployment is: each job version runs in a thread of its own (`run_job` with its own stop), with its own checkpoint,
 consumer group, state file and log, and is started, stopped and restarted on its own. It does so by following the
-state files that `kappa.lifecycle.deployments` writes, every POLL_S:
+state files that `kappa.lifecycle.deployments` writes (kappa.lifecycle.launchers.SharedLauncher), every POLL_S:
 
 - a deployment of this host (its recorded pid is the host's wrapper) that should run, at a start the host has not
   run yet, is started;
@@ -35,8 +35,10 @@ from typing import TYPE_CHECKING
 
 from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings
-from kappa.lifecycle import deployments
-from kappa.lifecycle.deployments import Deployment
+from kappa.lifecycle.exits import record_exit
+from kappa.lifecycle.host_registry import HOST_IDLE_S, hosted, idle_host_ends
+from kappa.lifecycle.state_files import Deployment, checkpoint_lock, consumer_group, output_query
+from kappa.lifecycle.wrapper import watch_wrapper, wrapper_gone
 from kappa.runtime.binding import deployed_job, ensure_live
 from kappa.runtime.run_record import RunRecorder
 from kappa.spark.session import get_spark
@@ -90,7 +92,7 @@ def serve(settings: KappaSettings, code: str) -> int:
         log.info("received %s: stopping every job after its current batch", name)
         end(f"the job host (pid {os.getpid()}) received {name}: every job in it stopped after its current batch")
 
-    deployments.watch_wrapper(lambda: end(deployments.wrapper_gone(me, "every job in the job host")))
+    watch_wrapper(lambda: end(wrapper_gone(me, "every job in the job host")))
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
@@ -103,7 +105,7 @@ def serve(settings: KappaSettings, code: str) -> int:
     idle_since = time.monotonic()
     try:
         while not ended.is_set():
-            wanted = {d.name: d for d in deployments.hosted(settings, me) if d.desired == "running"}
+            wanted = {d.name: d for d in hosted(settings, me) if d.desired == "running"}
             for name, run in list(runs.items()):
                 if not run.thread.is_alive():
                     del runs[name]
@@ -115,10 +117,10 @@ def serve(settings: KappaSettings, code: str) -> int:
                     runs[name] = _start(settings, spark, deployment, ending)
             if runs or wanted:
                 idle_since = time.monotonic()
-            elif time.monotonic() - idle_since > deployments.HOST_IDLE_S:
-                with deployments.idle_host_ends(settings, me, code) as idle:
+            elif time.monotonic() - idle_since > HOST_IDLE_S:
+                with idle_host_ends(settings, me, code) as idle:
                     if idle:
-                        log.info("no job to run for %.0f s: the job host ends", deployments.HOST_IDLE_S)
+                        log.info("no job to run for %.0f s: the job host ends", HOST_IDLE_S)
                         break
             ended.wait(POLL_S)
     finally:
@@ -161,7 +163,7 @@ def _run(
         spark.sparkContext.setLocalProperty("spark.scheduler.pool", deployment.job)
         holder = f"{deployment.name} in the job host"
         with (
-            deployments.checkpoint_lock(settings, deployment.job, deployment.version, holder),
+            checkpoint_lock(settings, deployment.job, deployment.version, holder),
             RunRecorder.recording(settings, deployment.job, deployment.version) as record,
         ):
             spec = deployed_job(settings, deployment.job, deployment.version, run=True)
@@ -180,7 +182,7 @@ def _run(
         status = 1
     finally:
         logging.getLogger().removeHandler(handler)
-        deployments.record_exit(deployment, status)  # what the wrapper of a job's own process records
+        record_exit(deployment, status)  # what the wrapper of a job's own process records
         handler.close()
 
 
@@ -192,8 +194,8 @@ class _JobLog(logging.FileHandler):
         super().__init__(deployment.log_file, encoding="utf-8")
         self.setFormatter(logging.Formatter("%(asctime)s %(name)s %(message)s"))
         self._thread = threading.get_ident()
-        query = deployments.output_query(deployment.job, deployment.version)  # also the runner's id of the job
-        group = deployments.consumer_group(deployment.job, deployment.version)
+        query = output_query(deployment.job, deployment.version)  # also the runner's id of the job
+        group = consumer_group(deployment.job, deployment.version)
         self._names = re.compile(rf"(?<![\w.])({re.escape(query)}|{re.escape(group)})(?!\w)")
 
     def filter(self, record: logging.LogRecord) -> bool:

@@ -114,15 +114,46 @@ def stop(pid: int, marker: str, timeout_s: float = 30.0) -> bool:
     """SIGTERM the process group, SIGKILL it after timeout_s. Return True if it was running."""
     if not is_running(pid, marker):
         return False
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGTERM)
-    try:
-        wait_until(lambda: not is_running(pid, marker), timeout_s, f"pid {pid} did not stop within {timeout_s:g} s")
-    except WaitTimeoutError:  # past the timeout: SIGKILL, which ends it for sure
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGKILL)
-        wait_until(lambda: not is_running(pid, marker), 10, f"pid {pid} ({marker}) still runs 10 s after SIGKILL")
+    end_group(pid, lambda: is_running(pid, marker), timeout_s, f"pid {pid} ({marker})")
     return True
+
+
+def end_group(
+    pgid: int,
+    running: Callable[[], bool],
+    timeout_s: float,
+    what: str,
+    *,
+    term: Sequence[int] | None = None,
+    whole_group: bool = False,
+) -> None:
+    """SIGTERM, wait, SIGKILL: the one way a process group is ended here (the stack's servers, a deployment, a job
+    host). SIGTERM goes to `term` (by default the whole group `pgid`), then up to `timeout_s` for `running()` to
+    turn false; past it, SIGKILL to the group, and up to 10 s more for it to be gone (else a WaitTimeoutError
+    naming `what`). `whole_group`: whatever is left of the group once `running()` is false is SIGKILLed too (a
+    JVM its driver failed to stop, a wrapper past the timeout), and gone means the group is empty."""
+    if term is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGTERM)
+    for pid in term or []:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    try:
+        wait_until(lambda: not running(), timeout_s, f"{what} did not stop within {timeout_s:g} s")
+        if not whole_group:
+            return
+    except WaitTimeoutError:  # past the timeout: SIGKILL, which ends it for sure
+        pass
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # (the group is empty when all exited)
+        os.killpg(pgid, signal.SIGKILL)
+
+    def gone() -> bool:
+        if not whole_group:
+            return not running()
+        reap(pgid)
+        return not group_members(pgid)
+
+    wait_until(gone, 10, f"{what} still runs 10 s after SIGKILL", interval_s=0.1)
 
 
 def log_tail(log_file: Path, lines: int = 12) -> str:
