@@ -9,6 +9,7 @@ import calendar
 import io
 import json
 import re
+import struct
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from jobs.catalog import CLICKS
 from kappa.contracts.schema_files import topic_value_schema
@@ -26,20 +29,13 @@ from kappa.core.errors import KappaError
 from kappa.core.settings import project_root
 from kappa.kafka.clients import Outgoing
 from kappa.kafka.partitioning import partition_for
-from kappa.ops.produce_file import (
-    FileFormat,
-    Progress,
-    RecordShape,
-    RejectsFile,
-    RowError,
-    default_rejects_path,
-    detect_format,
-    from_text,
-    open_source,
-    placement,
-    produce_rows,
-)
+from kappa.ops.avro_types import Field, RowError
+from kappa.ops.csv_cells import CsvTyping, from_text
+from kappa.ops.file_rows import FileFormat, detect_format, open_source
+from kappa.ops.produce_file import RejectsFile, default_rejects_path, produce_rows
+from kappa.ops.progress_bar import Progress
 from kappa.ops.receipts import ranges
+from kappa.ops.record_shape import RecordShape, placement
 from kappa.runtime.discovery import find_topic
 
 SCHEMAS = project_root() / "schemas" if project_root() else Path("schemas")
@@ -488,3 +484,150 @@ def test_a_rerun_at_a_rate_paces_only_the_rows_it_sends(tmp_path: Path, monkeypa
                              rate=20)  # fmt: skip
     assert (count, sent) == (2, [39, 40])
     assert max(slept) <= 2 / 20  # two rows at 20 a second: the 38 in the topic already cost no wait
+
+
+# --- CSV typing in batches (pyarrow.csv) against cell by cell (from_text) ----------------------------------------
+
+TS_MS = {"type": "long", "logicalType": "timestamp-millis"}
+TS_US = {"type": "long", "logicalType": "timestamp-micros"}
+DATE = {"type": "int", "logicalType": "date"}
+# Cells pyarrow reads differently from from_text, or not at all, or that only one of them reads.
+TRICKY_CELLS = [
+    "", " ", "5", "+5", "-5", "007", " 5", "5 ", "0x10", "0X1F", "1e3", "99999999999999999999", "-0", "\u0663",
+    "1_0", "inf", "-inf", "nan", "NaN", "-nan", "Infinity", "infinity", "INF", "1e5", ".5", "5.", "+1.5", " 1.5",
+    "1d5", "0x1p3", "1e400", "-0.0", "1e-400", "true", "True", "TRUE", "tRUE", "1", "0", "yes", " true", "false ",
+    "2026-03-01T12:34:56.789Z", "2026-03-01T14:34:56.789+02:00", "2026-03-01 12:34:56+00:00",
+    "2026-03-01T12:34:56.789999Z", "1969-12-31T23:59:59.999Z", "1969-12-31T23:59:59.9995Z", "2026-03-01T12:00:00",
+    "2026-03-01", "2026-03-01T12Z", "2026-03-01T12:34Z", "2026-03-01T12:34:56+0200", "2026-03-01T12:34:56+02",
+    "20260301T123456Z", "2026-03-01T23:59:60Z", "1772368496789", "2026-02-30T00:00:00Z", "0001-01-01T00:00:00Z",
+    "9999-12-31T23:59:59.999Z", "2026-03-01T24:00:00Z", "2026-03-01t12:34:56z", "2026-03-01T12:34:56-00:00",
+    "2026-03-01T12:34:56.123456789Z", "2026-03-01T12:34:56+02:00:30", "20260301", "2026-3-1", "19000",
+    "5,6", "5\n6", "5\r", "\x1f", "caf\udce9", "RED", " RED",
+]  # fmt: skip
+CELL_TYPES: list[tuple[Any, bool, Any]] = [  # (type, has a default, the default)
+    ("int", False, None), ("long", False, None), ("float", False, None), ("double", False, None),
+    ("boolean", False, None), (TS_MS, False, None), (TS_US, False, None), (DATE, False, None),
+    (["null", "long"], True, None), (["null", TS_MS], True, None), (["double", "null"], False, None),
+    ("long", True, 7), ("boolean", True, True), (TS_MS, True, 0), ("string", False, None),
+    (["null", "string"], True, None), ({"type": "enum", "name": "K", "symbols": ["RED", "BLUE"]}, True, "RED"),
+    (["long", "string"], False, None),
+]  # fmt: skip
+
+
+def _exact(value: Any) -> Any:
+    """A value compared with its type (True is not 1) and a float by its bits (NaN equals its NaN)."""
+    return (type(value), struct.pack("<d", value)) if isinstance(value, float) else (type(value), value)
+
+
+def _cell_by_cell(field: Field, cells: list[str]) -> list[Any]:
+    """The definition: each cell alone through from_cells (from_text), as its value or its reason."""
+    expected = []
+    for cell in cells:
+        try:
+            expected.append(_exact(RecordShape({"type": "record", "name": "R", "fields": [
+                {"name": field.name, "type": field.type, **({"default": field.default} if field.has_default else {})}
+            ]}).from_cells({field.name: cell})[field.name]))  # fmt: skip
+        except RowError as exc:
+            expected.append(str(exc))
+    return expected
+
+
+def _in_batches(field: Field, cells: list[str]) -> list[Any]:
+    typed = CsvTyping({field.name: field}, [field.name]).rows([[c] for c in cells])
+    return [str(t) if isinstance(t, RowError) else _exact(t[field.name]) for t in typed]
+
+
+@pytest.mark.parametrize(("avro_type", "has_default", "default"), CELL_TYPES)
+def test_batches_type_every_tricky_cell_as_from_text_does(avro_type: Any, has_default: bool, default: Any) -> None:
+    field = Field("f", parse_schema(avro_type) if isinstance(avro_type, dict) else avro_type, has_default, default)
+    cells = [c for c in TRICKY_CELLS if c or has_default or "null" in str(avro_type)] + ["5"] * 3
+    assert _in_batches(field, cells) == _cell_by_cell(field, cells)
+    # One at a time as well: a batch pyarrow reads whole, where the batch above fell back to parts.
+    assert [_in_batches(field, [c])[0] for c in cells] == _cell_by_cell(field, cells)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    kind=st.sampled_from(CELL_TYPES),
+    cells=st.lists(
+        st.one_of(st.sampled_from(TRICKY_CELLS), st.text(alphabet="0123456789+-.:eETZz xX_naifINF,\n", max_size=24)),
+        max_size=30,
+    ),
+)
+def test_batches_type_any_cells_as_from_text_does(kind: tuple[Any, bool, Any], cells: list[str]) -> None:
+    avro_type, has_default, default = kind
+    field = Field("f", parse_schema(avro_type) if isinstance(avro_type, dict) else avro_type, has_default, default)
+    assert _in_batches(field, cells) == _cell_by_cell(field, cells)
+
+
+def test_a_long_csv_is_typed_in_batches_and_every_bad_row_is_found(tmp_path: Path) -> None:
+    bad = {7, 2048, 2049, 4100, 4999}  # at a batch's edges too
+    lines = ["event_id,user_id,page,referrer,event_time,device"]
+    for n in range(1, 5001):
+        when = (
+            "soon" if n in bad else (f"2026-01-01T00:00:{n % 60:02d}Z" if n < 3000 else str(epoch_ms(2026, 1, 2) + n))
+        )
+        lines.append(f"e{n},u{n % 7},/p/{n},{'' if n % 2 else '/r'},{when},{'TABLET' if n % 3 else ''}")
+    path = tmp_path / "clicks.csv"
+    path.write_text("\n".join(lines) + "\n")
+
+    rows: list[int] = []
+    sent, rejects = run(path, FileFormat.CSV, rows=rows)
+
+    assert [(r["row"], r["line"], r["reason"]) for r in rejects] == [
+        (n, n + 1, "event_time: 'soon' is neither an ISO 8601 timestamp nor epoch milliseconds") for n in sorted(bad)
+    ]
+    assert rows == [n for n in range(1, 5001) if n not in bad]
+    values = [decoded(o.value) for o in sent]
+    assert values[0] == {"event_id": "e1", "user_id": "u1", "page": "/p/1", "referrer": None,
+                         "event_time": epoch_ms(2026, 1, 1, 0, 0, 1), "device": "TABLET"}  # fmt: skip
+    assert values[-1] == {"event_id": "e5000", "user_id": f"u{5000 % 7}", "page": "/p/5000", "referrer": "/r",
+                          "event_time": epoch_ms(2026, 1, 2) + 5000, "device": "TABLET"}  # fmt: skip
+    assert [v["device"] for v in values[:3]] == ["TABLET", "TABLET", "UNKNOWN"]  # an empty cell: the default
+
+
+def test_each_fields_type_stands_on_its_own() -> None:
+    """Named types are written out where they are used (fastavro's expand_schema): a field validates alone."""
+    shape = RecordShape(EVERY_TYPE)
+    assert shape.by_name["again"].type == [
+        "null", {"type": "enum", "name": "io.kappa.test.Kind", "symbols": ["UNKNOWN", "RED", "BLUE"],
+                 "default": "UNKNOWN"},
+    ]  # fmt: skip
+    for path in sorted(SCHEMAS.glob("*.avsc")):
+        schema = json.loads(path.read_text())
+        if isinstance(schema, dict) and schema.get("type") == "record":
+            for field in RecordShape(schema).fields:
+                parse_schema(field.type)  # no bare name left that it would not know
+
+
+def test_a_message_while_the_bar_is_up_is_a_line_of_its_own() -> None:
+    out = io.StringIO()
+    bar = Progress(out, after_s=0.0)
+    bar.update(0.5, 10)
+    bar.write("kappa produce: Kafka is not answering")
+    bar.update(1.0, 20)
+    bar.finish()
+    lines = [line.split("\r")[-1] for line in out.getvalue().split("\n")]
+    assert "kappa produce: Kafka is not answering" in lines
+    assert re.fullmatch(r"\[#{30}\] 100% [\d,]+ rows/s", lines[-2]), lines
+    assert lines[-1] == ""
+    assert bar.drawn
+
+
+def test_a_batch_of_clean_cells_is_read_by_pyarrow(monkeypatch: pytest.MonkeyPatch) -> None:
+    def cell_by_cell(text: str, _avro_type: Any) -> Any:
+        raise AssertionError(f"{text!r} was read cell by cell")
+
+    monkeypatch.setattr("kappa.ops.csv_cells._from_text_one", cell_by_cell)
+    fields = {
+        "n": Field("n", "long", False, None),
+        "ok": Field("ok", "boolean", False, None),
+        "at": Field("at", parse_schema(TS_MS), False, None),
+        "x": Field("x", ["null", "double"], True, None),
+    }
+    typed = CsvTyping(fields, list(fields)).rows([["-12", "true", "2026-03-01T12:34:56.789Z", "0.5"],
+                                                  ["7", "0", "1969-12-31T23:59:59.999Z", ""]])  # fmt: skip
+    assert typed == [
+        {"n": -12, "ok": True, "at": epoch_ms(2026, 3, 1, 12, 34, 56, 789), "x": 0.5},
+        {"n": 7, "ok": False, "at": -1, "x": None},
+    ]

@@ -9,7 +9,8 @@ from typing import Any
 
 from kappa.cli.parsing import add_command
 from kappa.core.settings import KappaSettings
-from kappa.ops.produce_file import FileFormat, detect_format, produce_file
+from kappa.ops.file_rows import FileFormat, detect_format
+from kappa.ops.produce_file import produce_file
 from kappa.ops.receipts import ranges
 from kappa.runtime.discovery import find_topic, load_catalog
 
