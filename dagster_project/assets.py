@@ -70,7 +70,9 @@ def _duration(ms: int) -> str:
 
 
 def replay_window(topic: Topic) -> str:
-    """How far back a replay of this topic sees every record (DESIGN: compaction erases history)."""
+    """How far back a replay of this topic sees every record: once the cleaner has run, a compacted topic keeps
+    only the latest value per key, so only versions younger than min.compaction.lag.ms are all there
+    (docs/architecture.md, "Topics and keys"; kappa.lifecycle.horizon measures it on the cluster)."""
     if topic.cleanup is Cleanup.DELETE:
         return f"every record for {_duration(topic.retention_ms)}"
     if topic.min_compaction_lag_ms:
@@ -102,20 +104,21 @@ def topic_metadata(topic: Topic) -> dict[str, Any]:
     return metadata
 
 
+def kappa_command(*args: str) -> list[str]:
+    """The `kappa` CLI in a process of its own, on this interpreter (the code location's environment): a Spark run
+    never runs in Dagster's process."""
+    return [sys.executable, "-m", "kappa.cli", *args]
+
+
+def catch_up_args(job: JobSpec) -> list[str]:
+    """The `kappa` arguments of the catch-up run that deploys the declared version: drain the inputs, stop,
+    report through Pipes."""
+    return ["jobs", "run", job.name, "--version", str(job.version), "--available-now", "--pipes"]
+
+
 def job_command(job: JobSpec) -> list[str]:
-    """The catch-up run that deploys the declared version: drain the inputs, stop, report through Pipes."""
-    return [
-        sys.executable,
-        "-m",
-        "kappa.cli",
-        "jobs",
-        "run",
-        job.name,
-        "--version",
-        str(job.version),
-        "--available-now",
-        "--pipes",
-    ]
+    """The catch-up run's command (`catch_up_args`)."""
+    return kappa_command(*catch_up_args(job))
 
 
 def output_spec(job: JobSpec, topics_by_name: Mapping[str, Topic]) -> AssetSpec:
@@ -133,7 +136,7 @@ def output_spec(job: JobSpec, topics_by_name: Mapping[str, Topic]) -> AssetSpec:
         "freshness": job.freshness,
         "max_batch_records": job.max_batch_records,
         "settings": MetadataValue.json(dict(job.settings)),
-        "catch_up_command": " ".join(job_command(job)[1:]),
+        "catch_up_command": " ".join(["kappa", *catch_up_args(job)]),
     }
     if job.real_time:  # live in Spark's real-time mode: batches of this length, records in milliseconds
         metadata["real_time_batch"] = job.real_time

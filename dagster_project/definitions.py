@@ -11,7 +11,8 @@ from dagster import Definitions, PipesSubprocessClient
 from dagster_project.assets import build_assets
 from dagster_project.checks import quality_checks
 from dagster_project.operations import operations_definitions
-from dagster_project.replay import replay_asset_checks, replay_definitions
+from dagster_project.replay import replay_definitions
+from dagster_project.replay_checks import replay_asset_checks
 from dagster_project.resources import KappaResource
 from kappa.contracts.topic_declarations import Topic
 from kappa.runtime.declaration import JobSpec

@@ -8,37 +8,31 @@ Per job (every job writes one topic or one Delta table):
   asset; one failure stops the set before anything goes live), the set gone live, and cut over in one
   transaction. Its ops are the protocol's steps:
   `catch_up` (`kappa replay start --pipes` in a subprocess: check, prepare, catch-up, verify; progress per batch
-  live in the run's logs and as observations of the output asset) -> `verification` (the report as the results
-  of the output asset's blocking checks `replay_quality` and `replay_reconciliation`; a failed check fails the
-  step, so nothing after it runs) -> `go_live` (`kappa replay golive`) -> `cutover` (`kappa replay cutover`, then
-  a materialization of the output asset naming the version readers now follow, from which, by whom).
+  live in the run's logs and as observations of the output asset; the outcome read from the audit trail) ->
+  `verification` (the report as the results of the output asset's blocking checks `replay_quality` and
+  `replay_reconciliation`, replay_checks.py; a failed check fails the step, so nothing after it runs) ->
+  `go_live` -> `cutover` (then a materialization of the output asset naming the version readers now follow,
+  from which, by whom).
 - `rollback_<job>` (`{by}`) and `retire_<job>` (`{version, by}`): the separate steps.
-- Two blocking asset checks on the job's output asset. A replay run reports them; executed on their own (or
-  after a materialization), they read the latest verification the audit trail `kappa.audit` holds for the
-  declared version.
 
-Every step runs the `kappa` CLI outside Dagster's process (job code and Spark never run in it); the CLI records
-who, when, from and to in the audit trail, exactly as when an operator runs the same command by hand.
+Each step is a call of the protocol's library, `kappa.lifecycle.protocol`, which checks its preconditions and
+records who, when, from and to in the audit trail exactly as when an operator runs the `kappa` command. The
+light steps run in Dagster's process and read the typed results; the catch-up runs Spark, so it runs as the
+`kappa` CLI in its own process (job code and Spark never run in Dagster's), and the op learns how it ended
+from the audit trail (`protocol.start_outcome`), not from its output or exit status.
 """
 
 import contextlib
-import json
-import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
 from dagster import (
-    AssetCheckEvaluation,
-    AssetCheckExecutionContext,
-    AssetCheckResult,
-    AssetChecksDefinition,
     AssetKey,
     AssetMaterialization,
     AssetObservation,
@@ -55,42 +49,42 @@ from dagster import (
     Output,
     PipesTempFileContextInjector,
     PipesTempFileMessageReader,
-    asset_check,
     graph,
     in_process_executor,
     op,
     open_pipes_session,
 )
 
-from dagster_project.assets import output_key
+from dagster_project.assets import kappa_command, output_key
+from dagster_project.replay_checks import verification
 from dagster_project.resources import KappaResource
-from kappa.cli.replay import INTERRUPTED, NOT_VERIFIED, PROGRESS_MESSAGE, REFUSED, VERIFICATION_MESSAGE, VERIFIED
-from kappa.kafka.aliases import Alias, Step
+from kappa.core.errors import KappaError
+from kappa.core.settings import KappaSettings
+from kappa.kafka.aliases import AliasRegistry, now_ms
+from kappa.lifecycle import cascade, protocol
+from kappa.lifecycle.model import Replay
 from kappa.runtime.binding import dataset_of
 from kappa.runtime.declaration import JobSpec
-from kappa.runtime.discovery import discover, get_job
+from kappa.runtime.discovery import discover
+from kappa.stack.process import end_group
 
-QUALITY_CHECK = "replay_quality"
-RECONCILIATION_CHECK = "replay_reconciliation"
-REPLAY_CHECKS = (QUALITY_CHECK, RECONCILIATION_CHECK)
-CHECK_DOC = {
-    QUALITY_CHECK: "The dataset's quality suite on",
-    RECONCILIATION_CHECK: "Counts and key-level differences against the live version, of",
-}
-LOG_RECORD = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ ")  # kappa's logging format
 OBSERVE_EVERY_S = 5.0  # at most one progress observation of the output asset per interval (and the last one)
+LOG_RECORD = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ ")  # kappa's logging format
 
 
-def kappa_command(*args: str) -> list[str]:
-    """The `kappa` CLI run by this interpreter (the code location's environment)."""
-    return [sys.executable, "-m", "kappa.cli", *args]
+def _operator(context: OpExecutionContext, by: str) -> str | None:
+    """Who acts: the run config's `by`, else the launching user Dagster tags the run with, else None (the
+    protocol's default: KAPPA_OPERATOR or the login name of the process)."""
+    return by or context.run.tags.get("dagster/user") or None
 
 
-def _operator(context: OpExecutionContext, by: str) -> list[str]:
-    """`--by`: the run config's `by`, else the launching user Dagster tags the run with, else the CLI's
-    default (KAPPA_OPERATOR or the login name of the process)."""
-    who = by or context.run.tags.get("dagster/user", "")
-    return ["--by", who] if who else []
+@contextlib.contextmanager
+def _step(what: str) -> Iterator[None]:
+    """A refused or failed protocol step fails the op with the protocol's one message."""
+    try:
+        yield
+    except KappaError as exc:
+        raise Failure(description=f"{what}: {exc}") from None
 
 
 def _echo(path: Path, stream: TextIO) -> None:
@@ -107,34 +101,8 @@ def _tail(path: Path, lines: int = 20) -> str:
 def _stop(process: subprocess.Popen[bytes]) -> None:
     """SIGTERM the CLI's Python process alone (the catch-up stops after its current batch and resumes from its
     checkpoint; a SIGTERM to the whole group would kill Spark's JVM mid-batch), then SIGKILL whatever is left
-    of its process group after 60 s."""
-    if process.poll() is None:
-        try:
-            process.send_signal(signal.SIGTERM)
-            process.wait(60)
-        except subprocess.TimeoutExpired:
-            pass
-    with contextlib.suppress(ProcessLookupError):  # the group is gone when everything exited on its own
-        os.killpg(process.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        process.wait(10)
-
-
-def run_cli(context: OpExecutionContext, kappa: KappaResource, args: Sequence[str]) -> str:
-    """One light protocol step (`kappa replay golive|cutover|rollback|retire ...`) in a subprocess: its output
-    goes to the run's logs; a refusal or failure fails the op with the CLI's message."""
-    command = kappa_command(*args)
-    context.log.info("running " + " ".join(["kappa", *args]))
-    done = subprocess.run(command, env=kappa.subprocess_env(), capture_output=True, text=True, check=False)
-    for line in done.stdout.strip().splitlines():
-        context.log.info(line)
-    if done.returncode != 0:
-        message = (done.stderr.strip().splitlines() or [f"exited {done.returncode}"])[-1]
-        raise Failure(
-            description=f"kappa {' '.join(args)}: {message}",
-            metadata={"exit_status": done.returncode, "stderr": MetadataValue.text(done.stderr[-4000:])},
-        )
-    return done.stdout
+    of its process group, after 60 s at most."""
+    end_group(process.pid, lambda: process.poll() is None, 60, "the catch-up", term=[process.pid], whole_group=True)
 
 
 # ------------------------------------------------------------------------------ catch-up ---------------
@@ -157,10 +125,29 @@ def _progress_metadata(report: Mapping[str, Any]) -> dict[str, Any]:
     return {k: report[k] for k in keys if report.get(k) is not None}
 
 
+def _members(context: OpExecutionContext, settings: KappaSettings) -> tuple[list[Replay], dict[str, Any]]:
+    """The versions the catch-up replays (what its outcome is read for), and with `downstream` the plan."""
+    config = context.op_config
+    job, downstream = config["job"], config["downstream"]
+    with _step("kappa replay start"):
+        replays = protocol.members(settings, job, version=None if downstream else config["version"],
+                                   downstream=downstream)  # fmt: skip
+        if not downstream:
+            return replays, {}
+        plan = cascade.plan(settings, job, downstream=True, measure=True).as_dict()
+    for m in plan["members"]:  # the change's reach, in the run's logs and the step's output metadata
+        estimate = f"{m['estimate_s']:.0f} s" if m["estimate_s"] is not None else "no estimate"
+        context.log.info(
+            f"the set: {m['job']} v{m['live']} -> v{m['version']} ({m['why']}; reads {m['reads']}; "
+            f"{m['records']:,} records, {estimate})"
+        )
+    return replays, plan
+
+
 @op(
     config_schema=CATCH_UP_CONFIG,
     required_resource_keys={"kappa"},
-    out=Out(dict, description="the verification report of `kappa replay start`"),
+    out=Out(dict, description="the verification report of the replay, from the audit trail"),
     tags={"kind": "spark"},
     description="Check, prepare, catch up with availableNow from the start point and verify: "
     "`kappa replay start --pipes` in a subprocess. Launched again after a kill, it resumes from its checkpoint.",
@@ -168,23 +155,17 @@ def _progress_metadata(report: Mapping[str, Any]) -> dict[str, Any]:
 def catch_up(context: OpExecutionContext) -> Iterator[Any]:
     config = context.op_config
     kappa: KappaResource = context.resources.kappa
-    kappa.settings()  # a bad setting fails here, with its name, before a JVM starts
+    settings = kappa.settings()  # a bad setting fails here, with its name, before a JVM starts
+    replays, plan = _members(context, settings)
     # A cascade replays the plan's versions (`kappa replay plan`): the changed job's declared one, and below it.
     which = ["--downstream"] if config["downstream"] else ["--version", str(config["version"])]
-    args = ["replay", "start", config["job"], *which, "--from", config["from"], *_operator(context, config["by"])]
+    by = _operator(context, config["by"])
+    args = ["replay", "start", config["job"], *which, "--from", config["from"], *(["--by", by] if by else [])]
     if config["max_offsets_per_trigger"]:
         args += ["--max-offsets-per-trigger", str(config["max_offsets_per_trigger"])]
     key = AssetKey(config["asset_key"])
-    plan: dict[str, Any] = {}
-    if config["downstream"]:  # the change's reach, in the run's logs and the step's output metadata
-        plan = json.loads(run_cli(context, kappa, ["replay", "plan", config["job"], "--json"]))
-        for m in plan["members"]:
-            estimate = f"{m['estimate_s']:.0f} s" if m["estimate_s"] is not None else "no estimate"
-            context.log.info(
-                f"the set: {m['job']} v{m['live']} -> v{m['version']} ({m['why']}; reads {m['reads']}; "
-                f"{m['records']:,} records, {estimate})"
-            )
     context.log.info("running " + " ".join(["kappa", *args, "--pipes"]))
+    since = now_ms()  # the steps this run records: its outcome
     with (
         tempfile.TemporaryDirectory(prefix="kappa-replay-") as tmp,
         open_pipes_session(
@@ -208,7 +189,7 @@ def catch_up(context: OpExecutionContext) -> Iterator[Any]:
                     finished = process.poll() is not None
                     messages = session.get_custom_messages()
                     for message in messages[seen:]:
-                        if isinstance(message, dict) and message.get("kind") == PROGRESS_MESSAGE:
+                        if isinstance(message, dict) and message.get("kind") == protocol.PROGRESS_MESSAGE:
                             pending = message
                     seen = len(messages)
                     # Live progress as observations of the output asset (the log lines come through Pipes).
@@ -229,132 +210,47 @@ def catch_up(context: OpExecutionContext) -> Iterator[Any]:
         error = _tail(stderr)
         _echo(stdout, sys.stdout)
         _echo(stderr, sys.stderr)
-    status = process.returncode
     messages = session.get_custom_messages()  # after the session closed: its last messages are read by now
     for line in stdout_text.strip().splitlines():
         if not LOG_RECORD.match(line):  # what the CLI prints for its user; its log records are in stdout
             context.log.info(line)
-    reports = [m for m in messages if isinstance(m, dict) and m.get("kind") == VERIFICATION_MESSAGE]
-    progress = [m for m in messages if isinstance(m, dict) and m.get("kind") == PROGRESS_MESSAGE]
-    if status == REFUSED:  # a refused check or a failed step: the CLI's one message says which
-        message = error.splitlines()[-1] if error else f"exited {status}"
-        raise Failure(description=f"kappa replay start: {message}", metadata={"stderr": MetadataValue.text(error)})
-    if status == INTERRUPTED:
-        raise Failure(
-            description="the replay was stopped by a signal: launch it again (a catch-up resumes from its checkpoint)"
-        )
-    if status not in (VERIFIED, NOT_VERIFIED) or not reports:
-        raise Failure(
-            description=f"kappa replay start exited {status} without a verification report",
-            metadata={"stderr": MetadataValue.text(error)},
-        )
-    members = [{k: v for k, v in r.items() if k != "kind"} for r in reports]
-    report = members[0] | {"set": members} if config["downstream"] else members[-1]
-    report["passed"] = all(bool(m.get("passed")) for m in members) and status == VERIFIED
-    metadata: dict[str, Any] = {
-        "version": config["version"],
-        "from": config["from"],
-        "progress_reports": len(progress),
-        "verification_passed": report["passed"],
-    }
+    progress = [m for m in messages if isinstance(m, dict) and m.get("kind") == protocol.PROGRESS_MESSAGE]
+    report = _report(settings, replays, since, config["downstream"], (process.returncode, error))
+    metadata: dict[str, Any] = {"version": config["version"], "from": config["from"],
+                                "progress_reports": len(progress), "verification_passed": report["passed"]}  # fmt: skip
     if config["downstream"]:
-        metadata["set"] = MetadataValue.json([f"{m.get('job')} v{m.get('version')}" for m in members])
+        metadata["set"] = MetadataValue.json([f"{m.get('job')} v{m.get('version')}" for m in report["set"]])
         metadata["plan"] = MetadataValue.json(plan)
     if progress:
         metadata |= _progress_metadata(progress[-1])
     yield Output(report | {"version": config["version"]}, metadata=metadata)
 
 
-# ------------------------------------------------------------------------------ verification -----------
-
-
-def check_evaluations(report: Mapping[str, Any]) -> dict[str, tuple[bool, str, dict[str, Any]]]:
-    """check name -> (passed, description, metadata), from the report of `kappa.lifecycle.replay.verify`.
-
-    The quality check fails when the dataset's suite failed; the reconciliation check fails when keys of the
-    live version are missing from the new one, and carries whatever else made the whole report fail, so the
-    two checks never pass together on a report that failed."""
-    quality: dict[str, Any] = dict(report.get("quality") or {})
-    reconciliation: dict[str, Any] = dict(report.get("reconciliation") or {})
-    problems = [str(p) for p in report.get("problems") or []]
-    quality_ok = quality.get("success", True) is not False
-    quality_text = (
-        f"suite {quality['suite']}: {'passed' if quality_ok else 'failed'}"
-        if quality.get("suite")
-        else str(quality.get("note", "no expectation suite"))
-    )
-    quality_meta: dict[str, Any] = {"suite": str(quality.get("suite") or "none"), "report": MetadataValue.json(quality)}
-    if quality.get("failed"):
-        quality_meta["failed"] = MetadataValue.json(quality["failed"])
-    reconciliation_ok = not reconciliation.get("only_in_live") and not (
-        not report.get("passed") and quality_ok
-    )  # a failed report with a passing suite: the reconciliation is what failed
-    if reconciliation.get("against"):
-        reconciliation_text = (
-            f"against {reconciliation['against']}: {reconciliation.get('rows_new', 0):,} rows new, "
-            f"{reconciliation.get('rows_live', 0):,} live, {reconciliation.get('only_in_new', 0):,} only in new, "
-            f"{reconciliation.get('only_in_live', 0):,} only in live, {reconciliation.get('changed', 0):,} changed"
-        )
-        reconciliation_meta: dict[str, Any] = {
-            "against": reconciliation["against"],
-            **{
-                k: int(reconciliation.get(k, 0))
-                for k in ("rows_new", "rows_live", "only_in_new", "only_in_live", "changed")
-            },
-            "keys": MetadataValue.json(list(reconciliation.get("keys", []))),
-            "samples": MetadataValue.json(reconciliation.get("samples", {})),
-        }
-    else:
-        reconciliation_text = str(reconciliation.get("note", "nothing to reconcile against"))
-        reconciliation_meta = {"against": "none"}
-    if problems:
-        reconciliation_meta["problems"] = MetadataValue.json(problems)
-    return {
-        QUALITY_CHECK: (quality_ok, quality_text, quality_meta),
-        RECONCILIATION_CHECK: (reconciliation_ok, reconciliation_text, reconciliation_meta),
-    }
-
-
-@op(
-    config_schema={"job": Field(str), "asset_key": Field([str])},
-    ins={"report": In(dict)},
-    out=Out(Nothing),
-    description="The verification report as the results of the output asset's blocking checks "
-    f"({', '.join(REPLAY_CHECKS)}); a failed check fails this step, so the version neither goes live nor is "
-    "cut over.",
-)
-def verification(context: OpExecutionContext, report: dict[str, Any]) -> None:
-    root = context.op_config["job"]
-    failed: list[str] = []
-    # A cascade's report holds each member's: each one's checks land on its own output asset.
-    for member in report.get("set") or [report | {"job": root}]:
-        job, version = str(member.get("job", root)), member.get("version", report.get("version"))
-        key = AssetKey(context.op_config["asset_key"]) if job == root else output_key(get_job(job))
-        results = check_evaluations(member)
-        for name, (passed, description, metadata) in results.items():
-            context.log_event(
-                AssetCheckEvaluation(
-                    asset_key=key,
-                    check_name=name,
-                    passed=passed,
-                    description=f"v{version}: {description}",
-                    metadata={"replay_version": version, **metadata},
-                    blocking=True,
-                )
-            )
-        names = [name for name, (passed, _, _) in results.items() if not passed]
-        if names or not member.get("passed"):
-            problems = "; ".join(str(p) for p in member.get("problems") or [])
-            failed.append(f"{job} v{version} ({', '.join(names) or 'failed'}){': ' + problems if problems else ''}")
-    if failed or not report.get("passed"):
-        whole = " and the set with it" if report.get("set") else ""
+def _report(
+    settings: KappaSettings, replays: list[Replay], since: int, downstream: bool, exited: tuple[int, str]
+) -> dict[str, Any]:
+    """The replay's verification report from what its steps recorded in the audit trail since `since`; a
+    Failure when a step was refused, failed or was interrupted, or nothing was verified."""
+    status, error = exited
+    outcome = protocol.start_outcome(settings, replays, since)
+    stopped = outcome.stopped  # a verification that ran and failed is a report, not a stop
+    if stopped is not None and stopped.outcome == "interrupted":
         raise Failure(
-            description=f"failed verification: {'; '.join(failed) or 'the replay did not finish'}: it does not go "
-            f"live{whole}, and nothing is cut over.",
+            description="the replay was stopped by a signal: launch it again (a catch-up resumes from its checkpoint)"
         )
-    context.log.info(
-        f"{root} v{report.get('version')} passed verification" + (" with its set" if report.get("set") else "")
-    )
+    if stopped is not None:
+        raise Failure(
+            description=f"kappa replay start: {stopped.job} v{stopped.version}: {stopped.error}",
+            metadata={"step": str(stopped.step), "outcome": str(stopped.outcome), "stderr": MetadataValue.text(error)},
+        )
+    members = outcome.reports
+    if not members or (status != 0 and outcome.passed):  # a crash the trail cannot tell
+        raise Failure(
+            description=f"kappa replay start exited {status} without a verification report",
+            metadata={"stderr": MetadataValue.text(error)},
+        )
+    report = members[0] | {"set": members} if downstream else members[-1]
+    return report | {"passed": outcome.passed}
 
 
 # ------------------------------------------------------------------------------ go-live, cutover -------
@@ -370,26 +266,42 @@ STEP_CONFIG = {
 }
 
 
+def _version(config: Mapping[str, Any]) -> int | None:
+    """A set's versions are the plan's; one job's is the config's."""
+    return None if config["downstream"] else int(config["version"])
+
+
 @op(
     config_schema=STEP_CONFIG,
     required_resource_keys={"kappa"},
     ins={"verified": In(Nothing)},
     out=Out(Nothing),
-    description="Run the version continuously from the checkpoint where catch-up stopped (`kappa replay golive`, "
-    "detached and supervised).",
+    description="Run the version continuously from the checkpoint where catch-up stopped (detached and "
+    "supervised; `kappa.lifecycle.protocol.golive`).",
 )
 def go_live(context: OpExecutionContext) -> None:
     config = context.op_config
-    which = ["--downstream"] if config["downstream"] else ["--version", str(config["version"])]
-    args = ["replay", "golive", config["job"], *which, *_operator(context, config["by"])]
-    run_cli(context, context.resources.kappa, args)
+    kappa: KappaResource = context.resources.kappa
+    with _step(f"go-live of {config['job']}"):
+        for went in protocol.golive(
+            kappa.settings(),
+            config["job"],
+            version=_version(config),
+            downstream=config["downstream"],
+            by=_operator(context, config["by"]),
+            env=kappa.overrides,  # the deployment's settings: this run's
+        ):
+            name = f"{went.replay.job.name} v{went.replay.version}"
+            context.log.info(
+                f"{name} runs already"
+                if went.already_running
+                else f"{name} runs continuously from its checkpoint (pid {went.pid}, log {went.log})"
+            )
 
 
-def _alias_materialization(kappa: KappaResource, key: AssetKey, dataset: str, step: str) -> AssetMaterialization:
+def _alias_materialization(settings: KappaSettings, key: AssetKey, dataset: str, step: str) -> AssetMaterialization:
     """The output asset after its alias moved: the version readers now follow, from which, by whom, when."""
-    from kappa.kafka.aliases import AliasRegistry
-
-    alias = AliasRegistry(kappa.settings()).live(dataset)
+    alias = AliasRegistry(settings).live(dataset)
     if alias is None:
         raise Failure(description=f"{dataset}: no alias after the {step}")
     return AssetMaterialization(
@@ -407,39 +319,48 @@ def _alias_materialization(kappa: KappaResource, key: AssetKey, dataset: str, st
     )
 
 
+def _log_moved(context: OpExecutionContext, moved: protocol.Moved) -> None:
+    for alias in moved.aliases:
+        context.log.info(
+            f"{alias.dataset}: v{alias.previous_version} -> v{alias.version} ({alias.physical}) by {alias.changed_by}"
+        )
+
+
 @op(
     config_schema={**STEP_CONFIG, "dataset": Field(str)},
     required_resource_keys={"kappa"},
     ins={"live": In(Nothing)},
     out=Out(Nothing),
-    description="Move the dataset's alias to the version, atomically (`kappa replay cutover`; refused unless the "
-    "version passed verification).",
+    description="Move the dataset's alias to the version, atomically (`kappa.lifecycle.protocol.cutover`; "
+    "refused unless the version passed verification).",
 )
 def cutover(context: OpExecutionContext) -> None:
     config = context.op_config
-    which = ["--downstream"] if config["downstream"] else ["--version", str(config["version"])]
-    out = run_cli(context, context.resources.kappa, ["replay", "cutover", config["job"], *which,
-                                                      *_operator(context, config["by"])])  # fmt: skip
-    key = AssetKey(config["asset_key"])
-    context.log_event(_alias_materialization(context.resources.kappa, key, config["dataset"], "cutover"))
-    if config["downstream"]:  # every member's asset: the version its readers now follow
-        for job in discover().values():
-            if job.name != config["job"] and f"{dataset_of(job)}: v" in out:
-                kappa = context.resources.kappa
-                context.log_event(_alias_materialization(kappa, output_key(job), dataset_of(job), "cutover"))
+    settings = context.resources.kappa.settings()
+    with _step(f"cutover of {config['job']}"):
+        moved = protocol.cutover(settings, config["job"], version=_version(config), downstream=config["downstream"],
+                                 by=_operator(context, config["by"]))  # fmt: skip
+    _log_moved(context, moved)
+    context.log_event(_alias_materialization(settings, AssetKey(config["asset_key"]), config["dataset"], "cutover"))
+    jobs = discover()
+    for alias in moved.aliases:  # a set's: every member's asset, the version its readers now follow
+        if alias.job != config["job"] and alias.job in jobs:
+            context.log_event(_alias_materialization(settings, output_key(jobs[alias.job]), alias.dataset, "cutover"))
 
 
 @op(
     config_schema={"job": Field(str), "asset_key": Field([str]), "dataset": Field(str), "by": BY_STEP},
     required_resource_keys={"kappa"},
     out=Out(Nothing),
-    description="Move the dataset's alias back to the version live before (`kappa replay rollback`).",
+    description="Move the dataset's alias back to the version live before (`kappa.lifecycle.protocol.rollback`).",
 )
 def rollback(context: OpExecutionContext) -> None:
     config = context.op_config
-    run_cli(context, context.resources.kappa, ["replay", "rollback", config["job"], *_operator(context, config["by"])])
-    key = AssetKey(config["asset_key"])
-    context.log_event(_alias_materialization(context.resources.kappa, key, config["dataset"], "rollback"))
+    settings = context.resources.kappa.settings()
+    with _step(f"rollback of {config['job']}"):
+        moved = protocol.rollback(settings, config["job"], by=_operator(context, config["by"]))
+    _log_moved(context, moved)
+    context.log_event(_alias_materialization(settings, AssetKey(config["asset_key"]), config["dataset"], "rollback"))
 
 
 @op(
@@ -447,12 +368,15 @@ def rollback(context: OpExecutionContext) -> None:
     required_resource_keys={"kappa"},
     out=Out(Nothing),
     description="Stop a version that is not live and delete its output, checkpoint and consumer group "
-    "(`kappa replay retire`; refused for the live version).",
+    "(`kappa.lifecycle.protocol.retire`; refused for the live version).",
 )
 def retire(context: OpExecutionContext) -> None:
     config = context.op_config
-    args = ["replay", "retire", config["job"], "--version", str(config["version"]), *_operator(context, config["by"])]
-    run_cli(context, context.resources.kappa, args)
+    with _step(f"retire of {config['job']} v{config['version']}"):
+        retired = protocol.retire(context.resources.kappa.settings(), config["job"], version=config["version"],
+                                  by=_operator(context, config["by"]))  # fmt: skip
+    deleted = ", ".join(retired.deleted)
+    context.log.info(f"{config['job']} v{config['version']} retired: stopped {retired.stopped}, deleted {deleted}")
 
 
 @graph
@@ -493,7 +417,7 @@ def replay_job(job: JobSpec) -> JobDefinition:
         }
 
     return replay_graph.to_job(
-        # The steps only launch and watch `kappa` processes: no process per step.
+        # Light steps in this process; the catch-up in a `kappa` process it watches: no process per step.
         executor_def=in_process_executor,
         name=f"replay_{job.name}",
         description=f"Replay {job.name} into a new version of {job.output.name}: check, prepare, catch up, verify "
@@ -522,7 +446,7 @@ def replay_job(job: JobSpec) -> JobDefinition:
 def rollback_job(job: JobSpec) -> JobDefinition:
     ident = {"job": job.name, "asset_key": list(output_key(job).path), "dataset": dataset_of(job)}
     return rollback_graph.to_job(
-        # The steps only launch and watch `kappa` processes: no process per step.
+        # Light steps in this process; the catch-up in a `kappa` process it watches: no process per step.
         executor_def=in_process_executor,
         name=f"rollback_{job.name}",
         description=f"Move {job.output.name}'s alias back to the version live before. Config: by.",
@@ -536,7 +460,7 @@ def rollback_job(job: JobSpec) -> JobDefinition:
 def retire_job(job: JobSpec) -> JobDefinition:
     ident = {"job": job.name, "asset_key": list(output_key(job).path)}
     return retire_graph.to_job(
-        # The steps only launch and watch `kappa` processes: no process per step.
+        # Light steps in this process; the catch-up in a `kappa` process it watches: no process per step.
         executor_def=in_process_executor,
         name=f"retire_{job.name}",
         description=f"Stop and delete an old version of {job.name} (never the live one). Config: version, by.",
@@ -548,68 +472,6 @@ def retire_job(job: JobSpec) -> JobDefinition:
     )
 
 
-def replay_checks(job: JobSpec) -> list[AssetChecksDefinition]:
-    """The output asset's blocking checks. A replay run reports them; run on their own, they read the latest
-    verification recorded in the audit trail for the declared version (no Spark in Dagster's process)."""
-    key = output_key(job)
-
-    def make(name: str) -> AssetChecksDefinition:
-        @asset_check(
-            asset=key,
-            name=name,
-            blocking=True,
-            description=CHECK_DOC[name]
-            + " a replayed version (reported by replay runs; on its own: the audit trail's latest verification of "
-            "the declared version).",
-        )
-        def _recorded(context: AssetCheckExecutionContext, kappa: KappaResource) -> AssetCheckResult:
-            passed, description, metadata = recorded_verification(kappa, job)[name]
-            return AssetCheckResult(passed=passed, description=description, metadata=metadata)
-
-        return _recorded
-
-    return [make(name) for name in REPLAY_CHECKS]
-
-
-def recorded_verification(kappa: KappaResource, job: JobSpec) -> dict[str, tuple[bool, str, dict[str, Any]]]:
-    """The checks' results from the audit trail (no Spark in Dagster's process)."""
-    from kappa.kafka.aliases import AliasRegistry
-
-    registry = AliasRegistry(kappa.settings())
-    return evaluations_from_audit(job, registry.steps(job.name), registry.live(dataset_of(job)))
-
-
-def evaluations_from_audit(
-    job: JobSpec, steps: Sequence[Step], live: Alias | None
-) -> dict[str, tuple[bool, str, dict[str, Any]]]:
-    """check name -> (passed, description, metadata) from the latest `verify` step of the declared version. A
-    declared version that is live without one went live as the dataset's first deployment (nothing to
-    reconcile); a verify step that crashed passes neither check."""
-    dataset = dataset_of(job)
-    verifies = [
-        s for s in steps if s.step == "verify" and s.to_version == job.version and s.facts.get("dataset") == dataset
-    ]
-    if verifies:
-        step = verifies[-1]
-        if "error" in step.facts:
-            note = f"v{job.version}: the verification by {step.by} did not complete: {step.facts['error']}"
-            return {name: (False, note, {"verified_at": step.at}) for name in REPLAY_CHECKS}
-        report = step.facts | {"passed": step.outcome == "ok"}
-        return {
-            name: (passed, f"v{job.version}, verified by {step.by}: {text}", meta | {"verified_at": step.at})
-            for name, (passed, text, meta) in check_evaluations(report).items()
-        }
-    if live is not None and live.version == job.version:
-        note = f"v{job.version} is live ({live.reason}); no replay of it was verified: nothing to reconcile"
-        return {name: (True, note, {"live_version": live.version}) for name in REPLAY_CHECKS}
-    note = f"v{job.version} has not been verified: launch replay_{job.name}"
-    return {name: (False, note, {"live_version": live.version if live else "none"}) for name in REPLAY_CHECKS}
-
-
 def replay_definitions(jobs: Mapping[str, JobSpec]) -> list[JobDefinition]:
     """`replay_<job>`, `rollback_<job>` and `retire_<job>` for every job (each writes a topic or a table)."""
     return [make(job) for job in jobs.values() for make in (replay_job, rollback_job, retire_job)]
-
-
-def replay_asset_checks(jobs: Mapping[str, JobSpec]) -> list[AssetChecksDefinition]:
-    return [check for job in jobs.values() for check in replay_checks(job)]

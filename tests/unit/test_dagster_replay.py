@@ -1,6 +1,7 @@
 """The replay jobs and checks of the code location: one set per job, launchable with `{version, from, by}`, the
 steps in the protocol's order, and the verification report as blocking checks that stop a failed version
-before it goes live. (The steps themselves run the `kappa` CLI: tests/e2e/test_dagster_ui.py runs them.)"""
+before it goes live. (The steps themselves call kappa.lifecycle.protocol, the catch-up through `kappa replay
+start`: tests/e2e/test_replay_lifecycle.py launches replay_enrich_clicks from the Dagster UI.)"""
 
 import json
 from typing import Any
@@ -21,12 +22,12 @@ from dagster._core.events import DagsterEventType
 
 from dagster_project.assets import output_key
 from dagster_project.definitions import build_definitions, defs
-from dagster_project.replay import (
+from dagster_project.replay import replay_definitions
+from dagster_project.replay_checks import (
     QUALITY_CHECK,
     RECONCILIATION_CHECK,
     check_evaluations,
     evaluations_from_audit,
-    replay_definitions,
     verification,
 )
 from kappa.kafka.aliases import Alias, Step

@@ -7,7 +7,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from kappa.kafka.aliases import now_ms
-from kappa.lifecycle.replay import commit_as_of, reconcile
+from kappa.lifecycle.verification import commit_as_of, reconcile
 from tests.waiting import wait_until
 
 

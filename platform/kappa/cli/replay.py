@@ -12,43 +12,23 @@ import contextlib
 import functools
 import json
 import signal
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from types import FrameType
 from typing import Any
 
-import kappa.lifecycle.deployments as deployments
 from kappa.cli.parsing import Command
 from kappa.cli.table import render
-from kappa.contracts.expectations import import_in_background
 from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings
-from kappa.kafka.aliases import AliasRegistry, now_ms
-from kappa.lifecycle import cascade
-from kappa.lifecycle.replay import (
-    Replay,
-    ReplayRefusedError,
-    catch_up,
-    check,
-    cutover,
-    describe_progress,
-    exclusive_catch_up,
-    load,
-    prepare,
-    retire,
-    rollback,
-    running,
-    verified,
-    verify,
-)
+from kappa.kafka.aliases import Alias, AliasRegistry
+from kappa.lifecycle import cascade, protocol
+from kappa.lifecycle.catch_up import describe_progress
+from kappa.lifecycle.model import Replay
+from kappa.lifecycle.verification import Verification
 from kappa.runtime.binding import dataset_of, describe_inputs
 from kappa.runtime.declaration import Starting
-from kappa.runtime.discovery import discover, get_job
+from kappa.runtime.discovery import get_job
 
-PROGRESS_MESSAGE = "replay_progress"
-VERIFICATION_MESSAGE = "replay_verification"
 VERIFIED, REFUSED, NOT_VERIFIED, INTERRUPTED = 0, 2, 3, 130
 DOWNSTREAM = "also every dataset below the job (`kappa replay plan`), in pipeline order, on the new versions"
 
@@ -63,34 +43,6 @@ def horizon_line(topic: str, since: str) -> str:
     if since == "complete":
         return f"{topic}: complete, every record since the first retained"
     return f"{topic}: complete since {since}, older records deleted (retention or compaction)"
-
-
-@contextmanager
-def _step(
-    settings: KappaSettings, replay: Any, step: str, by: str | None, to_version: int | None = None
-) -> Iterator[dict[str, Any]]:
-    """Run one step and record it in the audit trail: ok with its findings, or refused/failed with the error."""
-
-    registry = AliasRegistry(settings)
-    found: dict[str, Any] = {}
-    live = replay.live.version if replay.live else None
-    to = replay.version if to_version is None else to_version
-    details = found
-    try:
-        yield found
-        outcome = str(found.pop("_outcome", "ok"))
-    except KeyboardInterrupt as exc:  # Ctrl-C, or a SIGTERM (see _signals_interrupt)
-        outcome, details = "interrupted", {"error": f"stopped by {str(exc) or 'SIGINT'}"}
-        raise
-    except BaseException as exc:
-        outcome = "refused" if isinstance(exc, ReplayRefusedError) else "failed"
-        details = {"error": str(exc) or type(exc).__name__}
-        raise
-    finally:
-        details.setdefault("dataset", replay.dataset)  # a job name may write datasets on several deployments
-        registry.record(
-            replay.job.name, step, to_version=to, from_version=live, outcome=outcome, details=details, by=by
-        )
 
 
 def _signals_interrupt(command: Command) -> Command:
@@ -119,7 +71,7 @@ def _starting(text: str) -> Any:
         raise KappaError(str(exc)) from None
 
 
-def print_verification(result: Any) -> None:
+def print_verification(result: Verification) -> None:
     rec = result.reconciliation
     print(f"verification: {'PASSED' if result.passed else 'FAILED'}")
     quality = result.quality
@@ -144,19 +96,17 @@ def print_verification(result: Any) -> None:
 
 
 def cmd_check(settings: KappaSettings, args: argparse.Namespace) -> int:
-    replay = load(settings, args.job, args.version)
-    with _step(settings, replay, "check", args.by) as found:
-        found |= check(settings, replay, _starting(args.start_from))
-    print(f"{args.job} v{replay.version}: checks passed")
-    print(f"  schema: {found['schema']}")
-    for topic, horizon in found["horizons"].items():
+    checked = protocol.check(settings, args.job, version=args.version, starting=_starting(args.start_from), by=args.by)
+    print(f"{args.job} v{checked.replay.version}: checks passed")
+    print(f"  schema: {checked.schema}")
+    for topic, horizon in checked.horizons.items():
         print(f"  {horizon_line(topic, horizon)}")
     return 0
 
 
 def cmd_start(settings: KappaSettings, args: argparse.Namespace) -> int:
     """check -> prepare -> catch-up -> verify, for the job or (--downstream) every dataset below it in pipeline
-    order; launched again after a kill, it resumes from the checkpoints."""
+    order (kappa.lifecycle.protocol.start); launched again after a kill, it resumes from the checkpoints."""
     # Lazy: imports pyspark, only where a Spark session runs (this module is imported without one).
     from kappa.runtime.pipes import pipes_reporter
     from kappa.runtime.runner import configure_logging
@@ -165,122 +115,64 @@ def cmd_start(settings: KappaSettings, args: argparse.Namespace) -> int:
     starting = _starting(args.start_from)
     with contextlib.ExitStack() as stack:  # with --pipes, a failure reaches Dagster as the run's failure
         reporter = stack.enter_context(pipes_reporter()) if args.pipes else None
-        replays = _replays(settings, args)
-        began = now_ms()  # the set's catch-ups compare with the live set as it was when the first one started
-        for number, replay in enumerate(replays, start=1):
-            if len(replays) > 1:
-                print(f"[{number}/{len(replays)}] {replay.job.name} v{replay.version}: {_reads(replay)}")
-                if _verified(settings, replay):
-                    print(f"{replay.job.name} v{replay.version}: verified already, not replayed again")
-                    continue
-            # Below the changed job, a member reads new versions whole; a source it reads starts where asked.
-            member_start = starting if number == 1 or _reads_sources(replay) else Starting()
-            status = _replay_one(settings, replay, member_start, args, reporter, began if number > 1 else None)
-            if status != VERIFIED:
-                if len(replays) > 1 and number < len(replays):
-                    left = ", ".join(r.job.name for r in replays[number:])
-                    print(f"the set stops here: {left} not replayed; nothing goes live")
-                return status
-        if len(replays) > 1:
+
+        def on_progress(replay: Replay, report: dict[str, Any]) -> None:
+            assert reporter is not None
+            line = describe_progress(replay.job.name, replay.version, report)
+            reporter.message(protocol.PROGRESS_MESSAGE, report | {"job": replay.job.name}, line)
+
+        events = protocol.start(
+            settings,
+            args.job,
+            version=args.version,
+            downstream=args.downstream,
+            starting=starting,
+            by=args.by,
+            max_offsets_per_trigger=args.max_offsets_per_trigger,
+            on_progress=on_progress if reporter is not None else None,
+        )
+        total = 1
+        try:
+            for event in events:
+                if isinstance(event, protocol.MemberStarting):
+                    total = event.total
+                    print(
+                        f"[{event.number}/{event.total}] {event.replay.job.name} v{event.replay.version}: {event.reads}"
+                    )
+                    if event.already_verified:
+                        print(f"{event.replay.job.name} v{event.replay.version}: verified already, not replayed again")
+                elif isinstance(event, protocol.CaughtUp):
+                    print(
+                        f"catch-up {event.replay.job.name} v{event.replay.version}: {event.input_rows:,} rows in "
+                        f"{event.seconds} s ({event.events_per_second:,} events/s)"
+                    )
+                else:
+                    print_verification(event.verification)
+                    if reporter is not None:
+                        # The Dagster op learns the outcome from the audit trail (protocol.start_outcome); this
+                        # message shows the report in the run's logs as it comes.
+                        replay, result = event.replay, event.verification
+                        reporter.message(
+                            protocol.VERIFICATION_MESSAGE,
+                            result.as_dict() | {"job": replay.job.name, "version": replay.version},
+                            f"verification of {replay.job.name} v{replay.version} "
+                            f"{'passed' if result.passed else 'FAILED'}",
+                        )
+        except protocol.CatchUpInterruptedError as exc:
+            print("stopped by signal: launch the same command again to resume from the checkpoint")
+            _set_stops(exc.left)
+            return INTERRUPTED
+        except protocol.NotVerifiedError as exc:
+            _set_stops(exc.left)
+            return NOT_VERIFIED
+        if total > 1:
             print(f"the set is verified: next `kappa replay golive {args.job} --downstream`, then cutover")
         return VERIFIED
 
 
-def _replays(settings: KappaSettings, args: argparse.Namespace) -> list[Replay]:
-    """The versions to replay: --version's, else the plan's (the job alone, or with --downstream its set)."""
-    if args.version is not None:
-        return [load(settings, args.job, args.version)]
-    found = cascade.plan(settings, args.job, downstream=args.downstream)
-    if not found.members:
-        if args.downstream:
-            raise ReplayRefusedError(f"nothing to replay: {'; '.join(found.unchanged)}")
-        return [load(settings, args.job)]  # its check says why there is nothing to replay
-    return _members(settings, found)
-
-
-def _members(settings: KappaSettings, found: cascade.Plan) -> list[Replay]:
-    """The plan's members as replays (what each step of the protocol acts on)."""
-    jobs, aliases = discover(), AliasRegistry(settings).all()
-    return [m.replay(jobs, aliases) for m in found.members]
-
-
-def _reads(replay: Replay) -> str:
-    return f"reads {describe_inputs(replay.input_versions)}"
-
-
-def _reads_sources(replay: Replay) -> bool:
-    return any(t.name not in replay.input_versions for t in replay.job.inputs)
-
-
-def _verified(settings: KappaSettings, replay: Replay) -> bool:
-    return verified(AliasRegistry(settings), replay.job.name, replay.version, replay.dataset)
-
-
-def _replay_one(
-    settings: KappaSettings,
-    replay: Replay,
-    starting: Starting,
-    args: argparse.Namespace,
-    reporter: Any,
-    began: int | None,
-) -> int:
-    by = args.by
-    with contextlib.ExitStack() as stack:
-        with _step(settings, replay, "check", by) as found:
-            stack.enter_context(exclusive_catch_up(settings, replay))  # refused (and recorded) while in use
-            found |= check(settings, replay, starting)
-        with _step(settings, replay, "prepare", by) as found:
-            found |= prepare(settings, replay)
-        on_progress: Callable[[dict[str, Any]], None] | None = None
-        if reporter is not None:
-
-            def on_progress(report: dict[str, Any]) -> None:
-                line = describe_progress(replay.job.name, replay.version, report)
-                reporter.message(PROGRESS_MESSAGE, report | {"job": replay.job.name}, line)
-
-        import_in_background()  # for the verification after the catch-up
-        with _step(settings, replay, "catch-up", by) as found:
-            # Before the input ends are fixed: what verify compares the live at (a set's: its first catch-up's).
-            found["started_ms"] = began or now_ms()
-            run = catch_up(
-                settings,
-                replay,
-                starting,
-                max_offsets_per_trigger=args.max_offsets_per_trigger,
-                on_progress=on_progress,
-            )
-            rows = run.input_rows.get(run.output_query, 0)
-            found |= {
-                "seconds": round(run.seconds, 1),
-                "input_rows": rows,
-                "batches": run.batches.get(run.output_query, 0),
-                "events_per_second": round(rows / run.seconds) if run.seconds else 0,
-                "reads": replay.input_versions,
-            }
-            if run.stopped_by_signal:
-                found["_outcome"] = "interrupted"
-    print(
-        f"catch-up {replay.job.name} v{replay.version}: {found['input_rows']:,} rows in {found['seconds']} s "
-        f"({found['events_per_second']:,} events/s)"
-    )
-    if run.stopped_by_signal:
-        print("stopped by signal: launch the same command again to resume from the checkpoint")
-        return INTERRUPTED
-    with _step(settings, replay, "verify", by) as found:
-        result = verify(settings, replay)
-        found |= result.as_dict()
-        if not result.passed:
-            found["_outcome"] = "failed"
-    print_verification(result)
-    if reporter is not None:
-        # The Dagster op yields the output with this report; the process itself materializes nothing
-        # (the op targets no asset).
-        reporter.message(
-            VERIFICATION_MESSAGE,
-            result.as_dict() | {"job": replay.job.name, "version": replay.version},
-            f"verification of {replay.job.name} v{replay.version} {'passed' if result.passed else 'FAILED'}",
-        )
-    return VERIFIED if result.passed else NOT_VERIFIED
+def _set_stops(left: tuple[Replay, ...]) -> None:
+    if left:
+        print(f"the set stops here: {', '.join(r.job.name for r in left)} not replayed; nothing goes live")
 
 
 def cmd_plan(settings: KappaSettings, args: argparse.Namespace) -> int:
@@ -308,114 +200,58 @@ def cmd_plan(settings: KappaSettings, args: argparse.Namespace) -> int:
 
 
 def cmd_verify(settings: KappaSettings, args: argparse.Namespace) -> int:
-    replay = load(settings, args.job, args.version)
-    with _step(settings, replay, "verify", args.by) as found:
-        result = verify(settings, replay)
-        found |= result.as_dict()
-        if not result.passed:
-            found["_outcome"] = "failed"
+    try:
+        result = protocol.verify(settings, args.job, version=args.version, by=args.by)
+    except protocol.NotVerifiedError as exc:
+        print_verification(exc.verification)
+        return NOT_VERIFIED
     print_verification(result)
-    return VERIFIED if result.passed else NOT_VERIFIED
+    return VERIFIED
 
 
 def cmd_golive(settings: KappaSettings, args: argparse.Namespace) -> int:
-    replays = _set_or_one(settings, args)
-    for replay in replays:
-        with _step(settings, replay, "go-live", args.by) as found:
-            if len(replays) > 1 and running(settings, replay.job.name, replay.version):
-                print(f"{replay.job.name} v{replay.version} runs already")
-                found["_outcome"] = "ok"
-                continue
-            deployment = deployments.start(settings, replay.job.name, replay.version)
-            deployments.confirm_running(deployment, args.wait)
-            found |= {"pid": deployments.job_pid(deployment), "log": str(deployment.log_path)}
-        print(
-            f"{replay.job.name} v{replay.version} runs continuously from its checkpoint (pid {found['pid']}, "
-            f"log {found['log']})"
-        )
+    for went in protocol.golive(
+        settings, args.job, version=args.version, downstream=args.downstream, by=args.by, wait=args.wait
+    ):
+        name = f"{went.replay.job.name} v{went.replay.version}"
+        if went.already_running:
+            print(f"{name} runs already")
+        else:
+            print(f"{name} runs continuously from its checkpoint (pid {went.pid}, log {went.log})")
     return 0
-
-
-def _set_or_one(settings: KappaSettings, args: argparse.Namespace) -> list[Replay]:
-    """--downstream: the set's versions (the plan); else the one version."""
-    if not getattr(args, "downstream", False):
-        return [load(settings, args.job, args.version)]
-    found = cascade.plan(settings, args.job)
-    if not found.members:
-        raise ReplayRefusedError(f"nothing below {args.job} to act on: {'; '.join(found.unchanged)}")
-    return _members(settings, found)
 
 
 def cmd_cutover(settings: KappaSettings, args: argparse.Namespace) -> int:
-    started = _now()
-    if args.downstream:
-        return _cutover_set(settings, args, started)
-    replay = load(settings, args.job, args.version)
-    with _step(settings, replay, "cutover", args.by) as found:
-        alias = cutover(settings, replay, by=args.by, force=args.force)
-        found |= {"dataset": alias.dataset, "physical": alias.physical, "forced": args.force}
-    took = _now() - started
+    moved = protocol.cutover(
+        settings, args.job, version=args.version, downstream=args.downstream, by=args.by, force=args.force
+    )
+    if moved.is_set:
+        _print_set(moved, f"cutover of the set of {args.job}")
+        return 0
+    [alias] = moved.aliases
     print(
         f"{alias.dataset}: v{alias.previous_version} -> v{alias.version} ({alias.physical}) by {alias.changed_by} "
-        f"at {_when(alias.changed_at)}; cutover took {took:.2f} s"
+        f"at {_when(alias.changed_at)}; cutover took {moved.seconds:.2f} s"
     )
     return 0
 
 
-def _cutover_set(settings: KappaSettings, args: argparse.Namespace, started: float) -> int:
-    if args.force:
-        raise ReplayRefusedError("a set is cut over only verified: --force applies to one job's cutover")
-    found = cascade.plan(settings, args.job)
-    with _steps(settings, _members(settings, found), "cutover", args.by, root=args.job) as facts:
-        moved, transaction_s = cascade.cutover_set(settings, found, by=args.by)
-        for alias, fact in zip(moved, facts, strict=True):
-            fact |= {"physical": alias.physical, "set": [a.dataset for a in moved], "transaction_s": transaction_s}
-    _print_set(moved, f"cutover of the set of {args.job}", _now() - started, transaction_s)
-    return 0
-
-
-def _print_set(moved: list[Any], what: str, took: float, transaction_s: float) -> None:
-    for alias in moved:
+def _print_set(moved: protocol.Moved, what: str) -> None:
+    for alias in moved.aliases:
         print(f"{alias.dataset}: v{alias.previous_version} -> v{alias.version} ({alias.physical})")
-    first = moved[0]
+    first: Alias = moved.aliases[0]
     print(
-        f"{what}: {len(moved)} aliases in one transaction ({transaction_s:.2f} s) by {first.changed_by} at "
-        f"{_when(first.changed_at)}; the command took {took:.2f} s with its checks"
+        f"{what}: {len(moved.aliases)} aliases in one transaction ({moved.transaction_s or 0:.2f} s) by "
+        f"{first.changed_by} at {_when(first.changed_at)}; the command took {moved.seconds:.2f} s with its checks"
     )
-
-
-@contextmanager
-def _steps(
-    settings: KappaSettings, replays: list[Replay], step: str, by: str | None, *, root: str, back: bool = False
-) -> Iterator[list[dict[str, Any]]]:
-    """One set step, recorded for each member as `_step` records one (the same outcome for all: it is one move)."""
-    with contextlib.ExitStack() as stack:
-        facts = []
-        for replay in replays:
-            to = replay.live.previous_version if back and replay.live else None
-            found = stack.enter_context(_step(settings, replay, step, by, to_version=to))
-            found["root"] = root
-            facts.append(found)
-        yield facts
 
 
 def cmd_rollback(settings: KappaSettings, args: argparse.Namespace) -> int:
-    if args.downstream:
-        started = _now()
-        moved = cascade.last_set(settings, args.job)
-        replays = [load(settings, a.job, a.version) for a in moved]
-        with _steps(settings, replays, "rollback", args.by, root=args.job, back=True) as facts:
-            back, transaction_s = cascade.rollback_set(settings, args.job, by=args.by)
-            for alias, fact in zip(back, facts, strict=True):
-                fact |= {"dataset": alias.dataset, "from": alias.previous_version, "to": alias.version}
-        _print_set(back, f"rollback of the set of {args.job}", _now() - started, transaction_s)
+    moved = protocol.rollback(settings, args.job, downstream=args.downstream, by=args.by)
+    if moved.is_set:
+        _print_set(moved, f"rollback of the set of {args.job}")
         return 0
-    replay = load(settings, args.job)
-    live = replay.live
-    back_to = live.previous_version if live and live.previous_version is not None else replay.version
-    with _step(settings, replay, "rollback", args.by, to_version=back_to) as found:
-        alias = rollback(settings, replay, by=args.by)
-        found |= {"dataset": alias.dataset, "from": live.version if live else None, "to": alias.version}
+    [alias] = moved.aliases
     print(
         f"{alias.dataset}: v{alias.previous_version} -> v{alias.version} ({alias.physical}) by {alias.changed_by} "
         f"at {_when(alias.changed_at)} (rollback)"
@@ -424,10 +260,10 @@ def cmd_rollback(settings: KappaSettings, args: argparse.Namespace) -> int:
 
 
 def cmd_retire(settings: KappaSettings, args: argparse.Namespace) -> int:
-    replay = load(settings, args.job, args.version)
-    with _step(settings, replay, "retire", args.by) as found:
-        found |= retire(settings, replay)
-    print(f"{args.job} v{replay.version} retired: stopped {found['stopped']}, deleted {', '.join(found['deleted'])}")
+    retired = protocol.retire(settings, args.job, version=args.version, by=args.by)
+    print(
+        f"{args.job} v{retired.replay.version} retired: stopped {retired.stopped}, deleted {', '.join(retired.deleted)}"
+    )
     return 0
 
 
@@ -467,10 +303,6 @@ def cmd_aliases(settings: KappaSettings, _args: argparse.Namespace) -> int:
     for line in render(("dataset", "live", "previous", "physical", "changed"), rows, "<>><<"):
         print(line)
     return 0
-
-
-def _now() -> float:
-    return time.monotonic()
 
 
 def add_replay_commands(sub: Any) -> None:

@@ -2,11 +2,11 @@
 
     plan      from the declarations: every job that reads, directly or not, what the changed job writes; the
               version each would replay, what it reads (records, replay horizon) and how long it should take
-    start     each member's replay (`kappa.lifecycle.replay`: check, prepare, catch-up, verify) in pipeline
+    start     each member's replay (`kappa.lifecycle.protocol.start`: check, prepare, catch-up, verify) in pipeline
               order, each new version bound to the new versions of its inputs, beside the live set; a failure
               stops the set, before anything goes live. Launched again, it resumes: a member's version is
               found again by what it reads (its recorded binding), and a verified one is not replayed again.
-    golive    every member runs continuously
+    golive    every member runs continuously (kappa.lifecycle.protocol.golive)
     cutover   every alias of the set moves in one Kafka transaction, each with its compare-and-set, refused
               unless every member passed verification, runs, and is within `cutover_max_lag` of its inputs
     rollback  the set's aliases move back in one transaction, to versions that still run
@@ -28,16 +28,10 @@ from kappa.contracts.topic_declarations import Topic
 from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings
 from kappa.kafka.aliases import Alias, AliasRegistry, Move
-from kappa.lifecycle import deployments
-from kappa.lifecycle.replay import (
-    Replay,
-    ReplayRefusedError,
-    replay_horizon,
-    require_caught_up,
-    require_running,
-    running,
-    verified,
-)
+from kappa.lifecycle.horizon import iso, replay_horizon
+from kappa.lifecycle.model import Replay, ReplayRefusedError
+from kappa.lifecycle.moves import require_caught_up, require_running
+from kappa.lifecycle.verification import verified
 from kappa.runtime.binding import (
     REPLAY,
     dataset_of,
@@ -49,7 +43,7 @@ from kappa.runtime.binding import (
     recorded_binding,
     writers,
 )
-from kappa.runtime.declaration import JobSpec, Starting
+from kappa.runtime.declaration import JobSpec
 from kappa.runtime.discovery import discover, get_job, pipeline_order
 
 # What a member costs beside reading its records: a Spark session's start, the suite and the reconciliation
@@ -209,7 +203,7 @@ def _measured(settings: KappaSettings, member: Member, aliases: Mapping[str, Ali
         records += count or 0
         if version is None:
             found = replay_horizon(settings, topic)
-            horizon[topic.name] = "complete" if found.since_ms is None else _iso(found.since_ms)
+            horizon[topic.name] = "complete" if found.since_ms is None else iso(found.since_ms)
     rate, source = _rate(settings, member.job.name)
     return Member(
         member.job,
@@ -222,10 +216,6 @@ def _measured(settings: KappaSettings, member: Member, aliases: Mapping[str, Ali
         round(MEMBER_FIXED_S + records / rate, 1) if rate else None,
         source,
     )
-
-
-def _iso(ms: int) -> str:
-    return Starting(offsets="timestamp", timestamp_ms=ms).text
 
 
 def _records(settings: KappaSettings, topic: Topic) -> int | None:
@@ -259,7 +249,7 @@ def _rate(settings: KappaSettings, job: str) -> tuple[float | None, str]:
     return None, "no figure"
 
 
-# ------------------------------------------------------------------ go live, cut over, roll back ----------
+# ------------------------------------------------------------------ cut over, roll back ---------------------
 
 
 def cutover_set(settings: KappaSettings, the_plan: Plan, *, by: str | None = None) -> tuple[list[Alias], float]:
@@ -313,12 +303,3 @@ def rollback_set(settings: KappaSettings, root: str, *, by: str | None = None) -
 
 def _physical(settings: KappaSettings, alias: Alias) -> str:
     return physical_output(get_job(alias.job), settings, alias.previous_version or 0)[1]
-
-
-def golive_set(settings: KappaSettings, the_plan: Plan) -> list[deployments.Deployment]:
-    started = []
-    for m in the_plan.members:
-        if running(settings, m.job.name, m.version):
-            continue
-        started.append(deployments.start(settings, m.job.name, m.version))
-    return started
