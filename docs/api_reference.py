@@ -28,6 +28,7 @@ from typing import Any
 
 from pydantic_core import PydanticUndefined
 
+from kappa import job as job_module
 from kappa.contracts import topic_declarations
 from kappa.contracts.compatibility import Compatibility
 from kappa.contracts.topic_declarations import Cleanup, Topic, dead_letters_of, late_events_of
@@ -41,6 +42,7 @@ from kappa.runtime.declaration import (
     JobContext,
     JobPlan,
     JobSpec,
+    NoSettings,
     RealTimePlan,
     Starting,
     TablePlan,
@@ -498,7 +500,13 @@ SECTIONS = [
         "job's rows from a `JobContext`; `transforms.py` holds pure DataFrame functions. Read one beside this page: "
         "`jobs/raw_clicks/` (the smallest), `jobs/user_activity/` (a Delta view), `jobs/sessionize/` (a topic, with "
         "settings), `jobs/enrich_clicks_realtime/` (real-time mode, a lookup).",
-        [ModuleDoc(declaration), Class(JobSpec), Class(JobContext, ("read", "read_lookup")), Class(Starting)],
+        [
+            ModuleDoc(job_module),
+            ModuleDoc(declaration),
+            Class(JobSpec, ("settings_as",)),
+            Class(JobContext, ("read", "read_lookup")),
+            Class(Starting),
+        ],
     ),
     Section(
         "Inputs and lookups",
@@ -560,7 +568,7 @@ SECTIONS = [
             Class(Topic),
             Class(Cleanup),
             Class(Compatibility),
-            Constants(topic_declarations, ("FOREVER", "DAY_MS"), "Retention constants"),
+            Constants(topic_declarations, ("FOREVER", "MINUTE_MS", "HOUR_MS", "DAY_MS"), "Time constants"),
             Function(dead_letters_of),
             Function(late_events_of),
         ],
@@ -569,7 +577,13 @@ SECTIONS = [
         "Settings",
         "A job has two kinds of settings: its own knobs, declared in `JobSpec.settings`, and the platform's, "
         "`ctx.settings`.",
-        [Field(JobSpec, "settings"), ModuleDoc(settings_module), Settings(KappaSettings)],
+        [
+            Field(JobSpec, "settings"),
+            Class(NoSettings),
+            Member(JobSpec, "settings_as"),
+            ModuleDoc(settings_module),
+            Settings(KappaSettings),
+        ],
     ),
 ]
 

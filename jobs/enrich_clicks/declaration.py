@@ -13,26 +13,28 @@ versions may reach the job, 10). A click stays correctable until its user's data
 
 from __future__ import annotations
 
+from pydantic import Field
 from pyspark.sql import functions as F
 
 from jobs.catalog import CLICKS, ENRICHED_CLICKS, USER_PROFILES
 from jobs.enrich_clicks.transforms import ENRICHED, enriched_changes, union_inputs
-from kappa.contracts.topic_declarations import MINUTE_MS, Topic
-from kappa.kafka.partitioning import partition_column
-from kappa.runtime import JobContext, JobSpec, TopicPlan
+from kappa.job import MINUTE_MS, JobContext, JobSpec, NoSettings, TopicPlan, partition_column
+
+
+class Settings(NoSettings):
+    profile_lateness_minutes: int = Field(ge=0, description="L: how late a profile version may be published")
+    disorder_minutes: int = Field(ge=0, description="D: how far out of time order a user's records may come")
 
 
 def plan(ctx: JobContext) -> TopicPlan:
-    clicks_topic, profiles_topic = ctx.spec.inputs
-    output = ctx.spec.output
-    assert isinstance(output, Topic), "enrich_clicks writes a topic"
-    lateness_ms = int(ctx.spec.settings["profile_lateness_minutes"] * MINUTE_MS)
-    disorder_ms = int(ctx.spec.settings["disorder_minutes"] * MINUTE_MS)
+    settings = ctx.spec.settings_as(Settings)
+    lateness_ms = settings.profile_lateness_minutes * MINUTE_MS
+    disorder_ms = settings.disorder_minutes * MINUTE_MS
 
-    clicks = ctx.read(clicks_topic, with_raw=True)
-    profiles = ctx.read(profiles_topic, with_raw=True)  # late versions keep their original bytes
+    clicks = ctx.read(CLICKS, with_raw=True)
+    profiles = ctx.read(USER_PROFILES, with_raw=True)  # late versions keep their original bytes
     changes = enriched_changes(union_inputs(clicks.rows, profiles.rows), lateness_ms, disorder_ms)
-    by_user = partition_column(F.col("user_id"), output.partitions)
+    by_user = partition_column(F.col("user_id"), ctx.output_topic.partitions)
     return TopicPlan(changes, key=F.col("event_id"), partition=by_user, keep=F.col("kind") == ENRICHED)
 
 
@@ -43,7 +45,7 @@ JOB = JobSpec(
     inputs=(CLICKS, USER_PROFILES),
     output=ENRICHED_CLICKS,
     plan=plan,
-    settings={"profile_lateness_minutes": 20, "disorder_minutes": 10},
+    settings=Settings(profile_lateness_minutes=20, disorder_minutes=10),
     # Read by sessionize and page_stats: a batch every 500 ms. Bounded catch-up: 200,000 clicks per batch, about
     # 3 s of one core at the replay rate (make bench-pipeline: 69,020 per core).
     freshness="1 second",

@@ -12,10 +12,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from kappa.contracts.dead_letter_format import DeadLetterKind
-from kappa.operators import AsOfJoinColumns, as_of_join, as_of_rows
-from kappa.operators.as_of_join import EVENT, LATE
-from kappa.spark.side_outputs import SIDE_COLUMNS, SIDE_SCHEMA
+from kappa.job import EVENT, LATE, SIDE_COLUMNS, SIDE_SCHEMA, AsOfJoinColumns, DeadLetterKind, as_of_join, as_of_rows
 
 ENRICHED, LATE_PROFILE = "enriched", "late_profile"
 NO_PROFILE_SEGMENT = "UNKNOWN"  # a click before any profile version (the documented rule)

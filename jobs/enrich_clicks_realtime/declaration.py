@@ -24,19 +24,14 @@ from pyspark.sql import functions as F
 
 from jobs.catalog import CLICKS, ENRICHED_CLICKS_REALTIME, USER_PROFILES
 from jobs.enrich_clicks_realtime.transforms import with_latest_profile
-from kappa.contracts.topic_declarations import Topic
-from kappa.kafka.partitioning import partition_column
-from kappa.runtime import JobContext, JobSpec, RealTimePlan
+from kappa.job import JobContext, JobSpec, RealTimePlan, partition_column
 
 
 def plan(ctx: JobContext) -> RealTimePlan:
-    [clicks_topic] = ctx.spec.inputs
-    [profiles_topic] = ctx.spec.lookups
-    output = ctx.spec.output
-    assert isinstance(output, Topic), "enrich_clicks_realtime writes a topic"
-    rows = with_latest_profile(ctx.read(clicks_topic).rows, ctx.read_lookup(profiles_topic))
+    rows = with_latest_profile(ctx.read(CLICKS).rows, ctx.read_lookup(USER_PROFILES))
     # By user, as every topic of the pipeline: one user's clicks keep their order.
-    return RealTimePlan(rows, key=F.col("event_id"), partition=partition_column(F.col("user_id"), output.partitions))
+    by_user = partition_column(F.col("user_id"), ctx.output_topic.partitions)
+    return RealTimePlan(rows, key=F.col("event_id"), partition=by_user)
 
 
 JOB = JobSpec(

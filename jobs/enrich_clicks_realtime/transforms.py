@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from kappa.spark.side_outputs import SIDE_COLUMNS
+from kappa.job import SIDE_COLUMNS
 
 CLICK_FIELDS = ("event_id", "user_id", "page", "referrer", "event_time", "device")
 PROFILE_FIELDS = ("profile_version", "segment", "country")

@@ -5,15 +5,16 @@ each (page, hour)'s counts in Spark's state store (kappa.operators.page_stats), 
 changed into the table, once per batch id. A late click changes its predecessor's time on page, and so maybe
 another hour's row.
 
-Settings: `gap_minutes` (a next click later than this is not time on the page, 30).
+Settings (`Settings`): `gap_minutes` (a next click later than this is not time on the page, 30).
 """
 
 from __future__ import annotations
 
+from pydantic import Field
+
 from jobs.catalog import ENRICHED_CLICKS
 from jobs.page_stats.transforms import KEYS, page_stat_changes
-from kappa.contracts.topic_declarations import MINUTE_MS
-from kappa.runtime import DeltaTable, JobContext, JobSpec, TablePlan, TableWrite
+from kappa.job import MINUTE_MS, DeltaTable, JobContext, JobSpec, NoSettings, TablePlan, TableWrite
 
 TABLE = DeltaTable(
     "page_stats",
@@ -24,10 +25,13 @@ TABLE = DeltaTable(
 )
 
 
+class Settings(NoSettings):
+    gap_minutes: int = Field(gt=0, description="a next click later than this is not time on the page")
+
+
 def plan(ctx: JobContext) -> TablePlan:
-    [source] = ctx.spec.inputs
-    gap_ms = int(ctx.spec.settings["gap_minutes"] * MINUTE_MS)
-    return TablePlan(page_stat_changes(ctx.read(source).rows, gap_ms))
+    gap_ms = ctx.spec.settings_as(Settings).gap_minutes * MINUTE_MS
+    return TablePlan(page_stat_changes(ctx.read(ENRICHED_CLICKS).rows, gap_ms))
 
 
 JOB = JobSpec(
@@ -40,5 +44,5 @@ JOB = JobSpec(
     # A table people query: fresh within a minute, a batch every 30 s.
     freshness="1 minute",
     max_batch_records=500_000,
-    settings={"gap_minutes": 30},
+    settings=Settings(gap_minutes=30),
 )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame
 
-from kappa.operators import page_stats
+from kappa.job import page_stats
 
 KEYS = ("page", "hour_start")  # the view's grain: the MERGE's keys
 

@@ -9,15 +9,14 @@ from __future__ import annotations
 
 from jobs.catalog import CLICKS
 from jobs.raw_clicks.transforms import click_rows
-from kappa.runtime import DeltaTable, JobContext, JobSpec, TablePlan
+from kappa.job import DeltaTable, JobContext, JobSpec, TablePlan
 
 # Appended (the declaration's default), each batch at most once.
 TABLE = DeltaTable("raw_clicks", doc="Every decodable click, one row each, with its Kafka position.")
 
 
 def plan(ctx: JobContext) -> TablePlan:
-    [source] = ctx.spec.inputs  # CLICKS, or the topic a bound spec names
-    return TablePlan(ctx.read(source).rows, batch=click_rows)
+    return TablePlan(ctx.read(CLICKS).rows, batch=click_rows)  # CLICKS, or the topic a bound spec reads for it
 
 
 JOB = JobSpec(

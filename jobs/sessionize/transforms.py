@@ -11,10 +11,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from kappa.contracts.dead_letter_format import DeadLetterKind
-from kappa.operators import sessions
-from kappa.operators.sessions import LATE, RETRACT, UPSERT
-from kappa.spark.side_outputs import SIDE_COLUMNS
+from kappa.job import LATE, RETRACT, SIDE_COLUMNS, UPSERT, DeadLetterKind, sessions
 
 __all__ = ["LATE", "RETRACT", "UPSERT", "session_changes"]
 

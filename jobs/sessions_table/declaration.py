@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from jobs.catalog import SESSIONS
 from jobs.sessions_table.transforms import session_changes
-from kappa.runtime import DeltaTable, JobContext, JobSpec, TablePlan, TableWrite
+from kappa.job import DeltaTable, JobContext, JobSpec, TablePlan, TableWrite
 
 TABLE = DeltaTable(
     "sessions",
@@ -20,8 +20,7 @@ TABLE = DeltaTable(
 
 
 def plan(ctx: JobContext) -> TablePlan:
-    [source] = ctx.spec.inputs
-    return TablePlan(ctx.read(source).rows, batch=session_changes)
+    return TablePlan(ctx.read(SESSIONS).rows, batch=session_changes)
 
 
 JOB = JobSpec(

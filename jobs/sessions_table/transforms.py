@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame
 
-from kappa.spark.changes import changes_with_key, last_per_key
-from kappa.spark.topic_io import DELETED
+from kappa.job import DELETED, changes_with_key, last_per_key
 
 SESSION_COLUMNS = (
     "session_id",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from jobs.catalog import SESSIONS
 from jobs.user_activity.transforms import activity_changes
-from kappa.runtime import DeltaTable, JobContext, JobSpec, TablePlan, TableWrite
+from kappa.job import DeltaTable, JobContext, JobSpec, TablePlan, TableWrite
 
 TABLE = DeltaTable(
     "user_activity",
@@ -22,8 +22,7 @@ TABLE = DeltaTable(
 
 
 def plan(ctx: JobContext) -> TablePlan:
-    [source] = ctx.spec.inputs
-    return TablePlan(activity_changes(ctx.read(source).rows))
+    return TablePlan(activity_changes(ctx.read(SESSIONS).rows))
 
 
 JOB = JobSpec(

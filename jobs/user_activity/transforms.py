@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame
 
-from kappa.operators import user_activity
-from kappa.spark.changes import changes_with_key
+from kappa.job import changes_with_key, user_activity
 
 
 def activity_changes(sessions: DataFrame) -> DataFrame:

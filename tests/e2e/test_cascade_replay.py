@@ -44,8 +44,11 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from deltalake import DeltaTable
 
 from jobs.enrich_clicks.declaration import JOB as ENRICH
+from jobs.enrich_clicks.declaration import Settings as EnrichSettings
 from jobs.page_stats.declaration import JOB as PAGE_STATS
+from jobs.page_stats.declaration import Settings as PageStatsSettings
 from jobs.sessionize.declaration import JOB as SESSIONIZE
+from jobs.sessionize.declaration import Settings as SessionizeSettings
 from kappa.contracts.schema_files import load
 from kappa.contracts.topic_declarations import MINUTE_MS, Cleanup, Topic
 from kappa.core.settings import KappaSettings
@@ -202,13 +205,14 @@ def answer(segment: Callable[[str], str] = lambda s: s) -> dict[str, dict[Any, A
     """Every dataset of the set over the test's log, as the rules' restatements compute it (tests/oracles.py,
     which shares no code with jobs/), with the settings the jobs declare; `segment`: what enrich_clicks' logic
     makes of the as-of rule's segment (v2's change). Keyed and valued as `as_answered` reads the outputs."""
+    enrich, sessionize = ENRICH.settings_as(EnrichSettings), SESSIONIZE.settings_as(SessionizeSettings)
     found = oracles.pipeline(
         list(clickstream(DATA)),
-        lateness_ms=ENRICH.settings["profile_lateness_minutes"] * MINUTE_MS,  # in v1 and v2: the change is the segment
-        disorder_ms=ENRICH.settings["disorder_minutes"] * MINUTE_MS,
-        gap_ms=SESSIONIZE.settings["gap_minutes"] * MINUTE_MS,
-        allowed_lateness_ms=SESSIONIZE.settings["allowed_lateness_minutes"] * MINUTE_MS,
-        page_gap_ms=PAGE_STATS.settings["gap_minutes"] * MINUTE_MS,
+        lateness_ms=enrich.profile_lateness_minutes * MINUTE_MS,  # in v1 and v2: the change is the segment
+        disorder_ms=enrich.disorder_minutes * MINUTE_MS,
+        gap_ms=sessionize.gap_minutes * MINUTE_MS,
+        allowed_lateness_ms=sessionize.allowed_lateness_minutes * MINUTE_MS,
+        page_gap_ms=PAGE_STATS.settings_as(PageStatsSettings).gap_minutes * MINUTE_MS,
         segment=segment,
     )
     # The as-of answer holds when no profile version breaks the lateness contract (tests/oracles.py); one that

@@ -185,7 +185,7 @@ def test_replay_cutover_and_rollback_through_the_cli(
         # The logic change, in a new copy of the code: v1 keeps its own.
         v2 = v1.copy(tmp_path / "v2")
         v2.edit("enrich_clicks/declaration.py", "version=1,", "version=2,")
-        v2.edit("enrich_clicks/declaration.py", '"profile_lateness_minutes": 20', '"profile_lateness_minutes": 5')
+        v2.edit("enrich_clicks/declaration.py", "profile_lateness_minutes=20", "profile_lateness_minutes=5")
         v2_first = rule(CONFIG, 5, FIRST_PART)
         differing = {k for k in v1_first if v1_first[k] != v2_first[k]}
         assert differing, "the logic change must change some answers, or the test proves nothing"
@@ -358,7 +358,7 @@ def test_runbooks_as_written(stack: KappaSettings, pipeline: Deployment) -> None
     try:
         # A planned change: a shorter profile lateness, as v2.
         d.edit(DECLARATION, "version=1,", "version=2,")
-        d.edit(DECLARATION, '"profile_lateness_minutes": 20', '"profile_lateness_minutes": 5')
+        d.edit(DECLARATION, "profile_lateness_minutes=20", "profile_lateness_minutes=5")
         out = run(d, "planned-logic-change.md")
         started.append(2)
         assert "checks passed" in out
@@ -370,7 +370,7 @@ def test_runbooks_as_written(stack: KappaSettings, pipeline: Deployment) -> None
 
         # A bug fix: the lateness should have been 10, as v3.
         d.edit(DECLARATION, "version=2,", "version=3,")
-        d.edit(DECLARATION, '"profile_lateness_minutes": 5', '"profile_lateness_minutes": 10')
+        d.edit(DECLARATION, "profile_lateness_minutes=5", "profile_lateness_minutes=10")
         out = run(d, "bug-fix-replay.md")
         started.append(3)
         assert "verification: PASSED" in out
@@ -406,7 +406,7 @@ def test_runbooks_as_written(stack: KappaSettings, pipeline: Deployment) -> None
             DECLARATION,
             "profiles.rows), lateness_ms, disorder_ms)",  # the job's rows: the output gains a column
             "profiles.rows), lateness_ms, disorder_ms).withColumn(\n"
-            '        "profile_lateness_minutes", F.lit(int(ctx.spec.settings["profile_lateness_minutes"]))\n'
+            '        "profile_lateness_minutes", F.lit(settings.profile_lateness_minutes)\n'
             "    )",
         )
         out = run(d, "schema-change.md")
@@ -512,10 +512,10 @@ def test_launch_a_replay_from_the_dagster_ui(
     old = live_version(registry, d)
     assert declared_version(d) == old, "the copy declares the live version"
     new = old + 1  # a logic change: another profile lateness than any earlier version had
-    lateness = re.search(r'"profile_lateness_minutes": (\d+)', (d.code / "jobs" / DECLARATION).read_text())
+    lateness = re.search(r"profile_lateness_minutes=(\d+)", (d.code / "jobs" / DECLARATION).read_text())
     assert lateness is not None
     d.edit(DECLARATION, f"version={old},", f"version={new},")
-    d.edit(DECLARATION, lateness.group(0), '"profile_lateness_minutes": 7')
+    d.edit(DECLARATION, lateness.group(0), "profile_lateness_minutes=7")
 
     url = dagster_ui(d)
     page = browser.new_page(viewport={"width": 1600, "height": 1000})

@@ -23,7 +23,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from jobs.enrich_clicks.declaration import JOB
+from jobs.enrich_clicks.declaration import JOB, Settings
 from jobs.enrich_clicks.logic import Profile, answer
 from kappa.contracts.schema_files import load
 from kappa.contracts.topic_declarations import MINUTE_MS, Topic, late_events_of
@@ -38,7 +38,7 @@ from tests import oracles
 from tests.integration.conftest import partitions_of
 
 CONFIG = StreamConfig(events=3000, users=30, seed=23, profile_change_share=0.04, late_profile_share=0.5)
-LATENESS_MS = JOB.settings["profile_lateness_minutes"] * MINUTE_MS
+LATENESS_MS = JOB.settings_as(Settings).profile_lateness_minutes * MINUTE_MS
 CUT = 1260  # the small-batch runs read the log up to this emission first, then the rest (see _corrected_by_cut)
 
 

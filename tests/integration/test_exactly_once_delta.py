@@ -29,6 +29,7 @@ from pyspark.sql import SparkSession
 
 from jobs.catalog import ENRICHED_CLICKS
 from jobs.page_stats.declaration import JOB as PAGE_STATS
+from jobs.page_stats.declaration import Settings as PageStatsSettings
 from kappa.contracts.avro_serde import AvroEncoder
 from kappa.contracts.dead_letter_format import H_JOB, H_SOURCE_OFFSET, H_SOURCE_PARTITION
 from kappa.contracts.registry import Registry, value_subject
@@ -44,7 +45,7 @@ from kappa.spark.delta_merge import committed_batch
 from tests import oracles
 from tests.environment import stack_env
 
-GAP_MS = PAGE_STATS.settings["gap_minutes"] * 60_000
+GAP_MS = PAGE_STATS.settings_as(PageStatsSettings).gap_minutes * 60_000
 POISON = b"\x07not an Avro record"  # no Confluent magic byte: a dead letter
 PER_BATCH = 250
 KILLS = (  # (fault point, the how-manieth batch of the run)

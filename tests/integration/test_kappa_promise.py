@@ -50,8 +50,11 @@ from pyspark.sql import DataFrame, Row, SparkSession
 
 from jobs.catalog import CLICKS, ENRICHED_CLICKS, SESSIONS, USER_PROFILES
 from jobs.enrich_clicks.declaration import JOB as ENRICH
+from jobs.enrich_clicks.declaration import Settings as EnrichSettings
 from jobs.page_stats.declaration import JOB as PAGE_STATS
+from jobs.page_stats.declaration import Settings as PageStatsSettings
 from jobs.sessionize.declaration import JOB as SESSIONIZE
+from jobs.sessionize.declaration import Settings as SessionizeSettings
 from jobs.sessions_table.declaration import JOB as SESSIONS_TABLE
 from jobs.user_activity.declaration import JOB as USER_ACTIVITY
 from kappa.contracts.avro_serde import AvroEncoder
@@ -90,11 +93,11 @@ SCALE = max(1.0, EVENTS / 50_000)  # waits grow with the size of the run
 SPLIT = EVENTS // 2  # emissions (clicks and profile versions) in the first part
 LIVE_PART_S = 40.0
 # The rules' parameters, as the jobs declare them (the answer's inputs, not its code).
-LATENESS_MS = ENRICH.settings["profile_lateness_minutes"] * MINUTE_MS
-DISORDER_MS = ENRICH.settings["disorder_minutes"] * MINUTE_MS
-GAP_MS = SESSIONIZE.settings["gap_minutes"] * MINUTE_MS
-ALLOWED_MS = SESSIONIZE.settings["allowed_lateness_minutes"] * MINUTE_MS
-PAGE_GAP_MS = PAGE_STATS.settings["gap_minutes"] * MINUTE_MS
+LATENESS_MS = ENRICH.settings_as(EnrichSettings).profile_lateness_minutes * MINUTE_MS
+DISORDER_MS = ENRICH.settings_as(EnrichSettings).disorder_minutes * MINUTE_MS
+GAP_MS = SESSIONIZE.settings_as(SessionizeSettings).gap_minutes * MINUTE_MS
+ALLOWED_MS = SESSIONIZE.settings_as(SessionizeSettings).allowed_lateness_minutes * MINUTE_MS
+PAGE_GAP_MS = PAGE_STATS.settings_as(PageStatsSettings).gap_minutes * MINUTE_MS
 # The jobs after enrich_clicks, in pipeline order; each reads what the one before produced.
 DOWNSTREAM = (SESSIONIZE, PAGE_STATS, USER_ACTIVITY, SESSIONS_TABLE)
 PIPELINE = (ENRICH, *DOWNSTREAM)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import Row, SparkSession
 
-from jobs.sessionize.declaration import JOB
+from jobs.sessionize.declaration import JOB, Settings
 from jobs.sessionize.logic import Event, UserState, sessionize
 from kappa.contracts.avro_serde import AvroEncoder
 from kappa.contracts.dead_letter_format import late_topic
@@ -174,7 +174,8 @@ def test_sessions_equal_the_rule_over_the_whole_log(
         else:
             table[key] = values
     generated = [(c.event_id, c.user_id, c.page, c.event_time_ms, _segment(c)) for c in clicks]
-    gap, allowed = (JOB.settings[k] * MINUTE_MS for k in ("gap_minutes", "allowed_lateness_minutes"))
+    settings = JOB.settings_as(Settings)
+    gap, allowed = settings.gap_minutes * MINUTE_MS, settings.allowed_lateness_minutes * MINUTE_MS
     independent_sessions, independent_late = oracles.sessions(generated, gap, allowed)
     assert len(independent_sessions) > 100  # a real workload, not two empty dicts
     independent_sessions |= CORRECTED_SESSIONS  # the oracle has no corrections: those users' sessions by hand

@@ -1,12 +1,14 @@
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from pydantic import Field, ValidationError
 
-from jobs.catalog import CLICKS
+from jobs.catalog import CLICKS, ENRICHED_CLICKS, SESSIONS, USER_PROFILES
 from kappa.core.errors import KappaError
 from kappa.runtime import DeltaTable, JobSpec, Starting, TopicPlan
-from kappa.runtime.declaration import JobContext
+from kappa.runtime.declaration import JobContext, NoSettings
 from kappa.runtime.discovery import discover
 from kappa.runtime.progress import describe_batch, end_offsets
 from kappa.runtime.query import QueryControl, start_query
@@ -124,3 +126,54 @@ def test_a_topic_plan_for_a_delta_output_is_refused() -> None:
     plan = TopicPlan(rows=None, key=None)  # type: ignore[arg-type]
     with pytest.raises(KappaError, match="job to_delta: a TopicPlan writes Kafka records, not t"):
         start_query(ctx, plan, QueryControl(threading.Event()), watch=None)  # type: ignore[arg-type]
+
+
+def _topic_plan(ctx: JobContext) -> TopicPlan:
+    raise AssertionError("never called: the declaration is refused first")
+
+
+class _Knobs(NoSettings):
+    gap_minutes: int = Field(gt=0)
+
+
+def test_a_plan_whose_kind_cannot_write_the_output_is_refused_at_declaration() -> None:
+    with pytest.raises(ValueError, match="job to_delta: its plan returns a TopicPlan, which writes a topic, but its "
+                                         "output t is a Delta table"):  # fmt: skip
+        JobSpec("to_delta", 1, "", (CLICKS,), DeltaTable("t"), plan=_topic_plan)
+    assert JobSpec("to_topic", 1, "", (CLICKS,), ENRICHED_CLICKS, plan=_topic_plan).name == "to_topic"
+
+
+def test_knobs_are_a_typed_model_checked_when_the_job_is_declared() -> None:
+    def job(settings: object) -> JobSpec:
+        return JobSpec("j", 1, "", (CLICKS,), DeltaTable("t"), plan=lambda ctx: None, settings=settings)  # type: ignore[arg-type,return-value]
+
+    assert job(_Knobs(gap_minutes=30)).settings_as(_Knobs).gap_minutes == 30
+    with pytest.raises(ValidationError, match="greater than 0"):
+        _Knobs(gap_minutes=0)
+    with pytest.raises(ValidationError, match="Extra inputs are not permitted"):
+        _Knobs(gap_minutes=30, gap_minuts=20)  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match="job j: settings must be an instance of the job's pydantic model"):
+        job({"gap_minutes": 30})
+    with pytest.raises(TypeError, match="job j: its settings are NoSettings, not _Knobs"):
+        job(NoSettings()).settings_as(_Knobs)
+
+
+def test_a_plan_finds_its_inputs_by_their_declaration_whatever_topics_a_run_binds() -> None:
+    spec = JobSpec("j", 1, "", (CLICKS,), ENRICHED_CLICKS, plan=_topic_plan, lookups=(USER_PROFILES,))
+    assert spec.topic(CLICKS) == CLICKS
+    bound = spec.bound({"clicks": "t1_clicks", "user_profiles": "t1_profiles", "enriched_clicks": "t1_out"})
+    assert bound.topic(CLICKS).name == "t1_clicks"
+    assert bound.topic(USER_PROFILES).name == "t1_profiles"
+    assert bound.topic(replace(CLICKS, name="t1_clicks")).name == "t1_clicks"  # a bound name finds itself
+    again = bound.bound({"t1_clicks": "t2_clicks"})  # bound twice: the declaration still finds its topic
+    assert again.topic(CLICKS).name == "t2_clicks"
+    assert again.topic(USER_PROFILES).name == "t1_profiles"
+    versioned = replace(spec, inputs=(replace(CLICKS, name="clicks.v3"),))  # as a version's binding replaces them
+    assert versioned.topic(CLICKS).name == "clicks.v3"
+    assert versioned.topic(USER_PROFILES) == USER_PROFILES
+    with pytest.raises(ValueError, match="job j was declared with 2 inputs and lookups but is bound to 1"):
+        replace(spec, lookups=()).topic(CLICKS)
+    ctx = JobContext(spark=None, settings=None, spec=again, version=1)  # type: ignore[arg-type]
+    assert ctx.output_topic.name == "t1_out"
+    with pytest.raises(ValueError, match="job j reads sessions, which is not among its inputs or lookups"):
+        again.topic(SESSIONS)

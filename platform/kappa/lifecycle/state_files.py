@@ -18,6 +18,7 @@ from pathlib import Path
 from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings
 from kappa.runtime import run_record
+from kappa.runtime.declaration import version_consumer_group, version_id, version_name
 from kappa.runtime.run_record import RunRecord
 
 _DEPLOYMENT_FILE = re.compile(r"[\w-]+\.v\d+\.json")  # not the run and exit records beside it
@@ -40,12 +41,12 @@ def marker(job: str, version: int) -> str:
 
 def consumer_group(job: str, version: int) -> str:
     """The group the runner records the version's progress under (JobContext.consumer_group)."""
-    return f"kappa.{job}.v{version}"
+    return version_consumer_group(job, version)
 
 
 def output_query(job: str, version: int) -> str:
     """The name of the version's output query (JobContext.query_name())."""
-    return f"{job}_v{version}"
+    return version_id(job, version)
 
 
 def exit_file(log_file: Path) -> Path:
@@ -73,7 +74,7 @@ class Deployment:
 
     @property
     def name(self) -> str:
-        return f"{self.job}.v{self.version}"
+        return version_name(self.job, self.version)
 
     @property
     def log_path(self) -> Path:
@@ -111,7 +112,7 @@ class DeploymentState:
 def paths(settings: KappaSettings, job: str, version: int) -> tuple[Path, Path]:
     """The version's state file and log."""
     root = settings.deployments_path
-    return root / f"{job}.v{version}.json", root / f"{job}.v{version}.log"
+    return root / f"{version_name(job, version)}.json", root / f"{version_name(job, version)}.log"
 
 
 def load(settings: KappaSettings, job: str, version: int) -> Deployment | None:
@@ -162,7 +163,7 @@ def flocked(path: Path) -> Iterator[None]:
 
 def locked(settings: KappaSettings, job: str, version: int) -> contextlib.AbstractContextManager[None]:
     """One start/stop/restart of a deployment at a time (the CLI and Dagster's sensor may race)."""
-    return flocked(settings.deployments_path / f"{job}.v{version}.lock")
+    return flocked(settings.deployments_path / f"{version_name(job, version)}.lock")
 
 
 @contextlib.contextmanager
@@ -172,7 +173,7 @@ def checkpoint_lock(settings: KappaSettings, job: str, version: int, holder: str
     by whatever else writes or deletes the checkpoint (a deployment start, a retire). Never waits: raises a
     KappaError naming the holder (`holder` says who we are). A flock, so a killed holder's lock goes with it."""
     settings.deployments_path.mkdir(parents=True, exist_ok=True)
-    with (settings.deployments_path / f"{job}.v{version}.checkpoint.lock").open("a+") as lock:
+    with (settings.deployments_path / f"{version_name(job, version)}.checkpoint.lock").open("a+") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

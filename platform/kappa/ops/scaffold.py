@@ -147,14 +147,13 @@ say (a table upserted or accumulated by its keys: `DeltaTable(keys=..., write=..
 from __future__ import annotations
 
 {imports}
-from kappa.runtime import DeltaTable, JobContext, JobSpec, TablePlan
+from kappa.job import DeltaTable, JobContext, JobSpec, TablePlan
 
 TABLE = DeltaTable("{name}", doc="TODO: what a row of {name} is.")
 
 
 def plan(ctx: JobContext) -> TablePlan:
-    [source] = ctx.spec.inputs
-    return TablePlan(ctx.read(source).rows, batch=output_rows)
+    return TablePlan(ctx.read({variable}).rows, batch=output_rows)
 
 
 JOB = JobSpec(

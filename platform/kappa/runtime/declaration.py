@@ -8,11 +8,14 @@ version never reuses an old version's state.
 from __future__ import annotations
 
 import re
+import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict
 
 from kappa.contracts.topic_declarations import Topic
 from kappa.core.settings import KappaSettings
@@ -147,6 +150,30 @@ class RealTimePlan:
     partition: Column | None = None  # each record's partition (`partition_column`); None: by key
 
 
+class NoSettings(BaseModel):
+    """The settings of a job without knobs. A job with knobs declares its own pydantic model (`Settings` in its
+    declaration module): typed fields with defaults and bounds, so a bad value is refused when the job is
+    declared, and the plan reads them typed with `ctx.spec.settings_as(Settings)`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+Knobs = TypeVar("Knobs", bound=BaseModel)
+
+# What each plan kind writes to: a TablePlan a Delta table; a TopicPlan or RealTimePlan a topic (a JobPlan writes
+# its own way, to either).
+_PLAN_OUTPUTS: dict[type, type] = {TablePlan: DeltaTable, TopicPlan: Topic, RealTimePlan: Topic}
+
+
+def _declared_plan(plan: Callable[..., object]) -> type | None:
+    """The plan kind a `plan` function's return annotation names, or None when it names none we can resolve."""
+    try:
+        returned = typing.get_type_hints(plan).get("return")
+    except (NameError, TypeError):  # an annotation naming what the module imports only for type checking
+        return None
+    return returned if isinstance(returned, type) else None
+
+
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|milliseconds?|s|seconds?|min|minutes?|h|hours?)\s*$")
 _UNIT_MS = {"ms": 1, "millisecond": 1, "s": 1000, "second": 1000, "min": 60_000, "minute": 60_000, "h": 3_600_000,
             "hour": 3_600_000}  # fmt: skip
@@ -181,14 +208,19 @@ class JobSpec:
     # up in bounded batches, each committed, without holding the cores for minutes. A replay reads its whole
     # range in one batch unless `--max-offsets-per-trigger` says otherwise.
     max_batch_records: int = 100_000
-    # Job-specific knobs (the plan reads `ctx.spec.settings[...]`), documented in the job's declaration module.
-    settings: dict[str, Any] = field(default_factory=dict)
+    # Job-specific knobs: an instance of the job's own pydantic model (`Settings` in its declaration module, each
+    # field documented there); the plan reads them typed with `ctx.spec.settings_as(Settings)`.
+    settings: BaseModel = field(default_factory=NoSettings)
     # Compacted topics the job reads whole, as a table (`ctx.read_lookup`), again in every batch: not streamed,
     # so they have no offsets and no lag of the job's own.
     lookups: tuple[Topic, ...] = ()
     # A plan returning a RealTimePlan runs live in Spark's real-time mode: each long-running batch lasts this
     # long (its checkpoint, and the lookups' refresh, come at its end); replays run it as micro-batches.
     real_time: str | None = None
+    # Set when the job is declared: the names of its inputs, then its lookups, as declared. A spec bound to other
+    # physical topics (a version, a replay, a test's topics, `dataclasses.replace`) keeps them, so a plan finds
+    # each input by its catalog declaration (`ctx.read(CLICKS)`) in whatever topic the run reads for it.
+    declared_names: tuple[str, ...] = ()
 
     def bound(self, topic_names: Mapping[str, str]) -> JobSpec:
         """The same job reading and writing other physical topics (declared name -> physical name): a
@@ -205,6 +237,28 @@ class JobSpec:
             output=output,
         )
 
+    def topic(self, declared: Topic) -> Topic:
+        """The input or lookup declared as `declared` (its catalog topic; or the topic itself), as this run reads
+        it."""
+        reads = (*self.inputs, *self.lookups)
+        if len(reads) != len(self.declared_names):
+            raise ValueError(
+                f"job {self.name} was declared with {len(self.declared_names)} inputs and lookups but is bound to "
+                f"{len(reads)}: bind each declared one to one topic"
+            )
+        for topic in reads:
+            if topic.name == declared.name:
+                return topic
+        if declared.name in self.declared_names:
+            return reads[self.declared_names.index(declared.name)]
+        raise ValueError(f"job {self.name} reads {declared.name}, which is not among its inputs or lookups")
+
+    def settings_as(self, kind: type[Knobs]) -> Knobs:
+        """The job's settings as its own model, typed (`ctx.spec.settings_as(Settings).gap_minutes`)."""
+        if not isinstance(self.settings, kind):
+            raise TypeError(f"job {self.name}: its settings are {type(self.settings).__name__}, not {kind.__name__}")
+        return self.settings
+
     def __post_init__(self) -> None:
         if not self.name.isidentifier():
             raise ValueError(f"job name {self.name!r} must be an identifier (it names folders and queries)")
@@ -215,11 +269,31 @@ class JobSpec:
         if self.max_batch_records < 1:
             raise ValueError(f"job {self.name}: max_batch_records must be >= 1")
         duration_ms(self.freshness, f"job {self.name}: freshness")  # a clear error at discovery, not at start
+        if not self.declared_names:  # first declared: what `topic` finds inputs by from now on
+            object.__setattr__(self, "declared_names", tuple(t.name for t in (*self.inputs, *self.lookups)))
+        if not isinstance(self.settings, BaseModel):
+            raise ValueError(
+                f"job {self.name}: settings must be an instance of the job's pydantic model "
+                f"(class Settings(NoSettings) with typed fields), not {type(self.settings).__name__}"
+            )
+        plan_kind = _declared_plan(self.plan)
+        wanted = _PLAN_OUTPUTS.get(plan_kind) if plan_kind is not None else None
+        if wanted is not None and not isinstance(self.output, wanted):
+            raise ValueError(
+                f"job {self.name}: its plan returns a {plan_kind.__name__ if plan_kind else ''}, which writes a "
+                f"{'Delta table' if wanted is DeltaTable else 'topic'}, but its output "
+                f"{self.output.name} is a {'topic' if isinstance(self.output, Topic) else 'Delta table'}"
+            )
 
     @property
     def trigger_interval_ms(self) -> int:
         """The live trigger's interval: half the declared freshness."""
         return duration_ms(self.freshness, f"job {self.name}: freshness") // 2
+
+
+def version_name(job: str, version: int) -> str:
+    """`<job>.v<version>`: a version's name in its files (state, log, run record) and its Delta idempotency stream."""
+    return f"{job}.v{version}"
 
 
 def version_id(job: str, version: int) -> str:
@@ -249,7 +323,7 @@ class JobContext:
 
     spark: SparkSession  # the session the job's query runs in
     settings: KappaSettings  # the platform's settings (see Settings)
-    spec: JobSpec  # the declaration, bound to this version's physical topics (read `ctx.spec.inputs` from here)
+    spec: JobSpec  # the declaration, bound to this version's physical topics (`ctx.read(CLICKS)` finds them)
     version: int  # the logic version this run executes
     available_now: bool = False  # a replay or catch-up: drain what is there, then stop
     starting: Starting = field(default_factory=Starting)  # where the inputs start without a checkpoint
@@ -286,7 +360,14 @@ class JobContext:
     def delta_app_id(self) -> str:
         """The version's idempotency stream in Delta (`txnAppId`): a batch id it has committed is not written
         again."""
-        return f"{self.spec.name}.v{self.version}"
+        return version_name(self.spec.name, self.version)
+
+    @property
+    def output_topic(self) -> Topic:
+        """The version's output topic (bound); a TypeError for a job writing a Delta table."""
+        if not isinstance(self.spec.output, Topic):
+            raise TypeError(f"job {self.spec.name} writes a Delta table, not a topic")
+        return self.spec.output
 
     def output_path(self) -> str:
         """The version's Delta table path (`DeltaTable.path`); a TypeError for a job writing a topic."""
@@ -297,9 +378,11 @@ class JobContext:
     def read(self, topic: Topic, with_raw: bool = False) -> DecodedTopic:
         """One of the job's inputs, streamed and decoded from where this run starts (`starting`, or the checkpoint).
 
+        `topic`: the input as the catalog declares it (e.g. `CLICKS`); the run reads the topic it is bound to.
         `with_raw`: records also carry `kafka_topic` and their original bytes (`raw_value`), so a per-key rule can
         set a late record aside with its bytes.
         """
+        topic = self.spec.topic(topic)
         # Lazy: imports pyspark, only where a Spark session runs (this module is imported without one).
         from kappa.spark.topic_io import REAL_TIME_CONSUMER, read_topic
 
@@ -322,6 +405,7 @@ class JobContext:
         # Lazy: imports pyspark, only where a Spark session runs (this module is imported without one).
         from kappa.spark.compacted import latest_per_key
 
-        if topic.name not in {t.name for t in self.spec.lookups}:
+        bound = self.spec.topic(topic)
+        if bound not in self.spec.lookups:
             raise ValueError(f"job {self.spec.name} reads {topic.name} as a lookup but does not declare it in lookups")
-        return latest_per_key(self.spark, self.settings, topic)
+        return latest_per_key(self.spark, self.settings, bound)

@@ -27,7 +27,7 @@ from typing import Any
 
 from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings
-from kappa.runtime.declaration import version_id
+from kappa.runtime.declaration import version_id, version_name
 
 log = logging.getLogger("kappa.runner")
 
@@ -64,7 +64,7 @@ class RunRecord:
 
 
 def file_name(job: str, version: int) -> str:
-    return f"{job}.v{version}.run.json"
+    return f"{version_name(job, version)}.run.json"
 
 
 def record_path(settings: KappaSettings, job: str, version: int) -> Path:
