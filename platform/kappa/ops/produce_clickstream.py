@@ -17,6 +17,7 @@ from kappa.core.settings import KappaSettings
 from kappa.kafka.clients import Outgoing, Publisher
 from kappa.kafka.partitioning import partition_for
 from kappa.ops.clickstream import Click, StreamConfig, clickstream, malformed_value
+from kappa.ops.progress_bar import Progress
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,8 @@ def generate(
             AvroEncoder(registry, value_subject(t.name), topic_value_schema(settings.schemas_path, t), register=False)
             for t in (clicks_topic, profiles_topic)
         )
-    say = None if progress is None else lambda line: print(f"\rkappa generate: {line}", file=progress)
+    bar = Progress(progress, unit="clicks")
+    say = None if progress is None else lambda line: bar.write(f"kappa generate: {line}")
     publisher = Publisher(settings, say=say)  # waits out a Kafka outage for KAPPA_PRODUCE_TIMEOUT_S, saying so
     counts = {"clicks": 0, "profiles": 0, "malformed": 0}
     started = time.monotonic()
@@ -70,11 +72,8 @@ def generate(
                 ),
             )
             counts["clicks"] += 1
-            if progress is not None and counts["clicks"] % step == 0:
-                done = counts["clicks"] / config.events
-                bar = "#" * int(done * 30)
-                elapsed = time.monotonic() - started
-                print(f"\r[{bar:<30}] {done:4.0%} {counts['clicks'] / elapsed:,.0f} clicks/s", end="", file=progress)
+            if counts["clicks"] % step == 0:
+                bar.update(counts["clicks"] / config.events, counts["clicks"])
         else:
             publisher.send(
                 profiles_topic.name,
@@ -92,6 +91,5 @@ def generate(
             if ahead > 0:
                 time.sleep(ahead)
     publisher.close()
-    if progress is not None:
-        print(file=progress)
+    bar.finish()
     return GenerateReport(counts["clicks"], counts["profiles"], counts["malformed"], time.monotonic() - started)
