@@ -136,6 +136,13 @@ class Publisher:
         self.sent += 1
         self._producer.poll(0)  # serve acknowledgements and outage reports as they come
 
+    def await_acknowledgement(self, tag: int) -> None:
+        """Serve acknowledgements until the record sent with `tag` is acknowledged, or has failed (its failure
+        is then reported like any other: `unconfirmed`, `close`). Orders what Kafka alone does not: records of
+        different partitions, e.g. of two topics."""
+        while tag in self._pending:
+            self._producer.flush(0.01)  # a flush sends at once (not after linger.ms): 2.2 s vs 5.2 s for 4,000 clicks
+
     def flush(self, timeout_s: float | None = None) -> int:
         """Wait for acknowledgements (by default as long as a record is retried, and a margin); how many records
         are still waiting."""

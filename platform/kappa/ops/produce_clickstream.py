@@ -50,6 +50,11 @@ def generate(
     say = None if progress is None else lambda line: bar.write(f"kappa generate: {line}")
     publisher = Publisher(settings, say=say)  # waits out a Kafka outage for KAPPA_PRODUCE_TIMEOUT_S, saying so
     counts = {"clicks": 0, "profiles": 0, "malformed": 0}
+    # A user's profile version reaches Kafka before any later click of the user. The producer orders records
+    # within a partition only, and clicks and profiles are two topics: produced at full speed, a click batch can
+    # land tens of milliseconds (minutes of event time) before a version that precedes it in the log, a
+    # disorder beyond enrich_clicks' contract. So a click waits for its user's version sent just before it.
+    unacknowledged: dict[str, int] = {}  # user -> tag of its last version sent, until acknowledged
     started = time.monotonic()
     step = max(1, config.events // 50)
     stream = clickstream(config)
@@ -58,6 +63,8 @@ def generate(
     for n, emission in enumerate(stream):
         record = emission.record
         if isinstance(record, Click):
+            if (version := unacknowledged.pop(record.user_id, None)) is not None:
+                publisher.await_acknowledgement(version)
             value = click_encoder.encode(record.as_avro())
             if config.malformed_share and rng.random() < config.malformed_share:
                 value = malformed_value(rng, value)
@@ -84,7 +91,9 @@ def generate(
                     # When the version was published: enrich_clicks' lateness contract reads it.
                     timestamp_ms=emission.log_time_ms,
                 ),
+                tag=n,
             )
+            unacknowledged[record.user_id] = n
             counts["profiles"] += 1
         if rate:
             ahead = (n + 1) / rate - (time.monotonic() - started)
