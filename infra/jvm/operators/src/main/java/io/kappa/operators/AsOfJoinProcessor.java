@@ -16,8 +16,8 @@ final class AsOfJoinProcessor extends KeyedRuleProcessor {
 
   private static final int SIDE_OUT = AsOfJoin.OUTPUT.fieldIndex("side_kind");
 
-  // Positions in the input (AsOfJoin.INPUT's columns, in the order the query gives them).
-  private final int isEntity, topic, partition, offset, raw, eventId, eventTime, version, validFrom, published;
+  // Positions of the rule's columns in the input (AsOfJoin.INPUT's, in the order the query gives them).
+  private final int isEntity, eventId, eventTime, version, validFrom, published;
   private final int payload;
   private final long latenessMs;
   private final long disorderMs;
@@ -26,10 +26,6 @@ final class AsOfJoinProcessor extends KeyedRuleProcessor {
   AsOfJoinProcessor(StructType input, long latenessMs, long disorderMs, String lateKind) {
     super(input, AsOfJoin.OUTPUT.size(), SIDE_OUT);
     isEntity = input.fieldIndex("is_entity");
-    topic = input.fieldIndex("kafka_topic");
-    partition = input.fieldIndex("kafka_partition");
-    offset = input.fieldIndex("kafka_offset");
-    raw = input.fieldIndex("raw_value");
     eventId = input.fieldIndex("event_id");
     eventTime = input.fieldIndex("event_time_ms");
     version = input.fieldIndex("entity_version");
@@ -77,11 +73,10 @@ final class AsOfJoinProcessor extends KeyedRuleProcessor {
       if (!late.remove(v.version())) {
         continue;
       }
-      Row r = firstRowOf.get(v.version());
       Object[] values = new Object[AsOfJoin.OUTPUT.size()];
       values[0] = "late";
       values[1] = key;
-      SideRows.late(values, SIDE_OUT, lateKind, r.get(raw), r.getString(topic), r.getInt(partition), r.getLong(offset));
+      markLate(values, lateKind, firstRowOf.get(v.version()));
       out.add(RowFactory.create(values));
     }
     return AsOfRule.serialize(current);

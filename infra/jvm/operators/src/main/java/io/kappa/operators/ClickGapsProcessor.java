@@ -44,21 +44,19 @@ final class ClickGapsProcessor extends StatefulProcessor<String, Row, Row> {
 
   static final int SIDE_OUT = PageStats.CONTRIBUTIONS.fieldIndex("side_kind");
 
-  // Positions in the input (PageStats.CLICKS' columns, in the order the query gives them).
-  private final int partition, offset, eventId, eventTime, page;
-  private final int[] sideIn;
+  // Positions of the rule's columns in the input (PageStats.CLICKS', in the order the query gives them).
+  private final int eventId, eventTime, page;
+  private final SideRows.Columns common; // the log and SIDE columns
   private final long gapMs;
   private final long hourMs;
   private transient MapState<Long, byte[]> buckets;
   private transient MapState<String, Long> times;
 
   ClickGapsProcessor(StructType input, long gapMs, long hourMs) {
-    partition = input.fieldIndex("kafka_partition");
-    offset = input.fieldIndex("kafka_offset");
+    common = new SideRows.Columns(input);
     eventId = input.fieldIndex("event_id");
     eventTime = input.fieldIndex("event_time_ms");
     page = input.fieldIndex("page");
-    sideIn = SideRows.positions(input);
     this.gapMs = gapMs;
     this.hourMs = hourMs;
   }
@@ -99,15 +97,8 @@ final class ClickGapsProcessor extends StatefulProcessor<String, Row, Row> {
   public scala.collection.Iterator<Row> handleInputRows(
       String user, scala.collection.Iterator<Row> rows, TimerValues timerValues) {
     List<Row> out = new ArrayList<>();
-    List<Row> ruled = new ArrayList<>();
-    while (rows.hasNext()) {
-      Row row = rows.next();
-      if (row.isNullAt(sideIn[SideRows.KIND])) {
-        ruled.add(row);
-      } else {
-        out.add(SideRows.passThrough(row, sideIn, PageStats.CONTRIBUTIONS.size(), SIDE_OUT));
-      }
-    }
+    List<Row> ruled =
+        common.ruled(CollectionConverters.asJava(rows), out, PageStats.CONTRIBUTIONS.size(), SIDE_OUT);
     if (!ruled.isEmpty()) {
       apply(user, ruled, out);
     }
@@ -119,7 +110,7 @@ final class ClickGapsProcessor extends StatefulProcessor<String, Row, Row> {
   }
 
   private void apply(String user, List<Row> rows, List<Row> out) {
-    rows.sort(Comparator.<Row>comparingInt(r -> r.getInt(partition)).thenComparingLong(r -> r.getLong(offset)));
+    rows.sort(common::compareInLog);
     Map<String, Click> latest = new LinkedHashMap<>(); // the batch's clicks, the latest of each event id
     for (Row r : rows) {
       String id = r.getString(eventId);

@@ -1,7 +1,6 @@
 package io.kappa.operators;
 
 import java.util.ArrayList;
-import java.util.Comparator;
 import java.util.Iterator;
 import java.util.List;
 import java.util.function.Supplier;
@@ -24,18 +23,15 @@ import scala.jdk.javaapi.CollectionConverters;
 abstract class KeyedRuleProcessor extends StatefulProcessor<String, Row, Row> {
   private static final long serialVersionUID = 1L;
 
-  private final int partition;
-  private final int offset;
-  private final int[] sideIn;
+  private final SideRows.Columns common; // the log and SIDE columns
   private final int outputWidth;
   private final int sideOut;
   private transient ValueState<byte[]> state;
 
-  /** {@code input}: the schema of the rows the query gives the processor; columns are found in it by name. */
+  /** {@code input}: the schema of the rows the query gives the processor; columns are found in it by name (the
+   * log and SIDE columns here, the rule's by the subclass). */
   KeyedRuleProcessor(StructType input, int outputWidth, int sideOut) {
-    this.partition = input.fieldIndex("kafka_partition");
-    this.offset = input.fieldIndex("kafka_offset");
-    this.sideIn = SideRows.positions(input);
+    this.common = new SideRows.Columns(input);
     this.outputWidth = outputWidth;
     this.sideOut = sideOut;
   }
@@ -62,22 +58,18 @@ abstract class KeyedRuleProcessor extends StatefulProcessor<String, Row, Row> {
    * log order. Returns the key's new state, or null when no row reached the rule (the state is then not read).
    */
   final byte[] handle(String key, Iterator<Row> rows, Supplier<byte[]> stored, List<Row> out) {
-    List<Row> ruled = new ArrayList<>();
-    while (rows.hasNext()) {
-      Row row = rows.next();
-      if (row.isNullAt(sideIn[SideRows.KIND])) {
-        ruled.add(row);
-      } else {
-        out.add(SideRows.passThrough(row, sideIn, outputWidth, sideOut));
-      }
-    }
+    List<Row> ruled = common.ruled(rows, out, outputWidth, sideOut);
     if (ruled.isEmpty()) {
       return null;
     }
     // stable: rows at the same position keep Spark's order, as numpy's lexsort does
-    ruled.sort(
-        Comparator.<Row>comparingInt(r -> r.getInt(partition)).thenComparingLong(r -> r.getLong(offset)));
+    ruled.sort(common::compareInLog);
     return apply(key, stored.get(), ruled, out);
+  }
+
+  /** An output row's side columns: input row {@code r} set aside as a late record of {@code kind}. */
+  final void markLate(Object[] values, String kind, Row r) {
+    common.late(values, sideOut, kind, r);
   }
 
   /** Apply the rule to one key's rows in log order: append what to emit to {@code out}, return the new

@@ -31,21 +31,19 @@ final class SessionOwnersProcessor extends StatefulProcessor<String, Row, Row> {
 
   static final int SIDE_OUT = UserActivity.CHANGES.fieldIndex("side_kind");
 
-  // Positions in the input (UserActivity.SESSIONS' columns, in the order the query gives them).
-  private final int partition, offset, deleted, user, start, end, clicks, segment;
-  private final int[] sideIn;
+  // Positions of the rule's columns in the input (UserActivity.SESSIONS', in the order the query gives them).
+  private final int deleted, user, start, end, clicks, segment;
+  private final SideRows.Columns common; // the log and SIDE columns
   private transient ValueState<byte[]> state;
 
   SessionOwnersProcessor(StructType input) {
-    partition = input.fieldIndex("kafka_partition");
-    offset = input.fieldIndex("kafka_offset");
+    common = new SideRows.Columns(input);
     deleted = input.fieldIndex("deleted");
     user = input.fieldIndex("user");
     start = input.fieldIndex("start_ms");
     end = input.fieldIndex("end_ms");
     clicks = input.fieldIndex("clicks");
     segment = input.fieldIndex("segment");
-    sideIn = SideRows.positions(input);
   }
 
   /** A live session's value. */
@@ -86,9 +84,9 @@ final class SessionOwnersProcessor extends StatefulProcessor<String, Row, Row> {
     Row last = null;
     while (rows.hasNext()) {
       Row row = rows.next();
-      if (!row.isNullAt(sideIn[SideRows.KIND])) {
-        out.add(SideRows.passThrough(row, sideIn, UserActivity.CHANGES.size(), SIDE_OUT));
-      } else if (last == null || inLogOrder(last, row)) {
+      if (common.isSetAside(row)) {
+        out.add(common.passThrough(row, UserActivity.CHANGES.size(), SIDE_OUT));
+      } else if (last == null || common.compareInLog(last, row) < 0) {
         last = row;
       }
     }
@@ -116,12 +114,6 @@ final class SessionOwnersProcessor extends StatefulProcessor<String, Row, Row> {
       }
     }
     return CollectionConverters.asScala(out.iterator());
-  }
-
-  /** Whether {@code b} comes after {@code a} in the log, (kafka_partition, kafka_offset). */
-  private boolean inLogOrder(Row a, Row b) {
-    int byPartition = Integer.compare(a.getInt(partition), b.getInt(partition));
-    return byPartition != 0 ? byPartition < 0 : a.getLong(offset) < b.getLong(offset);
   }
 
   private static Long nullable(Row row, int field) {

@@ -14,18 +14,14 @@ final class SessionsProcessor extends KeyedRuleProcessor {
 
   private static final int SIDE_OUT = Sessions.OUTPUT.fieldIndex("side_kind");
 
-  // Positions in the input (Sessions.INPUT's columns, in the order the query gives them).
-  private final int topic, partition, offset, raw, eventId, eventTime, page, segment;
+  // Positions of the rule's columns in the input (Sessions.INPUT's, in the order the query gives them).
+  private final int eventId, eventTime, page, segment;
   private final long gapMs;
   private final long latenessMs;
   private final String lateKind;
 
   SessionsProcessor(StructType input, long gapMs, long latenessMs, String lateKind) {
     super(input, Sessions.OUTPUT.size(), SIDE_OUT);
-    topic = input.fieldIndex("kafka_topic");
-    partition = input.fieldIndex("kafka_partition");
-    offset = input.fieldIndex("kafka_offset");
-    raw = input.fieldIndex("raw_value");
     eventId = input.fieldIndex("event_id");
     eventTime = input.fieldIndex("event_time_ms");
     page = input.fieldIndex("page");
@@ -79,7 +75,7 @@ final class SessionsProcessor extends KeyedRuleProcessor {
       values[0] = "late";
       values[1] = "";
       values[2] = key;
-      SideRows.late(values, SIDE_OUT, lateKind, r.get(raw), r.getString(topic), r.getInt(partition), r.getLong(offset));
+      markLate(values, lateKind, r);
       out.add(RowFactory.create(values));
     }
     return SessionRule.serialize(current);

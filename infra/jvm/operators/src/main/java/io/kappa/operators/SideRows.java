@@ -1,8 +1,11 @@
 package io.kappa.operators;
 
+import java.io.Serializable;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.HashMap;
 import java.util.HashSet;
+import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
@@ -49,15 +52,6 @@ final class SideRows {
     return DataTypes.createStructType(all);
   }
 
-  /** Where the SIDE columns are in {@code input} (by name, in SIDE order): found once, when a query is built. */
-  static int[] positions(StructType input) {
-    int[] at = new int[WIDTH];
-    for (int i = 0; i < WIDTH; i++) {
-      at[i] = input.fieldIndex(SIDE[i].name());
-    }
-    return at;
-  }
-
   /** A row's side values as an output row of {@code width} columns, every other column null: for the rows
    * one step of an operator gives the next, whose SIDE columns follow each other from {@code sideIn}. */
   static Row passThrough(Row r, int sideIn, int width, int sideOut) {
@@ -68,23 +62,79 @@ final class SideRows {
     return RowFactory.create(values);
   }
 
-  /** An input row's side values (at {@code sideIn}) as an output row of {@code width} columns, every other
-   * column null. */
-  static Row passThrough(Row r, int[] sideIn, int width, int sideOut) {
-    Object[] values = new Object[width];
-    for (int i = 0; i < WIDTH; i++) {
-      values[sideOut + i] = r.get(sideIn[i]);
-    }
-    return RowFactory.create(values);
-  }
+  /**
+   * The columns of an operator's input that are not its rule's: the SIDE columns and the record's place in the
+   * log (kafka_partition, kafka_offset; kafka_topic and raw_value where the input has them, for the records
+   * an operator sets aside). Found by name once, when the query is built (on the driver); rows are then read
+   * by position.
+   */
+  static final class Columns implements Serializable {
+    private static final long serialVersionUID = 1L;
 
-  /** Set a record's side values: a late record of {@code kind}, with its original bytes and position. */
-  static void late(Object[] values, int sideOut, String kind, Object raw, String topic, int partition, long offset) {
-    values[sideOut + KIND] = kind;
-    values[sideOut + VALUE] = raw;
-    values[sideOut + TOPIC] = topic;
-    values[sideOut + PARTITION] = partition;
-    values[sideOut + OFFSET] = offset;
+    private final int[] side = new int[WIDTH]; // in SIDE order
+    private final int partition, offset;
+    private final int topic, raw; // -1: the input has none (its operator sets no record aside)
+
+    Columns(StructType input) {
+      for (int i = 0; i < WIDTH; i++) {
+        side[i] = input.fieldIndex(SIDE[i].name());
+      }
+      partition = input.fieldIndex("kafka_partition");
+      offset = input.fieldIndex("kafka_offset");
+      List<String> names = Arrays.asList(input.fieldNames());
+      topic = names.indexOf("kafka_topic");
+      raw = names.indexOf("raw_value");
+    }
+
+    /**
+     * The rows for the rule, in the order given; the others (the rows set aside before: side_kind set) go to
+     * {@code out} as output rows of {@code width} columns with their side values from {@code sideOut}.
+     */
+    List<Row> ruled(Iterator<Row> rows, List<Row> out, int width, int sideOut) {
+      List<Row> ruled = new ArrayList<>();
+      while (rows.hasNext()) {
+        Row row = rows.next();
+        if (row.isNullAt(side[KIND])) {
+          ruled.add(row);
+        } else {
+          out.add(passThrough(row, width, sideOut));
+        }
+      }
+      return ruled;
+    }
+
+    /** Whether {@code r} was set aside before the operator (its side_kind is set). */
+    boolean isSetAside(Row r) {
+      return !r.isNullAt(side[KIND]);
+    }
+
+    /** {@code r}'s side values as an output row of {@code width} columns, every other column null. */
+    Row passThrough(Row r, int width, int sideOut) {
+      Object[] values = new Object[width];
+      for (int i = 0; i < WIDTH; i++) {
+        values[sideOut + i] = r.get(side[i]);
+      }
+      return RowFactory.create(values);
+    }
+
+    /** Log order: (kafka_partition, kafka_offset). */
+    int compareInLog(Row a, Row b) {
+      int byPartition = Integer.compare(a.getInt(partition), b.getInt(partition));
+      return byPartition != 0 ? byPartition : Long.compare(a.getLong(offset), b.getLong(offset));
+    }
+
+    /** Sets {@code values}' side columns (from {@code sideOut}): {@code r} set aside as a late record of
+     * {@code kind}, with its own bytes and place in the log. */
+    void late(Object[] values, int sideOut, String kind, Row r) {
+      if (topic < 0 || raw < 0) {
+        throw new IllegalStateException("an input without kafka_topic and raw_value sets no record aside");
+      }
+      values[sideOut + KIND] = kind;
+      values[sideOut + VALUE] = r.get(raw);
+      values[sideOut + TOPIC] = r.getString(topic);
+      values[sideOut + PARTITION] = r.getInt(partition);
+      values[sideOut + OFFSET] = r.getLong(offset);
+    }
   }
 
   /**

@@ -12,6 +12,7 @@ import java.util.Collections;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.function.Supplier;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
 import org.apache.spark.sql.types.DataTypes;
@@ -68,7 +69,21 @@ class ColumnsByNameTest {
     return out;
   }
 
+  /** What a processor's {@code handle} gave for one key's rows: the new state and the rows out, as text. */
+  private record Batch(byte[] state, List<String> out) {}
+
+  private static Batch handle(
+      KeyedRuleProcessor processor, StructType output, String key, List<Row> rows, Supplier<byte[]> stored) {
+    List<Row> out = new ArrayList<>();
+    byte[] state = processor.handle(key, rows.iterator(), stored, out);
+    return new Batch(state, plain(output, out));
+  }
+
   // ---- sessions
+
+  private static SessionsProcessor sessionsProcessor(StructType schema) {
+    return new SessionsProcessor(schema, 10, 100, "late_event");
+  }
 
   private static List<Row> clicks(StructType schema) {
     return List.of(
@@ -83,11 +98,9 @@ class ColumnsByNameTest {
   }
 
   private static List<String> sessions(StructType schema) {
-    SessionsProcessor processor = new SessionsProcessor(schema, 10, 100, "late_event");
-    List<Row> out = new ArrayList<>();
-    byte[] state = processor.handle("u", clicks(schema).iterator(), () -> null, out);
-    assertTrue(state.length > 0);
-    return plain(Sessions.OUTPUT, out);
+    Batch batch = handle(sessionsProcessor(schema), Sessions.OUTPUT, "u", clicks(schema), () -> null);
+    assertTrue(batch.state().length > 0);
+    return batch.out();
   }
 
   @Test
@@ -110,13 +123,12 @@ class ColumnsByNameTest {
   @Test
   void aBatchOfDeadLettersOnlyNeitherReadsNorWritesTheState() {
     StructType schema = reversed(Sessions.INPUT);
-    SessionsProcessor processor = new SessionsProcessor(schema, 10, 100, "late_event");
-    List<Row> out = new ArrayList<>();
     Row dead = row(schema, values("side_kind", "broken", "side_offset", 1L));
-    byte[] state =
-        processor.handle(null, List.of(dead).iterator(), () -> { throw new AssertionError("state read"); }, out);
-    assertNull(state);
-    assertEquals(List.of("side_kind=broken side_offset=1"), plain(Sessions.OUTPUT, out));
+    Batch batch =
+        handle(sessionsProcessor(schema), Sessions.OUTPUT, null, List.of(dead),
+            () -> { throw new AssertionError("state read"); });
+    assertNull(batch.state());
+    assertEquals(List.of("side_kind=broken side_offset=1"), batch.out());
   }
 
   // ---- as-of join
@@ -126,7 +138,6 @@ class ColumnsByNameTest {
   }
 
   private static List<String> asOf(StructType schema) {
-    AsOfJoinProcessor processor = new AsOfJoinProcessor(schema, 50, 10, "late_profile");
     List<Row> rows =
         List.of(
             row(schema, values("key", "u", "is_entity", false, "kafka_topic", "clicks", "kafka_partition", 1,
@@ -134,11 +145,11 @@ class ColumnsByNameTest {
             row(schema, values("key", "u", "is_entity", true, "kafka_topic", "profiles", "kafka_partition", 0,
                 "kafka_offset", 8L, "raw_value", new byte[] {7}, "entity_version", 1L, "valid_from_ms", 0L,
                 "published_ms", 0L, "payload", seq("GOLD"))));
-    List<Row> out = new ArrayList<>();
-    AsOfRule.State state = AsOfRule.deserialize(processor.handle("u", rows.iterator(), () -> null, out));
+    Batch batch = handle(new AsOfJoinProcessor(schema, 50, 10, "late_profile"), AsOfJoin.OUTPUT, "u", rows, () -> null);
+    AsOfRule.State state = AsOfRule.deserialize(batch.state());
     assertEquals(1, state.versions.size());
     assertArrayEquals(new String[] {"GOLD"}, state.versions.get(0).payload());
-    return plain(AsOfJoin.OUTPUT, out);
+    return batch.out();
   }
 
   @Test

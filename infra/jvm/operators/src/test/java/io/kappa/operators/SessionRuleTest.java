@@ -37,6 +37,12 @@ class SessionRuleTest {
     return out;
   }
 
+  /** The batch merged two sessions: {@code kept} is the one upsert, {@code retracted} the one retraction. */
+  private static void assertMerged(String kept, String retracted, SessionRule.Changes changes) {
+    assertEquals(List.of(kept), upserts(changes));
+    assertEquals(List.of(retracted), changes.retractions());
+  }
+
   private static List<String> late(SessionRule.Changes changes) {
     List<String> out = new ArrayList<>();
     for (SessionRule.Event ev : changes.late()) {
@@ -68,8 +74,7 @@ class SessionRuleTest {
     SessionRule.State state = new SessionRule.State();
     assertEquals(2, run(state, e("e1", 0, "a"), e("e2", 20, "b")).upserts().size());
     SessionRule.Changes changes = run(state, e("e3", 10, "c")); // within G of both
-    assertEquals(List.of("u:e1 [0,20] 3 3 a>b S-e1"), upserts(changes));
-    assertEquals(List.of("u:e2"), changes.retractions());
+    assertMerged("u:e1 [0,20] 3 3 a>b S-e1", "u:e2", changes);
     assertEquals(Set.of("u:e1"), state.open.keySet());
   }
 
@@ -77,8 +82,7 @@ class SessionRuleTest {
   void aSessionMergedAwayInTheBatchThatCreatedItIsRetractedNotUpserted() {
     SessionRule.Changes changes =
         run(new SessionRule.State(), e("e1", 0, "a"), e("e2", 20, "b"), e("e3", 10, "c"));
-    assertEquals(List.of("u:e1 [0,20] 3 3 a>b S-e1"), upserts(changes));
-    assertEquals(List.of("u:e2"), changes.retractions());
+    assertMerged("u:e1 [0,20] 3 3 a>b S-e1", "u:e2", changes);
   }
 
   @Test
@@ -87,8 +91,7 @@ class SessionRuleTest {
     // e1 (time 20) creates the first session, e2 (time 0) the second: then e3 (time 10) joins them.
     SessionRule.Changes changes = run(state, e("e1", 20, "x"), e("e2", 0, "y"), e("e3", 10, "z"));
     // the id is e1's, the entry page and the segment are those of the earliest click (e2), the exit e1's
-    assertEquals(List.of("u:e1 [0,20] 3 3 y>x S-e2"), upserts(changes));
-    assertEquals(List.of("u:e2"), changes.retractions());
+    assertMerged("u:e1 [0,20] 3 3 y>x S-e2", "u:e2", changes);
   }
 
   @Test

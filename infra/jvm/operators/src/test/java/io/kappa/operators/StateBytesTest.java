@@ -164,34 +164,34 @@ class StateBytesTest {
 
   // ---- the sessions state
 
+  /** A session with its fields in SessionRule.Session's order. */
+  private static SessionRule.Session session(
+      String id, long startMs, long endMs, int clicks, Set<String> pages, String entryPage, String exitPage,
+      long createdSeq, String segment, String firstEventId, Set<String> eventIds) {
+    SessionRule.Session x = new SessionRule.Session();
+    x.sessionId = id;
+    x.startMs = startMs;
+    x.endMs = endMs;
+    x.clicks = clicks;
+    x.pages.addAll(pages);
+    x.entryPage = entryPage;
+    x.exitPage = exitPage;
+    x.createdSeq = createdSeq;
+    x.segment = segment;
+    x.firstEventId = firstEventId;
+    x.eventIds.addAll(eventIds);
+    return x;
+  }
+
   private static SessionRule.State sessionsState() {
     SessionRule.State s = new SessionRule.State();
     s.latestMs = 5_000L;
     s.seen = 12;
-    SessionRule.Session one = new SessionRule.Session();
-    one.sessionId = "u:e1";
-    one.startMs = 1_000;
-    one.endMs = 2_000;
-    one.clicks = 3;
-    one.pages.addAll(Set.of("/a", "/b\u00e9"));
-    one.entryPage = "/a";
-    one.exitPage = "/b\u00e9";
-    one.createdSeq = 4;
-    one.segment = null;
-    one.firstEventId = "e1";
-    one.eventIds.addAll(Set.of("e1", "e2", "e3"));
-    SessionRule.Session two = new SessionRule.Session();
-    two.sessionId = "u:e9";
-    two.startMs = 4_000;
-    two.endMs = 4_000;
-    two.clicks = 1;
-    two.pages.add("/z");
-    two.entryPage = "/z";
-    two.exitPage = "/z";
-    two.createdSeq = 11;
-    two.segment = "GOLD";
-    two.firstEventId = "e9";
-    two.eventIds.add("e9");
+    SessionRule.Session one =
+        session("u:e1", 1_000, 2_000, 3, Set.of("/a", "/b\u00e9"), "/a", "/b\u00e9", 4, null, "e1",
+            Set.of("e1", "e2", "e3"));
+    SessionRule.Session two =
+        session("u:e9", 4_000, 4_000, 1, Set.of("/z"), "/z", "/z", 11, "GOLD", "e9", Set.of("e9"));
     s.open.put(two.sessionId, two); // not in created order: the map's order must survive
     s.open.put(one.sessionId, one);
     return s;
@@ -231,19 +231,7 @@ class StateBytesTest {
     SessionRule.State s = new SessionRule.State();
     s.latestMs = 7L;
     s.seen = 1;
-    SessionRule.Session x = new SessionRule.Session();
-    x.sessionId = "i";
-    x.startMs = 7;
-    x.endMs = 7;
-    x.clicks = 1;
-    x.pages.add("p");
-    x.entryPage = "p";
-    x.exitPage = "p";
-    x.createdSeq = 0;
-    x.segment = null;
-    x.firstEventId = "e";
-    x.eventIds.add("e");
-    s.open.put("i", x);
+    s.open.put("i", session("i", 7, 7, 1, Set.of("p"), "p", "p", 0, null, "e", Set.of("e")));
     ByteBuffer one = ByteBuffer.allocate(1 + 9 + 8 + 4 + 5 + 16 + 4 + 9 + 5 + 5 + 8 + 4 + 5 + 9);
     one.put((byte) 1).put((byte) 1).putLong(7).putLong(1).putInt(1); // FORMAT, latest 7, seen 1, one session
     one.putInt(1).put((byte) 'i').putLong(7).putLong(7).putInt(1); // id, start, end, clicks
