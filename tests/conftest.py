@@ -134,6 +134,7 @@ LONGEST_FIRST = (
     "integration/test_deployments.py",  # 40
     "integration/test_aliases.py",  # 35
     "integration/test_realtime_lane.py",  # 30
+    "integration/test_python_keyed_rule.py",  # 30
     "integration/test_enrich_clicks_job.py",  # 30
     "integration/test_view_operators_differential.py",  # 30
     "unit/test_decoding_is_total.py",  # 30

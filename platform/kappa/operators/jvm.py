@@ -14,15 +14,20 @@ STATE_STORE_PROVIDER = "spark.sql.streaming.stateStore.providerClass"
 _SIDE_TIMESTAMP = "side_timestamp"
 
 
-def operators_jvm(rows: DataFrame, operator: str) -> Any:
-    """The package io.kappa.operators in the driver's JVM, once the session can run `operator` on `rows`."""
-    spark = rows.sparkSession
-    if rows.isStreaming and "RocksDB" not in (spark.conf.get(STATE_STORE_PROVIDER, "") or ""):
+def require_rocksdb(rows: DataFrame, operator: str) -> None:
+    """A SettingsError unless the session can keep `operator`'s state for streaming `rows`: transformWithState
+    (in the JVM or in Python) needs the RocksDB state store."""
+    if rows.isStreaming and "RocksDB" not in (rows.sparkSession.conf.get(STATE_STORE_PROVIDER, "") or ""):
         raise SettingsError(
             f"{operator} keeps its state with transformWithState, which needs the RocksDB state store: "
             "set spark_state_store to rocksdb (KAPPA_SPARK_STATE_STORE=rocksdb)"
         )
-    jvm = spark.sparkContext._jvm
+
+
+def operators_jvm(rows: DataFrame, operator: str) -> Any:
+    """The package io.kappa.operators in the driver's JVM, once the session can run `operator` on `rows`."""
+    require_rocksdb(rows, operator)
+    jvm = rows.sparkSession.sparkContext._jvm
     assert jvm is not None, "a classic Spark session (the operators need the driver's JVM)"
     return jvm.io.kappa.operators
 
