@@ -50,4 +50,7 @@ JOB = JobSpec(
     # 3 s of one core at the replay rate (make bench-pipeline: 69,020 per core).
     freshness="1 second",
     max_batch_records=200_000,
+    # A cascade's estimate until this cluster has replayed the job: make bench-pipeline, 1,000,000 clicks, 2 cores
+    # (README, "Replay throughput").
+    replay_events_per_s=52_294,
 )

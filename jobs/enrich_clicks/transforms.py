@@ -12,9 +12,12 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from kappa.job import EVENT, LATE, SIDE_COLUMNS, SIDE_SCHEMA, AsOfJoinColumns, DeadLetterKind, as_of_join, as_of_rows
+from kappa.job import EVENT, LATE, SIDE_COLUMNS, SIDE_SCHEMA, AsOfJoinColumns, as_of_join, as_of_rows
 
-ENRICHED, LATE_PROFILE = "enriched", "late_profile"
+ENRICHED, LATE_PROFILE = "enriched", "late_profile"  # the kind column of OUTPUT_SCHEMA
+# The kind (`kappa.error.kind` header) of a late profile version on the output's `.late` topic: a version
+# published after clicks it applies to were settled.
+LATE_PROFILE_KIND = "late-profile"
 NO_PROFILE_SEGMENT = "UNKNOWN"  # a click before any profile version (the documented rule)
 
 COLUMNS = AsOfJoinColumns(
@@ -42,7 +45,7 @@ def union_inputs(clicks: DataFrame, profiles: DataFrame) -> DataFrame:
 
 def enriched_changes(inputs: DataFrame, lateness_ms: int, disorder_ms: int) -> DataFrame:
     """union_inputs(...) -> enriched clicks to (re-)emit and late profile versions (kind column), OUTPUT_SCHEMA."""
-    joined = as_of_join(inputs, lateness_ms, disorder_ms, DeadLetterKind.LATE_PROFILE.value)
+    joined = as_of_join(inputs, lateness_ms, disorder_ms, LATE_PROFILE_KIND)
     is_event = F.col("kind") == EVENT
     click, profile = F.col("event_payload"), F.col("entity_payload")
     return joined.select(

@@ -33,4 +33,7 @@ JOB = JobSpec(
     # A table people query: fresh within a minute, a batch every 30 s.
     freshness="1 minute",
     max_batch_records=500_000,
+    # A cascade's estimate until this cluster has replayed the job: make bench-pipeline, 1,000,000 clicks, 2 cores
+    # (README, "Replay throughput").
+    replay_events_per_s=12_792,
 )

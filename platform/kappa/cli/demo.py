@@ -1,4 +1,7 @@
-"""`kappa generate` and `kappa demo`: a seeded clickstream, and the whole pipeline on it."""
+"""`kappa generate` and `kappa demo`: a seeded clickstream, and the whole pipeline on it.
+
+Both are the reference pipeline's (jobs/clickstream/, beside the jobs it feeds): the commands import it lazily.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +10,13 @@ from typing import Any
 
 from kappa.cli.parsing import add_command
 from kappa.core.settings import KappaSettings
-from kappa.ops.clickstream import StreamConfig
-from kappa.ops.produce_clickstream import generate
 
 
 def cmd_generate(settings: KappaSettings, args: argparse.Namespace) -> int:
     # Lazy: jobs/ is the user's code, found at run time (and it imports this library).
     from jobs.catalog import CLICKS, USER_PROFILES
+    from jobs.clickstream.generator import StreamConfig
+    from jobs.clickstream.produce import generate
 
     config = StreamConfig(
         events=args.events,
@@ -33,8 +36,8 @@ def cmd_generate(settings: KappaSettings, args: argparse.Namespace) -> int:
 
 
 def cmd_demo(settings: KappaSettings, args: argparse.Namespace) -> int:
-    # Lazy: imports pyspark, only where a Spark session runs (this module is imported without one).
-    from kappa.ops.demo import run_demo
+    # Lazy: jobs/ is the user's code (as above), and the demo imports pyspark, only where a Spark session runs.
+    from jobs.clickstream.demo import run_demo
 
     run_demo(settings, events=args.events, keep=args.keep, malformed_share=args.malformed_share)
     return 0

@@ -17,7 +17,7 @@ class DeadLetterKind(StrEnum):
     KEY_MISMATCH = "key-mismatch"  # decoded, but the Kafka key is not the record's declared key field
     CONTRACT_VIOLATION = "contract-violation"  # decoded, but breaks a row-level data contract
     LATE_EVENT = "late-event"  # beyond the allowed lateness
-    LATE_PROFILE = "late-profile"  # a profile version published after clicks it applies to were settled
+    # A stateful rule names its own late kinds too (e.g. enrich_clicks' "late-profile"): any kind not above.
 
 
 # Header names, one place. Values are UTF-8 strings.

@@ -49,17 +49,6 @@ from kappa.runtime.discovery import discover, get_job, pipeline_order
 # What a member costs beside reading its records: a Spark session's start, the suite and the reconciliation
 # (make bench-cascade on the demo data, 2 cores: 9 to 23 s per member).
 MEMBER_FIXED_S = 15.0
-# Replay events/s per job when this cluster has not replayed it yet: `make bench-pipeline`, 1,000,000 clicks,
-# 2 cores (README, "Replay throughput"). A job this cluster has replayed is estimated from its last catch-up.
-BENCH_EVENTS_PER_S = {
-    "enrich_clicks": 52_294,
-    "sessionize": 114_307,
-    "enrich_clicks_realtime": 231_004,
-    "raw_clicks": 110_576,
-    "page_stats": 22_026,
-    "sessions_table": 12_792,
-    "user_activity": 8_205,
-}
 
 
 @dataclass(frozen=True)
@@ -204,7 +193,7 @@ def _measured(settings: KappaSettings, member: Member, aliases: Mapping[str, Ali
         if version is None:
             found = replay_horizon(settings, topic)
             horizon[topic.name] = "complete" if found.since_ms is None else iso(found.since_ms)
-    rate, source = _rate(settings, member.job.name)
+    rate, source = _rate(settings, member.job)
     return Member(
         member.job,
         member.version,
@@ -235,17 +224,17 @@ def _records(settings: KappaSettings, topic: Topic) -> int | None:
         consumer.close()
 
 
-def _rate(settings: KappaSettings, job: str) -> tuple[float | None, str]:
-    """The job's replay events/s: its last catch-up on this cluster, else the benchmark's figure."""
+def _rate(settings: KappaSettings, job: JobSpec) -> tuple[float | None, str]:
+    """The job's replay events/s: its last catch-up on this cluster, else the figure its declaration gives."""
     measured = [
         s.facts["events_per_second"]
-        for s in AliasRegistry(settings).steps(job)
+        for s in AliasRegistry(settings).steps(job.name)
         if s.step == "catch-up" and s.outcome == "ok" and (s.facts.get("input_rows") or 0) >= 10_000
     ]
     if measured and measured[-1]:
         return float(measured[-1]), "its last catch-up here"
-    if job in BENCH_EVENTS_PER_S:
-        return float(BENCH_EVENTS_PER_S[job]), "make bench-pipeline"
+    if job.replay_events_per_s is not None:
+        return float(job.replay_events_per_s), "declared (replay_events_per_s)"
     return None, "no figure"
 
 

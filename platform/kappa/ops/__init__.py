@@ -1,1 +1,2 @@
-"""Operator tools: dead-letter inspection and replay, the clickstream generator, the demo, DuckDB over Delta."""
+"""Operator tools: dead-letter inspection and replay, producing a file into a topic, job scaffolding, DuckDB over
+Delta."""

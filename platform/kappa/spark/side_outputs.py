@@ -43,9 +43,10 @@ SIDE_SCHEMA = (
 )
 SIDE_COLUMNS = tuple(c.split()[0] for c in SIDE_SCHEMA.split(", "))
 SIDE_KIND = "side_kind"  # null on every row that is not set aside
-# Kinds a rule sets aside after reading the record (to the output's `.late` topic); every other kind is a dead
-# letter of the input (to the input's `.dlq` topic).
-LATE_KINDS = frozenset({DeadLetterKind.LATE_EVENT.value, DeadLetterKind.LATE_PROFILE.value})
+# Kinds the decoding and the contracts give a record they refuse: a dead letter of the input (to the input's `.dlq`
+# topic). Every other kind is one a rule gives a record it sets aside after reading it, LATE_EVENT or a kind of the
+# job's own (enrich_clicks' late profile versions): a late record (to the output's `.late` topic).
+DEAD_LETTER_KINDS = frozenset(kind.value for kind in DeadLetterKind if kind is not DeadLetterKind.LATE_EVENT)
 
 
 def side_columns(df: DataFrame) -> list[Column]:
@@ -94,7 +95,8 @@ def side_record_columns(
     for topic in inputs:
         target = F.when(F.col("side_topic") == topic, F.lit(dlq_topic(topic))).otherwise(target)
     if output_topic is not None:
-        target = F.when(F.col(SIDE_KIND).isin(*LATE_KINDS), F.lit(late_topic(output_topic))).otherwise(target)
+        late = ~F.col(SIDE_KIND).isin(*DEAD_LETTER_KINDS)
+        target = F.when(late, F.lit(late_topic(output_topic))).otherwise(target)
     headers = (
         kafka_header(H_KIND, F.col(SIDE_KIND)),
         kafka_header(H_MESSAGE, F.col("side_message")),

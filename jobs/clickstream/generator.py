@@ -1,5 +1,6 @@
-"""A seeded clickstream generator: users with changing profiles, Zipf-popular pages, sessions with think
-times and gaps, events out of order and late, and (on request) malformed records.
+"""A seeded clickstream generator, the reference pipeline's sample data (schemas/clicks.avsc and
+user_profiles.avsc): users with changing profiles, Zipf-popular pages, sessions with think times and gaps, events
+out of order and late, and (on request) malformed records.
 
 Deterministic for a seed: the same seed gives the same events in the same order, so tests and benchmarks can
 compare runs. Event times are UTC milliseconds.

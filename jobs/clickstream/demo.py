@@ -14,17 +14,18 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pyspark.sql import functions as F
 
 from jobs.catalog import CLICKS, USER_PROFILES
+from jobs.clickstream.generator import StreamConfig
+from jobs.clickstream.produce import generate
 from kappa.contracts.schema_rollout import apply_schemas
 from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings
 from kappa.kafka.clients import admin_client
 from kappa.kafka.topic_admin import apply
-from kappa.ops.clickstream import StreamConfig
 from kappa.ops.dlq import inspect
-from kappa.ops.produce_clickstream import generate
 from kappa.runtime.binding import deployed_job, ensure_live, topics_to_apply
-from kappa.runtime.declaration import DeltaTable, JobSpec
+from kappa.runtime.declaration import JobSpec
 from kappa.runtime.discovery import discover, load_catalog, pipeline_order, writers_of
+from kappa.runtime.outputs import DeltaTable
 from kappa.runtime.readers import table_path
 from kappa.runtime.runner import run_job
 from kappa.spark.session import get_spark

@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass
 from typing import TextIO
 
+from jobs.clickstream.generator import Click, StreamConfig, clickstream, malformed_value
 from kappa.contracts.avro_serde import AvroEncoder
 from kappa.contracts.registry import Registry, value_subject
 from kappa.contracts.schema_files import topic_value_schema
@@ -16,7 +17,6 @@ from kappa.contracts.topic_declarations import Topic
 from kappa.core.settings import KappaSettings
 from kappa.kafka.clients import Outgoing, Publisher
 from kappa.kafka.partitioning import partition_for
-from kappa.ops.clickstream import Click, StreamConfig, clickstream, malformed_value
 from kappa.ops.progress_bar import Progress
 
 
