@@ -37,7 +37,11 @@ from kappa.contracts.topic_declarations import FOREVER, Cleanup, Topic
 from kappa.core.errors import KappaError
 from kappa.kafka.aliases import CONTROL_TOPICS
 from kappa.lifecycle import deployments
-from kappa.runtime.declaration import DeltaTable, JobSpec
+from kappa.lifecycle.lag import as_metadata, lag
+from kappa.lifecycle.launchers import is_running
+from kappa.lifecycle.state_files import DeploymentState, Health, load
+from kappa.runtime.declaration import JobSpec
+from kappa.runtime.outputs import TopicOutput, output_of
 from kappa.runtime.pipes import BATCH_MESSAGE
 
 CONTROL_NAMES = {t.name for t in CONTROL_TOPICS}
@@ -47,15 +51,11 @@ DAY_MS = 24 * 60 * 60 * 1000
 
 
 def topic_key(name: str) -> AssetKey:
-    return AssetKey(["kafka", name])
-
-
-def table_key(name: str) -> AssetKey:
-    return AssetKey(["delta", name])
+    return AssetKey([TopicOutput.storage, name])
 
 
 def output_key(job: JobSpec) -> AssetKey:
-    return table_key(job.output.name) if isinstance(job.output, DeltaTable) else topic_key(job.output.name)
+    return AssetKey(list(output_of(job.output).asset_path))
 
 
 def is_side_topic(name: str) -> bool:
@@ -123,15 +123,10 @@ def job_command(job: JobSpec) -> list[str]:
 
 def output_spec(job: JobSpec, topics_by_name: Mapping[str, Topic]) -> AssetSpec:
     """The job's output as an asset: lineage, code version and static metadata from the declaration."""
-    metadata: dict[str, Any] = {"job": job.name, "job_version": job.version}
-    if isinstance(job.output, DeltaTable):
-        metadata |= {"table": job.output.name, "path": f"<delta_root>/{job.output.name}/v{job.version}"}
-        kinds = {"delta", "spark"}
-        doc = job.output.doc
-    else:
-        metadata |= topic_metadata(topics_by_name.get(job.output.name, job.output))
-        kinds = {"kafka", "spark"}
-        doc = job.output.doc
+    output = output_of(job.output)
+    metadata: dict[str, Any] = {"job": job.name, "job_version": job.version} | output.metadata(job.version)
+    if output.topic is not None:  # what a topic's readers rely on: partitions, retention, schemas
+        metadata |= topic_metadata(topics_by_name.get(output.topic.name, output.topic))
     metadata |= {
         "freshness": job.freshness,
         "max_batch_records": job.max_batch_records,
@@ -143,11 +138,11 @@ def output_spec(job: JobSpec, topics_by_name: Mapping[str, Topic]) -> AssetSpec:
     return AssetSpec(
         key=output_key(job),
         deps=[topic_key(t.name) for t in (*job.inputs, *job.lookups)],
-        description=f"{job.description}\n\n{doc}".strip(),
+        description=f"{job.description}\n\n{output.doc}".strip(),
         code_version=str(job.version),
         group_name=JOBS_GROUP,
         metadata=metadata,
-        kinds=kinds,
+        kinds={output.storage, "spark"},
     )
 
 
@@ -186,8 +181,8 @@ def job_asset(job: JobSpec, topics_by_name: Mapping[str, Topic]) -> AssetsDefini
         pipes_subprocess_client: PipesSubprocessClient,
     ) -> MaterializeResult[None]:
         settings = kappa.settings()  # a bad setting fails here, with its name, before a JVM starts
-        running = deployments.load(settings, job.name, job.version)
-        if running is not None and deployments.is_running(running):
+        running = load(settings, job.name, job.version)
+        if running is not None and is_running(running):
             context.log.info(f"{job.name} v{job.version} already runs (pid {running.pid}): no catch-up")
             state = deployments.state_of(running)
             return MaterializeResult(metadata={"version": job.version, **_deployment_metadata(settings, state)})
@@ -199,14 +194,15 @@ def job_asset(job: JobSpec, topics_by_name: Mapping[str, Topic]) -> AssetsDefini
             raise Failure(f"{job.name}: the run reported version {ran}, the asset's code version is {job.version}")
         batches = [m for m in completed.get_custom_messages() if isinstance(m, dict) and m.get("kind") == BATCH_MESSAGE]
         metadata["batches_reported"] = len(batches)  # per-batch messages that came through Pipes
-        if isinstance(job.output, DeltaTable):
-            metadata["path"] = MetadataValue.path(job.output.path(settings, job.version))
+        output = output_of(job.output)
+        if output.topic is not None:  # the schema its readers decode with
+            metadata |= _registered_schema(kappa, topics_by_name.get(output.topic.name, output.topic))
         else:
-            metadata |= _registered_schema(kappa, topics_by_name.get(job.output.name, job.output))
+            metadata["path"] = MetadataValue.path(output.location(settings, job.version))
         if config.continuous:  # go live: from the checkpoint where the catch-up stopped
             started = deployments.start(settings, job.name, job.version, env=kappa.overrides)
             state = deployments.state_of(started)
-            if state.health is not deployments.Health.RUNNING:
+            if state.health is not Health.RUNNING:
                 raise Failure(f"{job.name} v{job.version} exited at once: {state.exit_reason}")
             context.log.info(f"{job.name} v{job.version} runs continuously: pid {state.pid}, log {started.log_file}")
             metadata |= {"deployment": "started", "deployment_pid": state.pid, "deployment_log": started.log_file}
@@ -215,7 +211,7 @@ def job_asset(job: JobSpec, topics_by_name: Mapping[str, Topic]) -> AssetsDefini
     return _deploy
 
 
-def _deployment_metadata(settings: Any, state: deployments.DeploymentState) -> dict[str, Any]:
+def _deployment_metadata(settings: Any, state: DeploymentState) -> dict[str, Any]:
     d = state.deployment
     metadata: dict[str, Any] = {
         "deployment": state.health.value,
@@ -224,7 +220,7 @@ def _deployment_metadata(settings: Any, state: deployments.DeploymentState) -> d
         "deployment_log": d.log_file,
     }
     try:
-        metadata |= deployments.as_metadata(deployments.lag(settings, d.job, d.version))
+        metadata |= as_metadata(lag(settings, d.job, d.version))
     except KappaError as exc:
         metadata["lag_error"] = str(exc)
     return metadata

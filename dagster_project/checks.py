@@ -21,7 +21,8 @@ from dagster_project.assets import output_key
 from dagster_project.resources import KappaResource
 from kappa.contracts.expectations import QualityReport, suite_for, suites_dir, validate_table
 from kappa.core.errors import KappaError
-from kappa.runtime.declaration import DeltaTable, JobSpec
+from kappa.runtime.declaration import JobSpec
+from kappa.runtime.outputs import output_of
 
 CHECK_NAME = "data_contract"
 
@@ -52,9 +53,10 @@ def report_metadata(report: QualityReport, path: str) -> dict[str, Any]:
 
 def quality_check(job: JobSpec) -> AssetChecksDefinition:
     """The contract check of one job's Delta output."""
-    table = job.output
-    if not isinstance(table, DeltaTable):
-        raise TypeError(f"job {job.name} writes a topic, not a Delta table")
+    output = output_of(job.output)
+    table = output.delta_table
+    if table is None:
+        raise TypeError(f"job {job.name} writes a {output.kind}, not a Delta table")
 
     @asset_check(
         asset=output_key(job),
@@ -88,4 +90,4 @@ def quality_check(job: JobSpec) -> AssetChecksDefinition:
 def quality_checks(jobs: Mapping[str, JobSpec]) -> list[AssetChecksDefinition]:
     """One blocking contract check per Delta-table output of these jobs (topic outputs are checked by the
     replay engine before a cutover, and row by row by the jobs that read them)."""
-    return [quality_check(job) for job in jobs.values() if isinstance(job.output, DeltaTable)]
+    return [quality_check(job) for job in jobs.values() if output_of(job.output).delta_table is not None]

@@ -38,6 +38,9 @@ from dagster_project.resources import KappaResource
 from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings
 from kappa.lifecycle import deployments
+from kappa.lifecycle.lag import as_metadata, lag
+from kappa.lifecycle.launchers import is_running
+from kappa.lifecycle.state_files import DeploymentState, Health, load
 from kappa.runtime.declaration import JobSpec
 
 SENSOR_NAME = "deployment_health"
@@ -59,7 +62,7 @@ def restart_job_name(job: str) -> str:
     return f"restart_{job}"
 
 
-def deployment_metadata(state: deployments.DeploymentState) -> dict[str, Any]:
+def deployment_metadata(state: DeploymentState) -> dict[str, Any]:
     d = state.deployment
     metadata: dict[str, Any] = {
         "job": d.job,
@@ -110,12 +113,9 @@ def _restart_job(spec: JobSpec) -> JobDefinition:
         version = config.version or spec.version
         if config.reason:
             context.log.warning(f"restarting {spec.name} v{version}: {config.reason}")
-        current = deployments.load(settings, spec.name, version)
+        current = load(settings, spec.name, version)
         if (
-            current is not None
-            and config.crashed_pid
-            and current.pid != config.crashed_pid
-            and deployments.is_running(current)
+            current is not None and config.crashed_pid and current.pid != config.crashed_pid and is_running(current)
         ):  # restarted by someone else since the sensor asked
             context.log.info(f"{spec.name} v{version} already runs again (pid {current.pid}): nothing to do")
             return
@@ -126,7 +126,7 @@ def _restart_job(spec: JobSpec) -> JobDefinition:
         else:
             started = deployments.restart(settings, spec.name, version, reason=config.reason)
         state = deployments.state_of(started)
-        if state.health is not deployments.Health.RUNNING:
+        if state.health is not Health.RUNNING:
             raise KappaError(f"{spec.name} v{version} exited at once: {state.exit_reason}")
         context.log.info(f"{spec.name} v{version} running again: pid {started.pid}, restart {started.restarts}")
         context.log_event(AssetObservation(asset_key=output_key(spec), metadata=deployment_metadata(state)))
@@ -138,7 +138,7 @@ def _restart_job(spec: JobSpec) -> JobDefinition:
     return _job
 
 
-def restart_request(state: deployments.DeploymentState) -> RunRequest:
+def restart_request(state: DeploymentState) -> RunRequest:
     """The run that restarts a crashed deployment: one per crash (the run key names the dead process)."""
     d = state.deployment
     reason = state.exit_reason or "crashed"
@@ -162,22 +162,24 @@ def restart_request(state: deployments.DeploymentState) -> RunRequest:
 
 
 def _observe(
-    settings: KappaSettings, state: deployments.DeploymentState, context: SensorEvaluationContext
+    settings: KappaSettings, state: DeploymentState, context: SensorEvaluationContext
 ) -> tuple[dict[str, Any], tuple[Any, ...]]:
     """(metadata of the observation, what must change for the next one to be emitted)."""
     d = state.deployment
     metadata = deployment_metadata(state)
     try:
-        lag = deployments.lag(settings, d.job, d.version, timeout_s=5)
+        behind = lag(settings, d.job, d.version, timeout_s=5)
     except KappaError as exc:
         context.log.warning(f"{d.name}: lag unknown: {exc}")
         return metadata | {"lag_error": str(exc)}, (state.health.value, d.pid, "lag unknown")
-    metadata |= deployments.as_metadata(lag)
+    metadata |= as_metadata(behind)
     alert = settings.deploy_lag_alert
-    metadata["lag_alert"] = lag.total >= alert > 0
+    metadata["lag_alert"] = behind.total >= alert > 0
     if metadata["lag_alert"]:
-        context.log.warning(f"{d.name}: {lag.total} records behind its inputs (alert at {alert}): {lag.per_topic}")
-    return metadata, (state.health.value, d.pid, lag.total, metadata["last_batch_id"])
+        context.log.warning(
+            f"{d.name}: {behind.total} records behind its inputs (alert at {alert}): {behind.per_topic}"
+        )
+    return metadata, (state.health.value, d.pid, behind.total, metadata["last_batch_id"])
 
 
 def health_sensor(jobs: Mapping[str, JobSpec], restart_jobs: Sequence[JobDefinition]) -> SensorDefinition:
@@ -199,11 +201,11 @@ def health_sensor(jobs: Mapping[str, JobSpec], restart_jobs: Sequence[JobDefinit
             spec = jobs.get(d.job)
             if spec is None:
                 continue  # a deployment of a job this code location does not know
-            if state.health is deployments.Health.CRASHED:
+            if state.health is Health.CRASHED:
                 context.log.warning(f"{d.name} crashed: {state.exit_reason}; requesting a restart")
                 requests.append(restart_request(state))
                 metadata, fingerprint = deployment_metadata(state), ("crashed", d.pid)
-            elif state.health is deployments.Health.RUNNING:
+            elif state.health is Health.RUNNING:
                 metadata, fingerprint = _observe(settings, state, context)
             else:
                 metadata, fingerprint = deployment_metadata(state), ("stopped", d.stopped_at)

@@ -36,9 +36,10 @@ from kappa.core import settings as settings_module
 from kappa.core.settings import KappaSettings
 from kappa.kafka import partitioning
 from kappa.kafka.partitioning import partition_column, partition_for
+from kappa.operators import python_rule
+from kappa.operators.python_rule import KeyedRule, keyed_rule
 from kappa.runtime import declaration
 from kappa.runtime.declaration import (
-    DeltaTable,
     JobContext,
     JobPlan,
     JobSpec,
@@ -46,9 +47,9 @@ from kappa.runtime.declaration import (
     RealTimePlan,
     Starting,
     TablePlan,
-    TableWrite,
     TopicPlan,
 )
+from kappa.runtime.outputs import DeltaTable, TableWrite
 from kappa.spark import changes, compacted, delta_merge, side_outputs, topic_io
 from kappa.spark.changes import changes_with_key, last_per_key
 from kappa.spark.compacted import latest_per_key
@@ -557,6 +558,24 @@ SECTIONS = [
             ModuleDoc(changes),
             Function(changes_with_key),
             Function(last_per_key),
+        ],
+    ),
+    Section(
+        "Per-key rules in Python",
+        "A rule that keeps state per key (per user, per session) runs either as a platform operator in the JVM "
+        "(`kappa.operators`: `as_of_join`, `sessions`, `page_stats`, `user_activity`; the Java in "
+        "`infra/jvm/operators`, its Python specification in the job's `logic.py`, held equal by a differential "
+        "test) or in Python, as a `KeyedRule` run by `keyed_rule`. Python costs a call per key and batch and each "
+        "row's trip to a Python worker: with enrich_clicks' rule in Python (`applyInPandasWithState`), a batch at "
+        "1,000 clicks/s took 8.0 s and clicks reached `enriched_clicks` at p99 16.5 s; with the JVM operator, "
+        "1.6 s and 6.8 s on the same 5 s trigger (the README's Live latency). Write a new rule in Python when its "
+        "input is small or its freshness loose (a few keys, minutes rather than seconds); move it to the JVM when "
+        "it sits on the live path of a busy topic. Either way its state lives in the job's checkpoint (RocksDB) "
+        "and the input's dead letters pass through it.",
+        [
+            ModuleDoc(python_rule),
+            Class(KeyedRule),
+            Function(keyed_rule),
         ],
     ),
     Section(

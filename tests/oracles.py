@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import duckdb
 import pandas as pd
 
-from kappa.ops.clickstream import Emission, ProfileVersion
+from jobs.clickstream.generator import Emission, ProfileVersion
 
 # (event_id, user_id, page, event_time_ms, segment): one user's events in log order, any users interleaved.
 SessionEvent = tuple[str, str, str, int, str]

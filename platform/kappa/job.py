@@ -13,20 +13,28 @@ pyspark: Dagster's process and the rules' unit tests load them without it.
 from kappa.contracts.dead_letter_format import DeadLetterKind
 from kappa.contracts.topic_declarations import DAY_MS, FOREVER, HOUR_MS, MINUTE_MS, Cleanup, Topic
 from kappa.kafka.partitioning import partition_column
-from kappa.operators import AsOfJoinColumns, as_of_join, as_of_rows, page_stats, sessions, user_activity
+from kappa.operators import (
+    AsOfJoinColumns,
+    KeyedRule,
+    as_of_join,
+    as_of_rows,
+    keyed_rule,
+    page_stats,
+    sessions,
+    user_activity,
+)
 from kappa.operators.as_of_join import EVENT, LATE
 from kappa.operators.sessions import RETRACT, UPSERT
 from kappa.runtime.declaration import (
-    DeltaTable,
     JobContext,
     JobPlan,
     JobSpec,
     NoSettings,
     RealTimePlan,
     TablePlan,
-    TableWrite,
     TopicPlan,
 )
+from kappa.runtime.outputs import DeltaTable, TableWrite
 from kappa.spark.changes import changes_with_key, last_per_key
 from kappa.spark.side_outputs import SIDE_COLUMNS, SIDE_SCHEMA
 from kappa.spark.topic_io import DELETED
@@ -50,6 +58,7 @@ __all__ = [
     "JobContext",
     "JobPlan",
     "JobSpec",
+    "KeyedRule",
     "NoSettings",
     "RealTimePlan",
     "TablePlan",
@@ -59,6 +68,7 @@ __all__ = [
     "as_of_join",
     "as_of_rows",
     "changes_with_key",
+    "keyed_rule",
     "last_per_key",
     "page_stats",
     "partition_column",

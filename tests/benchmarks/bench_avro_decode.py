@@ -23,6 +23,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro
 
 from jobs.catalog import CLICKS
+from jobs.clickstream.generator import clicks
 from kappa.contracts.registry import Registry, value_subject
 from kappa.contracts.schema_files import topic_value_schema
 from kappa.contracts.topic_declarations import Cleanup, Topic
@@ -30,7 +31,6 @@ from kappa.contracts.wire_format import frame
 from kappa.core.settings import KappaSettings
 from kappa.kafka.clients import Outgoing, admin_client, produce_all
 from kappa.kafka.topic_admin import apply
-from kappa.ops.clickstream import clicks
 from kappa.spark.session import get_spark
 from kappa.spark.topic_io import decode_topic, kafka_source, writer_schemas
 from tests.benchmarks.common import bench_stack, best_of, report, timed

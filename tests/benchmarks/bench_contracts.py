@@ -1,6 +1,6 @@
 """The row-level data contract's cost: replay throughput of raw_clicks with and without it, same data.
 
-1. Load: `--events` seeded clicks (kappa.ops.produce_clickstream, as `kappa generate` does) into `clicks` on a bench
+1. Load: `--events` seeded clicks (jobs.clickstream.produce, as `kappa generate` does) into `clicks` on a bench
    stack of its own ports and folder (`--port-offset` shifts them).
 2. Replay raw_clicks (`run_job(available_now=True)`: Kafka -> decode -> Delta and dead letters, one query)
    with fresh checkpoints and tables, alternating: *with* the clicks suite (schemas/expectations/clicks.json,
@@ -23,6 +23,8 @@ from typing import Any
 from deltalake import DeltaTable as DeltaTable_
 
 from jobs.catalog import CLICKS, USER_PROFILES
+from jobs.clickstream.generator import StreamConfig
+from jobs.clickstream.produce import generate
 from jobs.raw_clicks.declaration import JOB as RAW_CLICKS
 from kappa.contracts.expectations import suite_for
 from kappa.contracts.schema_rollout import apply_schemas
@@ -30,9 +32,7 @@ from kappa.contracts.topic_declarations import dead_letters_of
 from kappa.core.settings import KappaSettings, load_settings
 from kappa.kafka.clients import admin_client
 from kappa.kafka.topic_admin import apply
-from kappa.ops.clickstream import StreamConfig
-from kappa.ops.produce_clickstream import generate
-from kappa.runtime.declaration import DeltaTable
+from kappa.runtime.outputs import DeltaTable
 from kappa.runtime.runner import run_job
 from kappa.stack import LocalStack
 from tests.benchmarks.common import report, timed

@@ -59,6 +59,7 @@ import psutil
 from confluent_kafka import Consumer
 
 from jobs.catalog import CLICKS, USER_PROFILES
+from jobs.clickstream.generator import COUNTRIES, SEGMENTS, Click, ProfileVersion
 from kappa.contracts.avro_serde import AvroDecoder, AvroEncoder
 from kappa.contracts.registry import Registry, value_subject
 from kappa.contracts.schema_files import topic_value_schema
@@ -66,8 +67,9 @@ from kappa.core.settings import KappaSettings, Launcher, project_root
 from kappa.core.waiting import wait_until
 from kappa.kafka.clients import Outgoing, Publisher
 from kappa.kafka.partitioning import partition_for
-from kappa.lifecycle import deployments
-from kappa.ops.clickstream import COUNTRIES, SEGMENTS, Click, ProfileVersion
+from kappa.lifecycle.host_registry import HOST_IDLE_S, hosts, is_host
+from kappa.lifecycle.lag import lag
+from kappa.lifecycle.state_files import load
 from kappa.runtime.binding import deployed_job, physical_output
 from kappa.runtime.declaration import version_checkpoints
 from kappa.runtime.discovery import discover, pipeline_order
@@ -109,9 +111,9 @@ def deployed(settings: KappaSettings, jobs: list[str]) -> Iterator[None]:
     finally:
         for job in reversed(started):
             kappa(settings, "jobs", "stop", job)
-        idle_s = deployments.HOST_IDLE_S + 60
+        idle_s = HOST_IDLE_S + 60
         wait_until(  # a job host ends by itself after its last job
-            lambda: not any(deployments.is_host(h.pid) for h in deployments.hosts(settings)),
+            lambda: not any(is_host(h.pid) for h in hosts(settings)),
             idle_s,
             f"a job host still runs {idle_s:g} s after its jobs were stopped (kappa jobs status)",
             interval_s=1,
@@ -271,7 +273,7 @@ class LagSampler(threading.Thread):
     def run(self) -> None:
         started = time.monotonic()
         while not self.halt.wait(LAG_SAMPLE_S):
-            lags = {job: deployments.lag(self.settings, job, version).total for job, version in self.jobs}
+            lags = {job: lag(self.settings, job, version).total for job, version in self.jobs}
             self.samples.append((time.monotonic() - started, lags))
 
     def stop(self) -> None:
@@ -305,7 +307,7 @@ class CpuMeter:
     def _parts(settings: KappaSettings, jobs: tuple[tuple[str, int], ...]) -> dict[str, set[int]]:
         groups: dict[int, list[str]] = {}  # process group leader -> its jobs
         for job, version in jobs:
-            if (deployment := deployments.load(settings, job, version)) is not None:
+            if (deployment := load(settings, job, version)) is not None:
                 groups.setdefault(deployment.pid, []).append(job)
         parts = {
             ("job host" if len(names) > 1 else names[0]): set(process.group_members(leader))
@@ -875,7 +877,7 @@ def measure(
 
 def backlog(settings: KappaSettings, pipeline: Pipeline) -> dict[str, Any]:
     """Each deployed job's consumer lag and last batch."""
-    return {job: deployments.lag(settings, job, version) for job, version in pipeline.jobs}
+    return {job: lag(settings, job, version) for job, version in pipeline.jobs}
 
 
 def drained(settings: KappaSettings, pipeline: Pipeline, timeout_s: float) -> int:
@@ -950,7 +952,7 @@ def backlog_drain(settings: KappaSettings, pipeline: Pipeline, args: argparse.Na
     print(f"backlog: {job} stopped, {rate:,} clicks/s for {args.backlog_minutes:g} min ...", flush=True)
     kappa(settings, "jobs", "stop", job)
     produce_at_rate(settings, rate, args.backlog_minutes * 60, args.users, f"backlog-{uuid.uuid4().hex[:6]}")
-    stopped = deployments.lag(settings, job, version)
+    stopped = lag(settings, job, version)
     behind, rows_before = stopped.total, stopped.rows
     print(f"backlog: {job} is {behind:,} records behind; kappa jobs start {job}, clicks go on ...", flush=True)
     samples = LagSampler(settings, others)
@@ -970,7 +972,7 @@ def backlog_drain(settings: KappaSettings, pipeline: Pipeline, args: argparse.Na
     producer.start()
     try:
         while time.monotonic() - started < args.drain:
-            now = deployments.lag(settings, job, version)
+            now = lag(settings, job, version)
             if not consumed_after and now.rows - rows_before >= behind:
                 consumed_after.append(time.monotonic() - started)
             if now.total <= 2 * rate and now.last_batch:

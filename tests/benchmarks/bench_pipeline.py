@@ -40,16 +40,17 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from jobs.catalog import CLICKS, USER_PROFILES
+from jobs.clickstream.generator import StreamConfig
+from jobs.clickstream.produce import generate
 from kappa.contracts.schema_rollout import apply_schemas
 from kappa.contracts.topic_declarations import Cleanup, Topic, dead_letters_of, late_events_of
 from kappa.core.settings import KappaSettings
 from kappa.core.waiting import wait_until
 from kappa.kafka.clients import admin_client
 from kappa.kafka.topic_admin import apply
-from kappa.ops.clickstream import StreamConfig
-from kappa.ops.produce_clickstream import generate
-from kappa.runtime.declaration import DeltaTable, JobSpec, version_checkpoints
+from kappa.runtime.declaration import JobSpec, version_checkpoints
 from kappa.runtime.discovery import discover, load_catalog
+from kappa.runtime.outputs import DeltaTable
 from kappa.runtime.runner import run_job
 from kappa.spark.session import get_spark
 from kappa.spark.topic_io import publish, read_topic, topic_encoder

@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from jobs.clickstream.generator import StreamConfig
 from kappa.kafka.aliases import AliasRegistry, Step
-from kappa.ops.clickstream import StreamConfig
 from tests.benchmarks.common import bench_stack, report
 from tests.integration.replay_pipeline import Deployment, deploy_copy, produce
 

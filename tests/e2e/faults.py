@@ -5,13 +5,13 @@ from typing import Any
 
 from deltalake import DeltaTable
 
+from jobs.clickstream.generator import Click, click_messages, clicks
 from kappa.contracts.avro_serde import AvroEncoder
 from kappa.contracts.registry import Registry, value_subject
 from kappa.contracts.schema_files import topic_value_schema
 from kappa.contracts.topic_declarations import Topic
 from kappa.core.settings import KappaSettings
 from kappa.kafka.clients import Outgoing, produce_all
-from kappa.ops.clickstream import Click, click_messages, clicks
 
 OUTAGE_S = 120  # what the platform promises to outlive
 

@@ -43,6 +43,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from deltalake import DeltaTable
 
+from jobs.clickstream.generator import clickstream
 from jobs.enrich_clicks.declaration import JOB as ENRICH
 from jobs.enrich_clicks.declaration import Settings as EnrichSettings
 from jobs.page_stats.declaration import JOB as PAGE_STATS
@@ -53,8 +54,8 @@ from kappa.contracts.schema_files import load
 from kappa.contracts.topic_declarations import MINUTE_MS, Cleanup, Topic
 from kappa.core.settings import KappaSettings
 from kappa.kafka.aliases import AliasRegistry, AliasWatch
-from kappa.lifecycle import deployments
-from kappa.ops.clickstream import clickstream
+from kappa.lifecycle import deployments, state_files
+from kappa.lifecycle.state_files import Health
 from kappa.runtime.readers import AliasConsumer, Change
 from tests import oracles
 from tests.conftest import SHORT_RUN_JVM
@@ -492,9 +493,9 @@ def test_a_change_replays_through_everything_below_it_and_the_set_moves_at_once(
     assert restart.returncode == 2, restart.stdout + restart.stderr
     assert f"sessionize v1 is live and reads {names['enrich_clicks']} v1 (live: v2)" in restart.stderr
     assert "kappa replay start" in restart.stderr
-    sessionize_v1 = deployments.load(settings, "sessionize", 1)
+    sessionize_v1 = state_files.load(settings, "sessionize", 1)
     assert sessionize_v1 is not None
-    assert deployments.state_of(sessionize_v1).health is deployments.Health.RUNNING
+    assert deployments.state_of(sessionize_v1).health is Health.RUNNING
 
 
 def test_a_first_versions_replay_goes_live_by_its_cutover(

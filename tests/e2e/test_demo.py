@@ -19,10 +19,10 @@ from deltalake import DeltaTable
 from fastavro.types import Schema
 
 from jobs.catalog import CLICKS
+from jobs.clickstream.generator import Click, StreamConfig, clickstream
 from kappa.contracts.dead_letter_format import H_JOB, H_SOURCE_OFFSET, H_SOURCE_PARTITION, H_SOURCE_TOPIC, dlq_topic
 from kappa.contracts.schema_files import load
 from kappa.core.settings import load_settings, project_root
-from kappa.ops.clickstream import Click, StreamConfig, clickstream
 from kappa.stack import LocalStack
 from tests.e2e.stackctl import kappa
 

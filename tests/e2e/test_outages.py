@@ -35,12 +35,12 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from jobs.clickstream.generator import clicks
 from kappa.contracts.dead_letter_format import DeadLetterKind
 from kappa.contracts.topic_declarations import Cleanup, Topic
 from kappa.contracts.wire_format import frame
 from kappa.core.settings import KappaSettings, load_settings
 from kappa.kafka.clients import Outgoing, produce_all
-from kappa.ops.clickstream import clicks
 from kappa.ops.dlq import inspect
 from kappa.runtime import run_record
 from kappa.runtime.run_record import RunState

@@ -39,13 +39,14 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from jobs.clickstream.generator import ProfileVersion, StreamConfig, clickstream
 from kappa.contracts.expectations import suite_for
 from kappa.contracts.topic_declarations import MINUTE_MS, Cleanup, Topic
 from kappa.core.settings import KappaSettings
 from kappa.kafka.aliases import AliasRegistry, Step
 from kappa.kafka.clients import Outgoing, produce_all
 from kappa.lifecycle import deployments
-from kappa.ops.clickstream import ProfileVersion, StreamConfig, clickstream
+from kappa.lifecycle.lag import lag
 from kappa.runtime.readers import AliasConsumer
 from tests import oracles
 from tests.conftest import PORT_OFFSET
@@ -269,7 +270,7 @@ def test_replay_cutover_and_rollback_through_the_cli(
         got = table(seen)
         assert got == grown, (  # what tells a slow follower from a writer that did not write, if it ever fails
             f"{len(grown.keys() - got.keys())} keys missing, {sum(got[k] != v for k, v in grown.items() if k in got)} "
-            f"with another value; v2's lag now: {deployments.lag(v2.settings(stack), 'enrich_clicks', 2).total}"
+            f"with another value; v2's lag now: {lag(v2.settings(stack), 'enrich_clicks', 2).total}"
         )
 
         back = v2.kappa("replay", "rollback", "enrich_clicks", "--by", "bob")

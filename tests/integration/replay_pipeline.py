@@ -24,6 +24,8 @@ from types import ModuleType
 
 import pytest
 
+from jobs.clickstream.generator import StreamConfig, click_messages, clicks
+from jobs.clickstream.produce import generate
 from kappa.contracts.avro_serde import AvroEncoder
 from kappa.contracts.expectations import EXPECTATIONS_DIR
 from kappa.contracts.registry import Registry, value_subject
@@ -31,9 +33,7 @@ from kappa.contracts.schema_files import topic_value_schema
 from kappa.contracts.topic_declarations import Cleanup, Topic
 from kappa.core.settings import KappaSettings
 from kappa.kafka.clients import produce_all
-from kappa.lifecycle import deployments
-from kappa.ops.clickstream import StreamConfig, click_messages, clicks
-from kappa.ops.produce_clickstream import generate
+from kappa.lifecycle.lag import lag
 from tests.environment import stack_env
 
 REPO = Path(__file__).resolve().parents[2]
@@ -131,7 +131,7 @@ class Deployment:
         settings = self.settings(stack)
         with self.imported():
             for job, version in versions.items():
-                if deployments.lag(settings, job, version).total:  # lag raises when it cannot be measured
+                if lag(settings, job, version).total:  # lag raises when it cannot be measured
                     return False
         return True
 

@@ -8,6 +8,7 @@ from collections.abc import Callable
 import pytest
 from pyspark.sql import SparkSession
 
+from jobs.clickstream.generator import Click, clicks
 from jobs.raw_clicks.declaration import JOB as RAW_CLICKS
 from kappa.contracts.avro_serde import AvroEncoder
 from kappa.contracts.dead_letter_format import (
@@ -25,8 +26,7 @@ from kappa.core.settings import KappaSettings
 from kappa.kafka.clients import Outgoing, admin_client, produce_all
 from kappa.kafka.topic_admin import apply
 from kappa.ops import dlq
-from kappa.ops.clickstream import Click, clicks
-from kappa.runtime.declaration import DeltaTable
+from kappa.runtime.outputs import DeltaTable
 from kappa.runtime.runner import run_job
 
 GOOD = 400

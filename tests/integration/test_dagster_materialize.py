@@ -18,11 +18,14 @@ from dagster import AssetKey
 from dagster_project.assets import topic_key
 from dagster_project.definitions import build_definitions
 from dagster_project.resources import KappaResource
+from jobs.clickstream.generator import StreamConfig
+from jobs.clickstream.produce import generate
 from kappa.contracts.topic_declarations import Topic
 from kappa.core.settings import KappaSettings
 from kappa.lifecycle import deployments
-from kappa.ops.clickstream import StreamConfig
-from kappa.ops.produce_clickstream import generate
+from kappa.lifecycle.exits import exit_status
+from kappa.lifecycle.launchers import driver_pids
+from kappa.lifecycle.state_files import Health
 from kappa.runtime.binding import physical_output
 from kappa.runtime.discovery import discover
 from kappa.runtime.run_record import RunState
@@ -96,14 +99,14 @@ def test_materializing_enriched_clicks_runs_the_job_through_pipes(stack: KappaSe
 
         # Deployed: after the catch-up, the version runs on continuously, detached, from where catch-up stopped.
         [state] = deployments.status(settings)
-        assert state.health is deployments.Health.RUNNING
+        assert state.health is Health.RUNNING
         assert (state.deployment.job, state.deployment.version) == ("enrich_clicks", job.version)
         metadata = {
             k: getattr(v, "value", v)
             for k, v in result.get_asset_materialization_events()[0].materialization.metadata.items()
         }
         assert metadata["deployment_pid"] == state.pid  # the process that runs the job, not its wrapper
-        assert state.pid in deployments.driver_pids(state.deployment)
+        assert state.pid in driver_pids(state.deployment)
 
         # Dagster's stop job ends it: SIGTERM, the runner stops after its batch and exits 0. (Waiting for its
         # query to start: a stop before it starts anything is test_job_runner's case.)
@@ -120,8 +123,8 @@ def test_materializing_enriched_clicks_runs_the_job_through_pipes(stack: KappaSe
         stop = defs.get_job_def("stop_enrich_clicks").execute_in_process()
         assert stop.success
         [state] = deployments.status(settings)
-        assert state.health is deployments.Health.STOPPED
-        assert deployments.exit_status(state.deployment) == 0
+        assert state.health is Health.STOPPED
+        assert exit_status(state.deployment) == 0
         assert state.run is not None
         assert state.run.state is RunState.STOPPED
     finally:

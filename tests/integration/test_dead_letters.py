@@ -8,6 +8,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from jobs.clickstream.generator import Click
 from kappa.contracts.avro_serde import AvroDecoder, AvroEncoder
 from kappa.contracts.dead_letter_format import H_JOB, H_JOB_VERSION, H_SOURCE_OFFSET, H_SOURCE_TOPIC, DeadLetterKind
 from kappa.contracts.registry import Registry, value_subject
@@ -17,7 +18,6 @@ from kappa.contracts.wire_format import WireFormatError, frame
 from kappa.core.settings import KappaSettings
 from kappa.kafka.clients import Outgoing, produce_all
 from kappa.ops import dlq
-from kappa.ops.clickstream import Click
 from kappa.runtime import DeltaTable, JobContext, JobPlan, JobSpec
 from kappa.runtime.runner import run_job
 from kappa.spark.topic_io import kafka_source, read_topic

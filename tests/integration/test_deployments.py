@@ -26,7 +26,11 @@ from kappa.contracts.topic_declarations import Topic
 from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings
 from kappa.lifecycle import deployments
-from kappa.lifecycle.deployments import Health
+from kappa.lifecycle.exits import STARTED_LINE, exit_status
+from kappa.lifecycle.lag import lag
+from kappa.lifecycle.launchers import driver_pids
+from kappa.lifecycle.state_files import Health
+from kappa.lifecycle.wrapper import is_ours
 from kappa.runtime import JobSpec
 from kappa.runtime.run_record import RunState
 from kappa.stack import process
@@ -83,31 +87,31 @@ def test_deployment_crash_is_restarted_by_the_sensor_from_its_checkpoint(
 
     def caught_up() -> bool:
         try:
-            lag = deployments.lag(settings, job.name, job.version, timeout_s=5)
+            behind = lag(settings, job.name, job.version, timeout_s=5)
         except KappaError:  # a fresh broker's group coordinator (__consumer_offsets) may not answer yet
             return False
-        return lag.total == 0 and lag.last_batch is not None
+        return behind.total == 0 and behind.last_batch is not None
 
     # The job reads the copy's `clicks` from the earliest offset: its lag is every record there, then 0.
     _wait("lag 0 after the first batches", caught_up, 240, log)
-    lag = deployments.lag(settings, job.name, job.version)
-    assert set(lag.per_topic) == {source.name}
-    assert lag.rows >= len(mine)  # the output query's input rows, as the run recorded them
+    behind = lag(settings, job.name, job.version)
+    assert set(behind.per_topic) == {source.name}
+    assert behind.rows >= len(mine)  # the output query's input rows, as the run recorded them
     run = deployments.state_of(deployment).run  # what the job writes about itself
     assert run is not None
     assert run.state is RunState.RUNNING
     assert set(run.queries) == {"raw_clicks_v1"}
-    assert run.pid in deployments.driver_pids(deployment)
-    assert run.last_batch == lag.last_batch
+    assert run.pid in driver_pids(deployment)
+    assert run.last_batch == behind.last_batch
 
     # A crash: the job's driver, the pid `kappa jobs status` shows, dies with SIGKILL, mid-stream, while more
     # clicks arrive.
-    [driver] = deployments.driver_pids(deployment)
+    [driver] = driver_pids(deployment)
     [row] = [line.split() for line in pipeline.kappa("jobs", "status").stdout.splitlines() if line.startswith(job.name)]
     assert (row[2], row[3]) == ("running", str(driver))  # the job's own process, not its wrapper
     more = produce_clicks(stack, source, 400, seed, first=800)
     os.kill(driver, signal.SIGKILL)
-    gone = lambda: not deployments.is_ours(deployment.pid, job.name, job.version)  # noqa: E731
+    gone = lambda: not is_ours(deployment.pid, job.name, job.version)  # noqa: E731
     _wait("the wrapper notices the crash", gone, 30, log)
     [crashed] = deployments.status(settings)
     assert crashed.health is Health.CRASHED
@@ -181,8 +185,8 @@ def test_deployment_crash_is_restarted_by_the_sensor_from_its_checkpoint(
     # Stop: SIGTERM, the runner finishes its batch and exits 0; the sensor leaves a stopped deployment alone.
     stopped = deployments.stop(settings, job.name, job.version)
     assert stopped.desired == "stopped"
-    assert deployments.exit_status(stopped) == 0
-    assert "raw_clicks v1: stopped by signal" in stopped.log_path.read_text().rsplit(deployments.STARTED_LINE, 1)[-1]
+    assert exit_status(stopped) == 0
+    assert "raw_clicks v1: stopped by signal" in stopped.log_path.read_text().rsplit(STARTED_LINE, 1)[-1]
     assert not process.group_members(restarted.deployment.pid)
     [state] = deployments.status(settings)
     assert state.health is Health.STOPPED

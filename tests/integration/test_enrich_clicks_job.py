@@ -23,6 +23,8 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from jobs.clickstream.generator import Click, ProfileVersion, StreamConfig, clickstream
+from jobs.clickstream.produce import generate
 from jobs.enrich_clicks.declaration import JOB, Settings
 from jobs.enrich_clicks.logic import Profile, answer
 from kappa.contracts.schema_files import load
@@ -30,8 +32,6 @@ from kappa.contracts.topic_declarations import MINUTE_MS, Topic, late_events_of
 from kappa.core.settings import KappaSettings
 from kappa.kafka.clients import admin_client
 from kappa.kafka.topic_admin import apply
-from kappa.ops.clickstream import Click, ProfileVersion, StreamConfig, clickstream
-from kappa.ops.produce_clickstream import generate
 from kappa.runtime.runner import run_job
 from kappa.spark.compacted import latest_per_key
 from tests import oracles

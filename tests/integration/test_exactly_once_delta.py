@@ -28,6 +28,7 @@ from confluent_kafka import Consumer, TopicPartition
 from pyspark.sql import SparkSession
 
 from jobs.catalog import ENRICHED_CLICKS
+from jobs.clickstream.generator import Click, StreamConfig, clickstream
 from jobs.page_stats.declaration import JOB as PAGE_STATS
 from jobs.page_stats.declaration import Settings as PageStatsSettings
 from kappa.contracts.avro_serde import AvroEncoder
@@ -38,7 +39,6 @@ from kappa.contracts.topic_declarations import Topic, dead_letters_of
 from kappa.core.settings import KappaSettings
 from kappa.kafka.clients import Outgoing, produce_all
 from kappa.kafka.partitioning import partition_for
-from kappa.ops.clickstream import Click, StreamConfig, clickstream
 from kappa.runtime import DeltaTable
 from kappa.runtime.faults import KILL_AT, FaultPoint
 from kappa.spark.delta_merge import committed_batch

@@ -6,14 +6,14 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
+from jobs.clickstream.generator import Click, StreamConfig, clickstream
+from jobs.clickstream.produce import generate
 from kappa.contracts.registry import Registry
 from kappa.contracts.topic_declarations import Cleanup, Topic
 from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings
 from kappa.kafka.clients import admin_client
 from kappa.kafka.partitioning import partition_for
-from kappa.ops.clickstream import Click, StreamConfig, clickstream
-from kappa.ops.produce_clickstream import generate
 
 
 def _count(stack: KappaSettings, topic: Topic) -> int:

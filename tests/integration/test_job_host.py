@@ -23,7 +23,11 @@ from kappa.contracts.topic_declarations import Topic
 from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings
 from kappa.lifecycle import deployments
-from kappa.lifecycle.deployments import Health
+from kappa.lifecycle.exits import STARTED_LINE, exit_status
+from kappa.lifecycle.host_registry import HOST_IDLE_S, hosts, is_host
+from kappa.lifecycle.lag import lag
+from kappa.lifecycle.launchers import job_pid
+from kappa.lifecycle.state_files import Health
 from kappa.runtime import JobSpec
 from kappa.runtime.run_record import RunState
 from kappa.stack import process
@@ -66,7 +70,7 @@ def shared(pipeline: Deployment) -> Iterator[KappaSettings]:
     yield settings
     for state in deployments.status(settings):
         deployments.stop_if_running(settings, state.deployment.job, state.deployment.version, timeout_s=30)
-    for host in deployments.hosts(settings):
+    for host in hosts(settings):
         if process.group_members(host.pid):
             os.killpg(host.pid, signal.SIGKILL)
 
@@ -86,8 +90,8 @@ def test_jobs_share_one_application_and_keep_their_own_lifecycles(
     mine = produce_clicks(stack, source, 600, seed)
 
     first = {job.name: deployments.start(settings, job.name, job.version, env=env) for job in (raw, enrich)}
-    [host] = deployments.hosts(settings)
-    assert deployments.is_host(host.pid)
+    [host] = hosts(settings)
+    assert is_host(host.pid)
     assert {d.pid for d in first.values()} == {host.pid}  # one process: the host
     assert all(d.launcher == "shared" for d in first.values())
     with pytest.raises(KappaError, match="already running"):
@@ -96,22 +100,22 @@ def test_jobs_share_one_application_and_keep_their_own_lifecycles(
     def caught_up(job: JobSpec) -> Callable[[], bool]:
         def check() -> bool:
             try:
-                lag = deployments.lag(settings, job.name, job.version, timeout_s=5)
+                behind = lag(settings, job.name, job.version, timeout_s=5)
             except KappaError:
                 return False
-            return lag.total == 0 and lag.last_batch is not None
+            return behind.total == 0 and behind.last_batch is not None
 
         return check
 
     log = first[raw.name].log_path
     for job in (raw, enrich):
         wait_until(caught_up(job), 300, f"{job.name} reads every click", log=first[job.name].log_path, interval_s=1)
-        assert deployments.lag(settings, job.name, job.version).rows >= len(mine)  # its own progress lines
+        assert lag(settings, job.name, job.version).rows >= len(mine)  # its own progress lines
 
     # Stopping one job leaves the other running in the same host.
     stopped = deployments.stop(settings, enrich.name, enrich.version)
-    assert deployments.exit_status(stopped) == 0
-    assert "stopped after" in stopped.log_path.read_text().rsplit(deployments.STARTED_LINE, 1)[-1]
+    assert exit_status(stopped) == 0
+    assert "stopped after" in stopped.log_path.read_text().rsplit(STARTED_LINE, 1)[-1]
     run = deployments.state_of(stopped).run  # what the job's thread in the host recorded about its run
     assert run is not None
     assert (run.state, set(run.queries)) == (RunState.STOPPED, {"enrich_clicks_v1"})
@@ -126,16 +130,16 @@ def test_jobs_share_one_application_and_keep_their_own_lifecycles(
     transforms.write_text(transforms.read_text() + "\n# edited after the host started\n")
     elsewhere = deployments.start(settings, enrich.name, enrich.version, env=env)
     assert elsewhere.pid != host.pid
-    assert len(deployments.hosts(settings)) == 2
+    assert len(hosts(settings)) == 2
     deployments.stop(settings, enrich.name, enrich.version)
     more = produce_clicks(stack, source, 300, seed, first=600)
     wait_until(caught_up(raw), 120, "raw_clicks goes on alone", log=log, interval_s=1)
-    assert deployments.lag(settings, enrich.name, enrich.version).total == len(more)
+    assert lag(settings, enrich.name, enrich.version).total == len(more)
 
     # A SIGKILL of the pid that `kappa jobs status` shows: the host's own process, not its wrapper. Every job it ran
     # has crashed, killed by the signal, as its wrapper recorded it.
     shown = _status_pids(pipeline)
-    assert shown == {raw.name: deployments.job_pid(first[raw.name])}
+    assert shown == {raw.name: job_pid(first[raw.name])}
     assert shown[raw.name] != host.pid  # not the wrapper
     assert shown[raw.name] in process.group_members(host.pid)
     os.kill(shown[raw.name], signal.SIGKILL)
@@ -148,7 +152,7 @@ def test_jobs_share_one_application_and_keep_their_own_lifecycles(
 
     # Restarts start a new host; each job resumes from its own checkpoint.
     again = {job.name: deployments.restart(settings, job.name, job.version) for job in (raw, enrich)}
-    [new_host] = deployments.hosts(settings)  # the dead hosts' state files are gone
+    [new_host] = hosts(settings)  # the dead hosts' state files are gone
     assert new_host.pid != host.pid
     assert {d.pid for d in again.values()} == {new_host.pid}
     assert (again[raw.name].last_exit_reason or "").startswith("its job host was killed by SIGKILL")
@@ -157,7 +161,7 @@ def test_jobs_share_one_application_and_keep_their_own_lifecycles(
 
     # A SIGKILL of the host's wrapper alone: the host sees it gone and stops every job after its batch, so nothing
     # writes unsupervised. Until a job's batch ends, status shows it running, by the host's own pid.
-    host_process = deployments.job_pid(again[raw.name])
+    host_process = job_pid(again[raw.name])
     assert host_process is not None
     os.kill(new_host.pid, signal.SIGKILL)
     batch_when_crashed: dict[str, object] = {}  # a job shown crashed commits nothing after
@@ -194,11 +198,11 @@ def test_jobs_share_one_application_and_keep_their_own_lifecycles(
     assert everything <= _keys(stack, output.name, enriched.partitions)
 
     # The host ends by itself after its last job.
-    [last_host] = deployments.hosts(settings)
+    [last_host] = hosts(settings)
     for job in (raw, enrich):
         deployments.stop(settings, job.name, job.version)
-    wait_until(lambda: not deployments.is_host(last_host.pid), deployments.HOST_IDLE_S + 60, "the host ends", log=log)
-    assert deployments.hosts(settings) == []
+    wait_until(lambda: not is_host(last_host.pid), HOST_IDLE_S + 60, "the host ends", log=log)
+    assert hosts(settings) == []
 
 
 def _status_pids(pipeline: Deployment) -> dict[str, int]:

@@ -17,6 +17,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from deltalake import DeltaTable
 
 from jobs.catalog import CLICKS
+from jobs.clickstream.generator import click_messages, clicks
 from jobs.raw_clicks.declaration import JOB
 from kappa.contracts.avro_serde import AvroEncoder
 from kappa.contracts.registry import Registry, value_subject
@@ -24,7 +25,6 @@ from kappa.contracts.schema_files import topic_value_schema
 from kappa.contracts.topic_declarations import Topic
 from kappa.core.settings import KappaSettings
 from kappa.kafka.clients import Outgoing, admin_client, produce_all
-from kappa.ops.clickstream import click_messages, clicks
 from kappa.runtime import run_record
 from kappa.runtime.run_record import RunState
 from kappa.spark.driver_files import QUIET_LOGGERS, log_file

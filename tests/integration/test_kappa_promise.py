@@ -49,6 +49,8 @@ from fastavro import parse_schema, schemaless_reader
 from pyspark.sql import DataFrame, Row, SparkSession
 
 from jobs.catalog import CLICKS, ENRICHED_CLICKS, SESSIONS, USER_PROFILES
+from jobs.clickstream.generator import START, Click, Emission, ProfileVersion, StreamConfig, clickstream
+from jobs.clickstream.produce import generate
 from jobs.enrich_clicks.declaration import JOB as ENRICH
 from jobs.enrich_clicks.declaration import Settings as EnrichSettings
 from jobs.page_stats.declaration import JOB as PAGE_STATS
@@ -66,8 +68,6 @@ from kappa.core.settings import KappaSettings
 from kappa.kafka.clients import Outgoing, admin_client, produce_all
 from kappa.kafka.partitioning import partition_for
 from kappa.kafka.topic_admin import apply
-from kappa.ops.clickstream import START, Click, Emission, ProfileVersion, StreamConfig, clickstream
-from kappa.ops.produce_clickstream import generate
 from kappa.runtime import DeltaTable, JobSpec
 from kappa.runtime.faults import KILL_AT, FaultPoint
 from kappa.runtime.runner import run_job

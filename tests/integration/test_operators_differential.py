@@ -23,7 +23,7 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.enrich_clicks.logic import Click, Profile, UserState, enrich
-from jobs.enrich_clicks.transforms import ENRICHED, LATE_PROFILE, enriched_changes, union_inputs
+from jobs.enrich_clicks.transforms import ENRICHED, LATE_PROFILE, LATE_PROFILE_KIND, enriched_changes, union_inputs
 from jobs.sessionize.logic import Event as SessionEvent
 from jobs.sessionize.logic import UserState as SessionState
 from jobs.sessionize.logic import sessionize
@@ -142,7 +142,7 @@ def _expected(batches: list[list[dict[str, Any]]]) -> list[dict[str, list[tuple[
             for r in p_rows:
                 if r["profile_version"] in late:
                     late.discard(r["profile_version"])
-                    per_user[user].append((LATE_PROFILE, user, DeadLetterKind.LATE_PROFILE.value, r["raw_value"],
+                    per_user[user].append((LATE_PROFILE, user, LATE_PROFILE_KIND, r["raw_value"],
                                            r["kafka_topic"], r["kafka_partition"], r["kafka_offset"]))  # fmt: skip
         per_user[None].sort()
         out.append(dict(per_user))

@@ -23,6 +23,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from jobs.catalog import CLICKS
+from jobs.clickstream.generator import clicks
 from kappa.contracts.avro_serde import AvroDecoder
 from kappa.contracts.registry import Registry, value_subject
 from kappa.contracts.schema_files import topic_value_schema
@@ -32,7 +33,6 @@ from kappa.core.settings import KappaSettings
 from kappa.kafka.clients import admin_client
 from kappa.kafka.partitioning import partition_for
 from kappa.kafka.topic_admin import apply
-from kappa.ops.clickstream import clicks
 from tests.environment import stack_env
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -21,6 +21,7 @@ import pytest
 from confluent_kafka import Consumer
 from pyspark.sql import SparkSession
 
+from jobs.clickstream.generator import Click, ProfileVersion
 from jobs.enrich_clicks_realtime.declaration import JOB
 from kappa.contracts.avro_serde import AvroDecoder, AvroEncoder
 from kappa.contracts.dead_letter_format import H_KIND, DeadLetterKind, dlq_topic
@@ -30,7 +31,6 @@ from kappa.contracts.topic_declarations import Topic, late_events_of
 from kappa.core.settings import KappaSettings
 from kappa.kafka.clients import Outgoing, admin_client, produce_all
 from kappa.kafka.topic_admin import apply
-from kappa.ops.clickstream import Click, ProfileVersion
 from kappa.runtime.runner import run_job
 from kappa.spark.compacted import latest_per_key
 from tests.waiting import wait_until

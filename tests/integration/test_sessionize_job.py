@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import Row, SparkSession
 
+from jobs.clickstream.generator import Click, StreamConfig, clickstream
 from jobs.sessionize.declaration import JOB, Settings
 from jobs.sessionize.logic import Event, UserState, sessionize
 from kappa.contracts.avro_serde import AvroEncoder
@@ -27,7 +28,6 @@ from kappa.core.settings import KappaSettings
 from kappa.kafka.clients import Outgoing, admin_client, produce_all
 from kappa.kafka.partitioning import partition_for
 from kappa.kafka.topic_admin import apply
-from kappa.ops.clickstream import Click, StreamConfig, clickstream
 from kappa.runtime.runner import run_job
 from kappa.spark.topic_io import decode_topic, kafka_source, writer_schemas
 from tests import oracles

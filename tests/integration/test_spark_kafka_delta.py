@@ -7,6 +7,7 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
+from jobs.clickstream.generator import click_messages, clicks
 from jobs.raw_clicks.transforms import click_rows
 from kappa.contracts.avro_serde import AvroEncoder
 from kappa.contracts.registry import Registry, value_subject
@@ -15,7 +16,6 @@ from kappa.contracts.topic_declarations import Topic
 from kappa.core.settings import KappaSettings
 from kappa.kafka.clients import produce_all
 from kappa.kafka.partitioning import partition_for
-from kappa.ops.clickstream import click_messages, clicks
 from kappa.ops.duckdb_delta import connect
 from kappa.spark.topic_io import read_topic
 

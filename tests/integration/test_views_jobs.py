@@ -16,6 +16,7 @@ from deltalake import DeltaTable as DeltaRsTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from jobs.clickstream.generator import Click, StreamConfig, clickstream
 from jobs.page_stats.declaration import JOB as PAGE_STATS
 from jobs.sessions_table.declaration import JOB as SESSIONS_TABLE
 from jobs.user_activity.declaration import JOB as USER_ACTIVITY
@@ -27,7 +28,6 @@ from kappa.core.settings import KappaSettings
 from kappa.kafka.clients import Outgoing, produce_all
 from kappa.kafka.partitioning import partition_for
 from kappa.ops import duckdb_delta
-from kappa.ops.clickstream import Click, StreamConfig, clickstream
 from kappa.runtime import DeltaTable, JobSpec
 from kappa.runtime.runner import run_job
 

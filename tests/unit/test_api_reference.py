@@ -14,7 +14,8 @@ import pytest
 
 from kappa.contracts.topic_declarations import Topic
 from kappa.core.settings import KappaSettings
-from kappa.runtime.declaration import DeltaTable, JobSpec
+from kappa.runtime.declaration import JobSpec
+from kappa.runtime.outputs import DeltaTable
 
 GENERATOR = Path(__file__).resolve().parents[2] / "docs" / "api_reference.py"
 

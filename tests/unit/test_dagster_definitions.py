@@ -11,8 +11,9 @@ from dagster_project.resources import KappaResource
 from jobs.catalog import CLICKS, ENRICHED_CLICKS, PROFILE_REPLAY_WINDOW_MS, USER_PROFILES
 from kappa.cli.main import main
 from kappa.contracts.topic_declarations import Cleanup, Topic
-from kappa.runtime.declaration import DeltaTable, JobSpec
+from kappa.runtime.declaration import JobSpec
 from kappa.runtime.discovery import discover, load_catalog
+from kappa.runtime.outputs import DeltaTable
 from kappa.runtime.pipes import batch_message, report_metadata
 from kappa.runtime.runner import RunReport
 

@@ -16,8 +16,24 @@ from kappa.cli.main import main
 from kappa.core.errors import KappaError, SettingsError
 from kappa.core.settings import KappaSettings, Launcher, load_settings
 from kappa.lifecycle import deployments, launchers
-from kappa.lifecycle.deployments import Deployment, Health
-from kappa.lifecycle.replay import Replay, ReplayRefusedError, exclusive_catch_up
+from kappa.lifecycle.catch_up import exclusive_catch_up
+from kappa.lifecycle.exits import EXIT_LINE, STARTED_LINE, exit_reason, exit_status, record_exit
+from kappa.lifecycle.host_registry import hosts
+from kappa.lifecycle.lag import Lag, last_batch, topic_lag
+from kappa.lifecycle.launchers import driver_pids, terminate
+from kappa.lifecycle.model import Replay, ReplayRefusedError
+from kappa.lifecycle.state_files import (
+    Deployment,
+    DeploymentState,
+    Health,
+    checkpoint_lock,
+    exit_file,
+    load,
+    marker,
+    now_iso,
+    save,
+)
+from kappa.lifecycle.wrapper import is_ours, launch_env, spawn, watch_wrapper, wrapped
 from kappa.runtime import run_record
 from kappa.runtime.discovery import discover
 from kappa.runtime.run_record import RunRecorder
@@ -65,9 +81,7 @@ def test_spark_submit_launcher_submits_to_the_master_in_client_mode(tmp_path: Pa
         *("/app/kappa/cli.py", "jobs", "run", "sessionize", "--version", "3"),
     ]
     # What marks the process as this deployment is on the command line, whichever the launcher.
-    assert deployments.marker("sessionize", 3) in " ".join(
-        deployments.wrapped(command, Path("sessionize.v3.exit.json"))
-    )
+    assert marker("sessionize", 3) in " ".join(wrapped(command, Path("sessionize.v3.exit.json")))
 
 
 def test_spark_submit_needs_a_cluster_master(tmp_path: Path) -> None:
@@ -101,10 +115,10 @@ def test_lag_is_end_minus_committed_per_partition() -> None:
         "clicks": {0: (0, 25), 1: (0, 50), 2: (5, 9)},  # p2: no batch committed yet -> all of 5..9 unread
         "user_profiles": {0: (20, 30)},  # committed 7 below low 20: retention took 7..19, 10 records left
     }
-    assert deployments.topic_lag(committed, watermarks) == {"clicks": 15 + 0 + 4, "user_profiles": 10}
-    lag = deployments.Lag(group="kappa.x.v1", per_topic=deployments.topic_lag(committed, watermarks))
+    assert topic_lag(committed, watermarks) == {"clicks": 15 + 0 + 4, "user_profiles": 10}
+    lag = Lag(group="kappa.x.v1", per_topic=topic_lag(committed, watermarks))
     assert lag.total == 29
-    assert deployments.topic_lag({"t": {0: 9}}, {"t": {0: (0, 9)}}) == {"t": 0}
+    assert topic_lag({"t": {0: 9}}, {"t": {0: (0, 9)}}) == {"t": 0}
 
 
 def _batch(query: str, batch_id: int, rows: int) -> dict[str, object]:
@@ -121,12 +135,12 @@ def test_last_batch_and_rows_come_from_the_run_record(settings: KappaSettings) -
         second.batch(_batch("raw_clicks_v1", 1, 40))
         before = datetime.now(UTC)
         second.batch(_batch("raw_clicks_v1", 2, 0))
-    last, rows = deployments.last_batch(settings, "raw_clicks", 1)
+    last, rows = last_batch(settings, "raw_clicks", 1)
     assert last is not None
     assert (last.batch_id, last.rows) == (2, 0)
     assert before - timedelta(milliseconds=1) <= last.at <= datetime.now(UTC)  # (recorded to the millisecond)
     assert rows == 140  # 100 + 40 + 0 over both runs; the other query's 3 are not its
-    assert deployments.last_batch(settings, "raw_clicks", 2) == (None, 0)  # a version that never ran
+    assert last_batch(settings, "raw_clicks", 2) == (None, 0)  # a version that never ran
     assert path.exists()
 
 
@@ -134,28 +148,26 @@ def test_exit_reason_is_the_exit_record_and_this_runs_error(settings: KappaSetti
     deployment = _deployment(settings, 4242)
     deployment.log_path.parent.mkdir(parents=True, exist_ok=True)
     deployment.log_path.write_text("=== kappa-deployment: started fake v1\nkappa: error: an earlier run's error\n")
-    assert deployments.exit_reason(deployment) == (  # no record at all: the exit is unknown, the log says the rest
+    assert exit_reason(deployment) == (  # no record at all: the exit is unknown, the log says the rest
         "no exit status recorded (its wrapper was killed too, or the machine restarted); "
         "last log lines: kappa: error: an earlier run's error"
     )
     with pytest.raises(KappaError), RunRecorder.recording(settings, "fake", 1):
         raise KappaError("job fake_v1: query fake_v1 failed: Kafka went away\n(the rest of the stack trace)")
-    deployments.record_exit(deployment, 2)
-    assert deployments.exit_status(deployment) == 2
-    assert deployments.exit_reason(deployment) == (
-        "exit status 2; last error: job fake_v1: query fake_v1 failed: Kafka went away"
-    )
+    record_exit(deployment, 2)
+    assert exit_status(deployment) == 2
+    assert exit_reason(deployment) == ("exit status 2; last error: job fake_v1: query fake_v1 failed: Kafka went away")
     # A new start forgets the last run's error and exit; a kill leaves no record of its own.
     run_record.reset(run_record.record_path(settings, "fake", 1), "fake", 1)
     deployment.exit_path.unlink()
     with deployment.log_path.open("a") as log:
-        log.write(f"{deployments.STARTED_LINE} fake v1 (restart 1)\n")
+        log.write(f"{STARTED_LINE} fake v1 (restart 1)\n")
     with RunRecorder.recording(settings, "fake", 1):
         pass
-    deployments.record_exit(deployment, 137)
-    reason = deployments.exit_reason(deployment)
+    record_exit(deployment, 137)
+    reason = exit_reason(deployment)
     assert reason == "killed by SIGKILL (exit status 137)"  # neither the earlier run's recorded error nor its log
-    assert deployment.log_path.read_text().splitlines()[-1].startswith(f"{deployments.EXIT_LINE} 137 at ")
+    assert deployment.log_path.read_text().splitlines()[-1].startswith(f"{EXIT_LINE} 137 at ")
 
 
 def test_a_crash_the_run_could_not_record_is_read_from_the_logs_tail(settings: KappaSettings) -> None:
@@ -165,10 +177,8 @@ def test_a_crash_the_run_could_not_record_is_read_from_the_logs_tail(settings: K
     batches = "".join(f"batch {i}: 100 rows\n" for i in range(20_000))  # far beyond the tail
     early = "kappa: error: KAPPA_KAFKA_PORT: not a port\n"
     deployment.log_path.write_text(early + "=== kappa-deployment: started fake v1\n" + batches + early)
-    deployments.record_exit(deployment, 2)
-    assert deployments.exit_reason(deployment) == (
-        "exit status 2; last log lines: kappa: error: KAPPA_KAFKA_PORT: not a port"
-    )
+    record_exit(deployment, 2)
+    assert exit_reason(deployment) == ("exit status 2; last log lines: kappa: error: KAPPA_KAFKA_PORT: not a port")
 
 
 def _deployment(settings: KappaSettings, pid: int, **changes: object) -> Deployment:
@@ -178,7 +188,7 @@ def _deployment(settings: KappaSettings, pid: int, **changes: object) -> Deploym
         "pid": pid,
         "command": ["python", "-m", "kappa.cli", "jobs", "run", "fake", "--version", "1"],
         "launcher": "subprocess",
-        "started_at": deployments.now_iso(),
+        "started_at": now_iso(),
         "log_file": str(settings.deployments_path / "fake.v1.log"),
         "env": {"KAPPA_KAFKA_PORT": "19092"},
     }
@@ -188,13 +198,13 @@ def _deployment(settings: KappaSettings, pid: int, **changes: object) -> Deploym
 def test_state_file_round_trip_and_a_foreign_pid_is_never_ours(settings: KappaSettings) -> None:
     # This test's own pid is alive but is not a deployment: a reused pid reads as crashed, and is never signalled.
     deployment = _deployment(settings, os.getpid(), restarts=2, last_exit_reason="exit status 1")
-    deployments.save(settings, deployment)
-    assert deployments.load(settings, "fake", 1) == deployment
-    assert deployments.load(settings, "fake", 2) is None
+    save(settings, deployment)
+    assert load(settings, "fake", 1) == deployment
+    assert load(settings, "fake", 2) is None
     # The records beside the state files are not deployments, nor job hosts.
     (settings.deployments_path / "host-02c444e267ab.exit.json").write_text('{"exit_status": 0}')
     run_record.reset(deployment.run_record_path, "fake", 1)
-    assert deployments.hosts(settings) == []
+    assert hosts(settings) == []
     [state] = deployments.status(settings)
     assert state.health is Health.CRASHED
     assert state.exit_reason == "no exit status recorded (its wrapper was killed too, or the machine restarted)"
@@ -218,10 +228,10 @@ while True: time.sleep(0.1)
 def _spawn_sleeper(settings: KappaSettings, script: str = SLEEPER) -> Deployment:
     log = settings.deployments_path / "fake.v1.log"
     command = [sys.executable, "-c", script, "jobs", "run", "fake", "--version", "1"]
-    pid = deployments.spawn(command, log, deployments.launch_env({}), deployments.exit_file(log))
+    pid = spawn(command, log, launch_env({}), exit_file(log))
     deployment = _deployment(settings, pid, command=command)
-    deployments.save(settings, deployment)
-    wait_until(lambda: "running" in log.read_text() and deployments.driver_pids(deployment), timeout_s=10,
+    save(settings, deployment)
+    wait_until(lambda: "running" in log.read_text() and driver_pids(deployment), timeout_s=10,
                what="the fake job runs under its wrapper", log=log, interval_s=0.05)  # fmt: skip
     return deployment
 
@@ -229,20 +239,20 @@ def _spawn_sleeper(settings: KappaSettings, script: str = SLEEPER) -> Deployment
 def test_the_wrapper_records_how_the_job_ended(settings: KappaSettings) -> None:
     deployment = _spawn_sleeper(settings)
     try:
-        assert deployments.is_ours(deployment.pid, "fake", 1)
-        assert not deployments.is_ours(deployment.pid, "fake", 2)
-        [driver] = deployments.driver_pids(deployment)
+        assert is_ours(deployment.pid, "fake", 1)
+        assert not is_ours(deployment.pid, "fake", 2)
+        [driver] = driver_pids(deployment)
         assert deployments.state_of(deployment).health is Health.RUNNING
         os.kill(driver, signal.SIGKILL)  # a crash: the driver dies, the wrapper records it
-        wait_until(lambda: not deployments.is_ours(deployment.pid, "fake", 1), timeout_s=10,
+        wait_until(lambda: not is_ours(deployment.pid, "fake", 1), timeout_s=10,
                    what="the wrapper exits after its driver", interval_s=0.05)  # fmt: skip
         state = deployments.state_of(deployment)
         assert state.health is Health.CRASHED
         assert state.exit_reason is not None
         assert state.exit_reason.startswith("killed by SIGKILL (exit status 137)")
-        assert deployments.exit_status(deployment) == 137  # the exit record, written by the wrapper
+        assert exit_status(deployment) == 137  # the exit record, written by the wrapper
     finally:
-        deployments.terminate(deployment, timeout_s=1)
+        terminate(deployment, timeout_s=1)
     assert process.group_members(deployment.pid) == []
 
 
@@ -250,10 +260,10 @@ def test_the_wrapper_records_how_the_job_ended(settings: KappaSettings) -> None:
 # 1-second "batch".
 WATCHER = """
 import os, signal, sys, threading, time
-from kappa.lifecycle import deployments
+from kappa.lifecycle.wrapper import watch_wrapper
 stop = threading.Event()
 signal.signal(signal.SIGTERM, lambda *_: stop.set())
-watch = deployments.watch_wrapper(lambda: os.kill(os.getpid(), signal.SIGTERM), interval_s=0.05)
+watch = watch_wrapper(lambda: os.kill(os.getpid(), signal.SIGTERM), interval_s=0.05)
 print("running " + ("watching" if watch else "unwatched"), flush=True)  # one write: the test reads it whole
 stop.wait()
 time.sleep(1.0)
@@ -264,15 +274,15 @@ print("stopped:", "wrapper gone" if watch and watch.gone.is_set() else "signal",
 def test_a_job_whose_wrapper_is_killed_stops_after_its_batch_and_shows_running_till_then(
     settings: KappaSettings,
 ) -> None:
-    assert deployments.watch_wrapper(lambda: None) is None  # this process runs under no deployment's wrapper
+    assert watch_wrapper(lambda: None) is None  # this process runs under no deployment's wrapper
     deployment = _spawn_sleeper(settings, WATCHER)
     try:
-        [driver] = deployments.driver_pids(deployment)
+        [driver] = driver_pids(deployment)
         state = deployments.state_of(deployment)
         assert (state.health, state.pid, state.supervised) == (Health.RUNNING, driver, True)  # the job's pid
         assert "running watching" in deployment.log_path.read_text()
         os.kill(deployment.pid, signal.SIGKILL)  # the wrapper alone
-        wait_until(lambda: not deployments.is_ours(deployment.pid, "fake", 1), timeout_s=10,
+        wait_until(lambda: not is_ours(deployment.pid, "fake", 1), timeout_s=10,
                    what="the wrapper is gone", interval_s=0.02)  # fmt: skip
         finishing = deployments.state_of(deployment)  # its batch still runs: running, its own pid, unsupervised
         assert (finishing.health, finishing.pid, finishing.supervised) == (Health.RUNNING, driver, False)
@@ -281,7 +291,7 @@ def test_a_job_whose_wrapper_is_killed_stops_after_its_batch_and_shows_running_t
         assert "stopped: wrapper gone" in deployment.log_path.read_text()
         assert deployments.state_of(deployment).health is Health.CRASHED  # should run; nothing runs it now
     finally:
-        deployments.terminate(deployment, timeout_s=1)
+        terminate(deployment, timeout_s=1)
 
 
 def test_status_shows_what_the_run_recorded(
@@ -303,7 +313,7 @@ def test_status_shows_what_the_run_recorded(
             assert "waiting: Kafka is unavailable (DisconnectException)" in out
             assert "queries: fake_v1 9d1e (run 41a7)" in out
     finally:
-        deployments.terminate(deployment, timeout_s=1)
+        terminate(deployment, timeout_s=1)
 
 
 def _read_run(settings: KappaSettings) -> run_record.RunRecord:
@@ -321,11 +331,11 @@ def test_stop_terminates_the_driver_gracefully(settings: KappaSettings) -> None:
         assert stopped.desired == "stopped"
         log = Path(deployment.log_file).read_text()
         assert "stopping after the current batch" in log
-        assert deployments.exit_status(deployment) == 0
+        assert exit_status(deployment) == 0
         assert deployments.state_of(stopped).health is Health.STOPPED
         assert process.group_members(deployment.pid) == []
     finally:
-        deployments.terminate(deployment, timeout_s=1)
+        terminate(deployment, timeout_s=1)
 
 
 def test_stop_all_stops_every_running_deployment_for_a_purge(settings: KappaSettings) -> None:
@@ -335,7 +345,7 @@ def test_stop_all_stops_every_running_deployment_for_a_purge(settings: KappaSett
         assert process.group_members(deployment.pid) == []
         assert deployments.stop_all(settings) == []  # nothing runs any more
     finally:
-        deployments.terminate(deployment, timeout_s=1)
+        terminate(deployment, timeout_s=1)
 
 
 def test_the_code_location_has_stop_and_restart_jobs_and_a_running_health_sensor() -> None:
@@ -357,7 +367,7 @@ def test_the_code_location_has_stop_and_restart_jobs_and_a_running_health_sensor
 def test_a_crash_becomes_one_restart_run_tagged_with_why(settings: KappaSettings) -> None:
     from dagster_project.operations import REASON_TAG, restart_request
 
-    crashed = deployments.DeploymentState(
+    crashed = DeploymentState(
         _deployment(settings, 4242, started_at="2026-11-22T08:00:00+00:00", restarts=1),
         Health.CRASHED,
         exit_reason="killed by SIGKILL (exit status 137); last log lines: x",
@@ -394,7 +404,7 @@ def test_one_writer_per_checkpoint(settings: KappaSettings) -> None:
     another_launch()  # released with its holder
     running_job = r"in use by `kappa jobs run fake --version 1` \(pid"  # a run of the version holds it
     with (
-        deployments.checkpoint_lock(settings, "fake", 1, "`kappa jobs run fake --version 1`"),
+        checkpoint_lock(settings, "fake", 1, "`kappa jobs run fake --version 1`"),
         pytest.raises(ReplayRefusedError, match=running_job),
     ):
         another_launch()
@@ -403,9 +413,9 @@ def test_one_writer_per_checkpoint(settings: KappaSettings) -> None:
         with pytest.raises(ReplayRefusedError, match=r"fake v1 is deployed to run continuously \(running,"):
             another_launch()
     finally:
-        deployments.terminate(deployment, timeout_s=1)
+        terminate(deployment, timeout_s=1)
     # Crashed but still meant to run: the sensor would restart it beside the catch-up.
-    deployments.save(settings, dataclasses.replace(deployment, desired="running"))
+    save(settings, dataclasses.replace(deployment, desired="running"))
     with pytest.raises(ReplayRefusedError, match=r"fake v1 is deployed to run continuously \(crashed,"):
         another_launch()
     deployments.stop(settings, "fake", 1, timeout_s=1)

@@ -2,6 +2,8 @@
 
 import random
 
+from jobs.clickstream.generator import Click as GeneratedClick
+from jobs.clickstream.generator import ProfileVersion, StreamConfig, clickstream
 from jobs.enrich_clicks.logic import (
     MINUTE_MS,
     Click,
@@ -12,8 +14,6 @@ from jobs.enrich_clicks.logic import (
     state_from_json,
     state_to_json,
 )
-from kappa.ops.clickstream import Click as GeneratedClick
-from kappa.ops.clickstream import ProfileVersion, StreamConfig, clickstream
 
 L = 20 * MINUTE_MS
 D = 10 * MINUTE_MS

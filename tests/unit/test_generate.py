@@ -1,7 +1,7 @@
 from collections import Counter
 
+from jobs.clickstream.generator import clicks
 from kappa.kafka.partitioning import partition_for
-from kappa.ops.clickstream import clicks
 
 
 def test_same_seed_same_events() -> None:
@@ -30,13 +30,13 @@ def test_partition_is_a_pure_function_of_the_user() -> None:
 
 
 def _stream(**overrides: object) -> list:  # type: ignore[type-arg]
-    from kappa.ops.clickstream import StreamConfig, clickstream
+    from jobs.clickstream.generator import StreamConfig, clickstream
 
     return list(clickstream(StreamConfig(**{"events": 20_000, "users": 200, "seed": 3, **overrides})))  # type: ignore[arg-type]
 
 
 def test_clickstream_is_deterministic_and_complete() -> None:
-    from kappa.ops.clickstream import Click
+    from jobs.clickstream.generator import Click
 
     first, second = _stream(), _stream()
     assert first == second
@@ -46,7 +46,7 @@ def test_clickstream_is_deterministic_and_complete() -> None:
 
 
 def test_events_arrive_out_of_order_and_some_very_late() -> None:
-    from kappa.ops.clickstream import Click
+    from jobs.clickstream.generator import Click
 
     stream = _stream(late_share=0.02, late_by_ms=45 * 60_000)
     latest_seen: dict[str, int] = {}
@@ -63,7 +63,7 @@ def test_events_arrive_out_of_order_and_some_very_late() -> None:
 
 
 def test_profiles_change_and_some_arrive_after_later_clicks() -> None:
-    from kappa.ops.clickstream import Click, ProfileVersion
+    from jobs.clickstream.generator import Click, ProfileVersion
 
     stream = _stream()
     versions: dict[str, list[int]] = {}

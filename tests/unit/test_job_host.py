@@ -5,9 +5,9 @@ import logging
 import threading
 from pathlib import Path
 
-from kappa.lifecycle import deployments
-from kappa.lifecycle.deployments import Deployment
+from kappa.lifecycle.exits import EXIT_LINE, exit_status, record_exit
 from kappa.lifecycle.job_host import _JobLog
+from kappa.lifecycle.state_files import Deployment
 
 
 def _ended(deployment: Deployment) -> str:
@@ -39,10 +39,10 @@ def test_a_job_log_takes_its_threads_lines_and_those_naming_its_query_or_group(t
     ):
         assert not handler.filter(_record(someone_else, other)), someone_else
     handler.write("kappa: error: something")
-    deployments.record_exit(deployment, 2)  # as the host does when a job's run ends
+    record_exit(deployment, 2)  # as the host does when a job's run ends
     handler.close()
-    assert deployments.exit_status(deployment) == 2
+    assert exit_status(deployment) == 2
     assert log.read_text().splitlines()[-2:] == [
         "kappa: error: something",
-        f"{deployments.EXIT_LINE} 2 at {_ended(deployment)}",
+        f"{EXIT_LINE} 2 at {_ended(deployment)}",
     ]

@@ -11,8 +11,8 @@ from dagster_project.assets import output_key
 from dagster_project.checks import CHECK_NAME, quality_checks
 from dagster_project.definitions import build_definitions
 from dagster_project.resources import KappaResource
-from kappa.runtime.declaration import DeltaTable
 from kappa.runtime.discovery import discover
+from kappa.runtime.outputs import DeltaTable
 
 JOBS = discover()
 T0 = datetime(2026, 1, 1, 12, tzinfo=UTC)

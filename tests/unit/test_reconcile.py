@@ -7,7 +7,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from kappa.kafka.aliases import now_ms
-from kappa.lifecycle.verification import commit_as_of, reconcile
+from kappa.lifecycle.verification import reconcile
+from kappa.runtime.outputs import commit_as_of
 from tests.waiting import wait_until
 
 

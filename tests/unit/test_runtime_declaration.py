@@ -1,6 +1,7 @@
 import threading
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from pydantic import Field, ValidationError
@@ -12,6 +13,7 @@ from kappa.runtime.declaration import JobContext, NoSettings
 from kappa.runtime.discovery import discover
 from kappa.runtime.progress import describe_batch, end_offsets
 from kappa.runtime.query import QueryControl, start_query
+from kappa.spark.side_outputs import SIDE_COLUMNS
 
 
 def test_discovery_finds_every_job_folder() -> None:
@@ -123,8 +125,20 @@ def test_pipeline_order_runs_each_job_after_the_writers_of_its_inputs() -> None:
 def test_a_topic_plan_for_a_delta_output_is_refused() -> None:
     spec = JobSpec("to_delta", 1, "", (CLICKS,), DeltaTable("t"), plan=lambda ctx: None)  # type: ignore[arg-type,return-value]
     ctx = JobContext(spark=None, settings=None, spec=spec, version=1)  # type: ignore[arg-type]
-    plan = TopicPlan(rows=None, key=None)  # type: ignore[arg-type]
+    plan = TopicPlan(rows=SimpleNamespace(columns=SIDE_COLUMNS), key=None)  # type: ignore[arg-type]
     with pytest.raises(KappaError, match="job to_delta: a TopicPlan writes Kafka records, not t"):
+        start_query(ctx, plan, QueryControl(threading.Event()), watch=None)  # type: ignore[arg-type]
+
+
+def test_a_plan_whose_rows_lost_the_side_columns_is_refused_before_its_query_starts() -> None:
+    """Dead letters ride in the plan's rows: a last select without them would drop them silently."""
+    spec = JobSpec("forgetful", 1, "", (CLICKS,), ENRICHED_CLICKS, plan=_topic_plan)
+    ctx = JobContext(spark=None, settings=None, spec=spec, version=1)  # type: ignore[arg-type]
+    rows = SimpleNamespace(columns=["event_id", "user_id", "side_kind"])  # what a DataFrame's plan checks
+    plan = TopicPlan(rows=rows, key=None)  # type: ignore[arg-type]
+    with pytest.raises(
+        KappaError, match=r"job forgetful: its plan's rows lack the side columns side_message, side_key, side_value, "
+    ):
         start_query(ctx, plan, QueryControl(threading.Event()), watch=None)  # type: ignore[arg-type]
 
 

@@ -48,7 +48,8 @@ def test_catalog_names_are_unique() -> None:
 
 JOB_DECLARING_ITS_OWN_TOPICS = """
 from kappa.contracts.topic_declarations import Cleanup, Topic
-from kappa.runtime.declaration import DeltaTable, JobSpec
+from kappa.runtime.declaration import JobSpec
+from kappa.runtime.outputs import DeltaTable
 
 AD_EVENTS = Topic("ad_events", partitions=2, cleanup=Cleanup.COMPACT, value_schema="ad_events.avsc", key_field="id")
 CAMPAIGNS = Topic("campaigns", partitions=1, cleanup=Cleanup.COMPACT, value_schema="campaigns.avsc", key_field="id")

@@ -10,8 +10,8 @@ import pytest
 from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings
 from kappa.kafka.aliases import TOPIC_KIND, Alias
-from kappa.lifecycle import deployments
 from kappa.lifecycle.cascade import reach
+from kappa.lifecycle.lag import UnknownInputsError, lag
 from kappa.runtime.binding import (
     REPLAY,
     VersionBinding,
@@ -92,5 +92,5 @@ def test_a_binding_names_the_topics_its_version_reads(settings: KappaSettings) -
     record_binding(settings, "sessionize", 9, VersionBinding(3, {"enriched_clicks": 2}))  # recorded before reads
     with pytest.raises(KappaError, match="sessionize v9 runs the code of v3, but jobs/sessionize declares v1"):
         read_topics(settings, "sessionize", 9)
-    with pytest.raises(deployments.UnknownInputsError, match="the lag of sessionize v9 is unknown"):
-        deployments.lag(settings, "sessionize", 9)
+    with pytest.raises(UnknownInputsError, match="the lag of sessionize v9 is unknown"):
+        lag(settings, "sessionize", 9)

@@ -14,19 +14,22 @@ from kappa.cli.table import render
 from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings
 from kappa.lifecycle import deployments, job_host, launchers
-from kappa.lifecycle.deployments import checkpoint_lock
+from kappa.lifecycle.lag import UnknownInputsError, lag, last_batch
+from kappa.lifecycle.launchers import job_pid
+from kappa.lifecycle.state_files import Deployment, DeploymentState, Health, checkpoint_lock
+from kappa.lifecycle.wrapper import watch_wrapper, wrapper_gone
 from kappa.ops import scaffold
 from kappa.runtime.binding import deployed_job, ensure_live
-from kappa.runtime.declaration import DeltaTable, Starting
+from kappa.runtime.declaration import Starting
 from kappa.runtime.discovery import discover, get_job
+from kappa.runtime.outputs import output_of
 from kappa.runtime.run_record import RunRecorder, RunState
 
 
 def cmd_jobs_list(settings: KappaSettings, args: argparse.Namespace) -> int:
     rows = []
     for spec in discover().values():
-        output = f"delta:{spec.output.name}" if isinstance(spec.output, DeltaTable) else f"topic:{spec.output.name}"
-        rows.append((spec.name, str(spec.version), ",".join(t.name for t in spec.inputs), output))
+        rows.append((spec.name, str(spec.version), ",".join(t.name for t in spec.inputs), output_of(spec.output).label))
     for line in render(("job", "version", "inputs", "output"), rows, "<><<"):
         print(line)
     return 0
@@ -57,7 +60,7 @@ def cmd_jobs_run(settings: KappaSettings, args: argparse.Namespace) -> int:
         spec = deployed_job(settings, args.job, version, run=True)
         ensure_live(settings, spec, version)
         # A deployment's run stops when its wrapper is gone, as at SIGTERM: nothing writes unsupervised.
-        watch = deployments.watch_wrapper(lambda: os.kill(os.getpid(), signal.SIGTERM))
+        watch = watch_wrapper(lambda: os.kill(os.getpid(), signal.SIGTERM))
         report = run_job(
             spec,
             settings,
@@ -69,7 +72,7 @@ def cmd_jobs_run(settings: KappaSettings, args: argparse.Namespace) -> int:
             run_record=record,
         )
         if watch is not None and watch.gone.is_set():
-            raise KappaError(deployments.wrapper_gone(watch.wrapper, f"{args.job} v{version}"))
+            raise KappaError(wrapper_gone(watch.wrapper, f"{args.job} v{version}"))
         if pipes:
             pipes.finish(report)
     how = "stopped by signal" if report.stopped_by_signal else "done"
@@ -126,9 +129,9 @@ def cmd_jobs_restart(settings: KappaSettings, args: argparse.Namespace) -> int:
     return 0
 
 
-def _pid(deployment: deployments.Deployment) -> str:
+def _pid(deployment: Deployment) -> str:
     """The pid of the process that runs the job (what to signal), as `status` shows it."""
-    pid = deployments.job_pid(deployment)
+    pid = job_pid(deployment)
     return "starting" if pid is None else str(pid)
 
 
@@ -142,22 +145,22 @@ def cmd_jobs_status(settings: KappaSettings, args: argparse.Namespace) -> int:
     reachable = True
     for state in states:
         d = state.deployment
-        lag, batch = "?", "-"
-        last, _rows = deployments.last_batch(settings, d.job, d.version)  # what the run recorded: no Kafka
+        behind, batch = "?", "-"
+        last, _rows = last_batch(settings, d.job, d.version)  # what the run recorded: no Kafka
         if last:
             batch = f"#{last.batch_id} {last.at.strftime('%H:%M:%S')}Z {last.rows} rows"
         try:
             if not reachable:
                 raise KappaError("Kafka did not answer for an earlier row")
-            lag = str(deployments.lag(settings, d.job, d.version, timeout_s=5).total)
-        except deployments.UnknownInputsError:
+            behind = str(lag(settings, d.job, d.version, timeout_s=5).total)
+        except UnknownInputsError:
             pass  # this row's lag is "?" (a version recorded before bindings named its topics); Kafka answers
         except KappaError:
             reachable = False  # Kafka not reachable: the table still shows the processes, lag "?"
         # The process that runs the job: the one to signal (its wrapper is the deployment's handle, not the job).
-        pid = str(state.pid or "starting") if state.health is deployments.Health.RUNNING else "-"
+        pid = str(state.pid or "starting") if state.health is Health.RUNNING else "-"
         uptime = deployments.describe(state.uptime_s)
-        rows.append((d.job, str(d.version), state.health.value, pid, uptime, lag, batch, str(d.restarts)))
+        rows.append((d.job, str(d.version), state.health.value, pid, uptime, behind, batch, str(d.restarts)))
         notes.append(_notes(state, args.verbose))
     header = ("job", "version", "state", "pid", "uptime", "lag", "last batch", "restarts")
     head, *lines = render(header, rows, "<><>>><>")
@@ -166,17 +169,17 @@ def cmd_jobs_status(settings: KappaSettings, args: argparse.Namespace) -> int:
         print(line)
         for note in under:
             print(f"  {note}")
-    return 1 if any(s.health is deployments.Health.CRASHED for s in states) else 0
+    return 1 if any(s.health is Health.CRASHED for s in states) else 0
 
 
-def _notes(state: deployments.DeploymentState, verbose: bool) -> list[str]:
+def _notes(state: DeploymentState, verbose: bool) -> list[str]:
     """The lines under a deployment's row: why it crashed, what it waits for, its queries (verbose)."""
     d, run, notes = state.deployment, state.run, []
     if state.exit_reason:
         notes.append(f"why: {state.exit_reason}")
-    elif state.health is deployments.Health.RUNNING and not state.supervised:
+    elif state.health is Health.RUNNING and not state.supervised:
         notes.append(f"stopping: its wrapper (pid {d.pid}) is gone; it stops after its current batch")
-    elif run is not None and run.state is RunState.RETRYING and state.health is deployments.Health.RUNNING:
+    elif run is not None and run.state is RunState.RETRYING and state.health is Health.RUNNING:
         notes.append(f"waiting: {run.last_error} (it starts its query again once the service answers)")
     elif d.last_exit_reason and verbose:
         notes.append(f"last restart: {d.last_exit_reason}")

@@ -17,6 +17,7 @@ from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings
 from kappa.lifecycle import deployments
 from kappa.lifecycle.model import Replay, ReplayRefusedError
+from kappa.lifecycle.state_files import checkpoint_lock, load
 from kappa.runtime.declaration import Starting
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ def exclusive_catch_up(settings: KappaSettings, replay: Replay) -> Iterator[None
     launch of the same replay, a `kappa jobs run`). A killed catch-up's lock goes with it: a relaunch resumes."""
 
     job, version = replay.job.name, replay.version
-    deployment = deployments.load(settings, job, version)
+    deployment = load(settings, job, version)
     if deployment is not None and deployment.desired == "running":
         health = deployments.state_of(deployment).health.value
         raise ReplayRefusedError(
@@ -42,9 +43,7 @@ def exclusive_catch_up(settings: KappaSettings, replay: Replay) -> Iterator[None
         )
     with contextlib.ExitStack() as held:
         try:
-            held.enter_context(
-                deployments.checkpoint_lock(settings, job, version, "the catch-up of `kappa replay start`")
-            )
+            held.enter_context(checkpoint_lock(settings, job, version, "the catch-up of `kappa replay start`"))
         except KappaError as exc:
             raise ReplayRefusedError(f"{exc}: wait for it, or stop it and launch the replay again to resume") from None
         yield

@@ -31,8 +31,8 @@ Launchers (KAPPA_DEPLOY_LAUNCHER): `subprocess` runs the job here on KAPPA_SPARK
 (kappa.lifecycle.job_host): the state file, log, checkpoint and lifecycle stay the job's own, the pid is the host's,
 and the job's end is the exit record the host writes for it.
 
-This module is the start/stop/restart and status of a deployment; the rest sits beside it, and every name the CLI,
-Dagster and the replay use is importable from here too:
+This module is the start/stop/restart and status of a deployment; the rest sits beside it, and is imported from
+where it is defined:
 - kappa.lifecycle.state_files: the state file, its paths and the locks;
 - kappa.lifecycle.exits: the log's start and exit lines, the exit record, why a run ended;
 - kappa.lifecycle.wrapper: the shell wrapper, spawning under it, and the job's watch on it;
@@ -53,123 +53,25 @@ from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings, Launcher
 from kappa.core.waiting import WaitTimeoutError, wait_until
 from kappa.lifecycle import launchers
-from kappa.lifecycle.exits import (
-    EXIT_LINE,
-    STARTED_LINE,
-    describe_status,
-    ended_because,
-    exit_reason,
-    exit_status,
-    last_log_lines,
-    read_exit_status,
-    record_exit,
-)
-from kappa.lifecycle.host_registry import (
-    HOST_IDLE_S,
-    HOST_MARKER,
-    Host,
-    code_fingerprint,
-    ensure_host,
-    host_command,
-    hosted,
-    hosts,
-    idle_host_ends,
-    is_host,
-)
-from kappa.lifecycle.lag import Lag, UnknownInputsError, as_metadata, lag, last_batch, topic_lag
-from kappa.lifecycle.launchers import default_spark_submit, driver_pids, is_running, job_pid, terminate
+from kappa.lifecycle.exits import ended_because, exit_reason
+from kappa.lifecycle.host_registry import HOST_MARKER, hosts, is_host
+from kappa.lifecycle.launchers import is_running, job_pid
 from kappa.lifecycle.state_files import (
     Deployment,
     DeploymentState,
     Health,
     checkpoint_lock,
-    consumer_group,
-    exit_file,
     load,
     locked,
-    marker,
     now_iso,
-    output_query,
     paths,
     recorded,
     save,
 )
-from kappa.lifecycle.wrapper import (
-    WRAPPER_NAME,
-    WrapperWatch,
-    is_ours,
-    launch_env,
-    spawn,
-    watch_wrapper,
-    wrapped,
-    wrapper_gone,
-)
+from kappa.lifecycle.wrapper import launch_env
 from kappa.runtime import run_record
 from kappa.runtime.binding import deployed_job
 from kappa.stack import process
-
-__all__ = [  # what the CLI, Dagster, the replay and the tests import from here
-    "EXIT_LINE",
-    "HOST_IDLE_S",
-    "HOST_MARKER",
-    "STARTED_LINE",
-    "WRAPPER_NAME",
-    "Deployment",
-    "DeploymentState",
-    "Health",
-    "Host",
-    "Lag",
-    "UnknownInputsError",
-    "WrapperWatch",
-    "as_metadata",
-    "check_runnable",
-    "checkpoint_lock",
-    "code_fingerprint",
-    "confirm_running",
-    "consumer_group",
-    "default_spark_submit",
-    "describe",
-    "describe_status",
-    "driver_pids",
-    "ended_because",
-    "ensure_host",
-    "exit_file",
-    "exit_reason",
-    "exit_status",
-    "host_command",
-    "hosted",
-    "hosts",
-    "idle_host_ends",
-    "is_host",
-    "is_ours",
-    "is_running",
-    "job_command",
-    "job_pid",
-    "lag",
-    "last_batch",
-    "last_log_lines",
-    "launch_env",
-    "load",
-    "marker",
-    "now_iso",
-    "output_query",
-    "read_exit_status",
-    "record_exit",
-    "restart",
-    "save",
-    "spawn",
-    "start",
-    "state_of",
-    "status",
-    "stop",
-    "stop_all",
-    "stop_if_running",
-    "terminate",
-    "topic_lag",
-    "watch_wrapper",
-    "wrapped",
-    "wrapper_gone",
-]
 
 
 def job_command(

@@ -5,33 +5,30 @@ from __future__ import annotations
 
 import logging
 import shutil
-from pathlib import Path
 from typing import Any
 
 from confluent_kafka import KafkaException
 
-from kappa.contracts.topic_declarations import Topic
 from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings
-from kappa.kafka.aliases import DELTA_KIND, Alias, AliasRegistry
+from kappa.kafka.aliases import Alias, AliasRegistry
 from kappa.kafka.clients import admin_client
 from kappa.lifecycle import deployments
+from kappa.lifecycle.lag import lag
+from kappa.lifecycle.launchers import is_running
 from kappa.lifecycle.model import Replay, ReplayRefusedError
+from kappa.lifecycle.state_files import Health, checkpoint_lock, load
 from kappa.lifecycle.verification import verified
-from kappa.runtime.binding import (
-    deployment_topics,
-    physical_output,
-    point_alias,
-    read_topics,
-)
+from kappa.runtime.binding import physical_output, point_alias, read_topics
 from kappa.runtime.declaration import JobSpec, version_checkpoints
+from kappa.runtime.outputs import output_of
 
 log = logging.getLogger("kappa.replay")
 
 
 def running(settings: KappaSettings, job: str, version: int) -> bool:
-    deployment = deployments.load(settings, job, version)
-    return deployment is not None and deployment.desired == "running" and deployments.is_running(deployment)
+    deployment = load(settings, job, version)
+    return deployment is not None and deployment.desired == "running" and is_running(deployment)
 
 
 def require_running(settings: KappaSettings, job: str, version: int, doing: str) -> None:
@@ -43,7 +40,7 @@ def require_running(settings: KappaSettings, job: str, version: int, doing: str)
 
 
 def require_caught_up(settings: KappaSettings, job: str, version: int) -> int:
-    behind = deployments.lag(settings, job, version).total
+    behind = lag(settings, job, version).total
     if behind > settings.cutover_max_lag:
         raise ReplayRefusedError(
             f"{job} v{version} is {behind:,} records behind its inputs, more than the cutover allows "
@@ -89,11 +86,7 @@ def rollback(settings: KappaSettings, replay: Replay, *, by: str | None = None) 
 
 
 def output_exists(settings: KappaSettings, job: JobSpec, version: int) -> bool:
-    kind, physical = physical_output(job, settings, version)
-    if kind == DELTA_KIND:
-        return Path(physical.removeprefix("file:"), "_delta_log").is_dir()
-
-    return physical in admin_client(settings).list_topics(timeout=15).topics
+    return output_of(job.output).exists(settings, version)
 
 
 def retire(settings: KappaSettings, replay: Replay) -> dict[str, Any]:
@@ -106,7 +99,7 @@ def retire(settings: KappaSettings, replay: Replay) -> dict[str, Any]:
 
     output = physical_output(replay.job, settings, replay.version)[1]
     readers = []  # a Delta output is read by no job: only a topic can be another running version's input
-    for d in (s.deployment for s in deployments.status(settings) if s.health is deployments.Health.RUNNING):
+    for d in (s.deployment for s in deployments.status(settings) if s.health is Health.RUNNING):
         try:
             reads = read_topics(settings, d.job, d.version)
         except KappaError as exc:
@@ -123,7 +116,7 @@ def retire(settings: KappaSettings, replay: Replay) -> dict[str, Any]:
             "roll them over, and stop or retire them first"
         )
     stopped = deployments.stop_if_running(settings, replay.job.name, replay.version)
-    with deployments.checkpoint_lock(settings, replay.job.name, replay.version, "a retire"):  # refused while in use
+    with checkpoint_lock(settings, replay.job.name, replay.version, "a retire"):  # refused while in use
         deleted = _delete_version(settings, replay)
     checkpoints = version_checkpoints(settings, replay.job.name, replay.version)
     return {"stopped": stopped, "deleted": deleted, "checkpoint": checkpoints}
@@ -133,26 +126,11 @@ def _delete_version(settings: KappaSettings, replay: Replay) -> list[str]:
     """The version's output, side topic, checkpoint and consumer group."""
 
     ctx = replay.context(settings)
-    admin = admin_client(settings)
-    deleted: list[str] = []
-    if isinstance(replay.bound.output, Topic):
-        names = [t.name for t in deployment_topics(replay.bound)[:2]]  # the output and its .late topic
-        existing = admin.list_topics(timeout=15).topics
-        for name, future in admin.delete_topics([n for n in names if n in existing], operation_timeout=30).items():
-            future.result(timeout=30)
-            deleted.append(name)
-    else:
-        # Lazy: imports pyspark, only where a Spark session runs (this module is imported without one).
-        from kappa.spark.delta_merge import forget_table
-
-        table = physical_output(replay.job, settings, replay.version)[1]
-        if Path(table.removeprefix("file:")).exists():
-            shutil.rmtree(table.removeprefix("file:"))
-            forget_table(table)
-            deleted.append(table)
+    deleted = output_of(replay.job.output).delete(settings, replay.version)
     # Every query's checkpoint, and the start point the version was pinned to (kappa.runtime.start_point).
     checkpoints = version_checkpoints(settings, replay.job.name, replay.version)
     shutil.rmtree(checkpoints.removeprefix("file:"), ignore_errors=True)
+    admin = admin_client(settings)
     try:
         for future in admin.delete_consumer_groups([ctx.consumer_group], request_timeout=15).values():
             future.result(timeout=15)

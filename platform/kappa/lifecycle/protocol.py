@@ -31,6 +31,7 @@ from kappa.core.settings import KappaSettings
 from kappa.kafka.aliases import Alias, AliasRegistry, Step, now_ms
 from kappa.lifecycle import cascade, deployments, moves
 from kappa.lifecycle.catch_up import catch_up, exclusive_catch_up
+from kappa.lifecycle.launchers import job_pid
 from kappa.lifecycle.model import Replay, ReplayRefusedError, load
 from kappa.lifecycle.replay import check as check_version
 from kappa.lifecycle.replay import prepare
@@ -327,7 +328,7 @@ def golive(
             else:
                 deployment = deployments.start(settings, replay.job.name, replay.version, env=env)
                 deployments.confirm_running(deployment, wait)
-                found |= {"pid": deployments.job_pid(deployment), "log": str(deployment.log_path)}
+                found |= {"pid": job_pid(deployment), "log": str(deployment.log_path)}
                 went = WentLive(replay, False, found["pid"], found["log"])
         yield went
 

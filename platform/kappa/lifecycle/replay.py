@@ -24,32 +24,11 @@ from typing import Any
 from kappa.contracts import compatibility
 from kappa.contracts.registry import Registry
 from kappa.contracts.schema_rollout import apply_schemas
-from kappa.contracts.topic_declarations import Topic
 from kappa.core.settings import KappaSettings
 from kappa.kafka.clients import require_kafka
 from kappa.kafka.topic_admin import apply
-from kappa.lifecycle.catch_up import Progress, catch_up, catch_up_progress, describe_progress, exclusive_catch_up
-from kappa.lifecycle.horizon import Horizon, iso, replay_horizon
-from kappa.lifecycle.model import Replay, ReplayRefusedError, load
-from kappa.lifecycle.moves import (
-    cutover,
-    output_exists,
-    require_caught_up,
-    require_running,
-    retire,
-    rollback,
-    running,
-)
-from kappa.lifecycle.verification import (
-    Verification,
-    catch_up_started_ms,
-    commit_as_of,
-    output_keys,
-    read_output,
-    reconcile,
-    verified,
-    verify,
-)
+from kappa.lifecycle.horizon import iso, replay_horizon
+from kappa.lifecycle.model import Replay, ReplayRefusedError
 from kappa.runtime import start_point
 from kappa.runtime.binding import (
     REPLAY,
@@ -61,6 +40,7 @@ from kappa.runtime.binding import (
     record_binding,
 )
 from kappa.runtime.declaration import JobSpec, Starting, version_checkpoints
+from kappa.runtime.outputs import output_of
 
 
 def check(settings: KappaSettings, replay: Replay, starting: Starting) -> dict[str, Any]:
@@ -113,9 +93,12 @@ def check(settings: KappaSettings, replay: Replay, starting: Starting) -> dict[s
 
 def _check_schema(settings: KappaSettings, bound: JobSpec) -> str:
     """The output's value schema must be compatible with what the dataset's readers decode (its subject)."""
-    output = bound.output
-    if not isinstance(output, Topic) or not output.value_schema:
-        return "a Delta table: each version has its own table"
+    declared = output_of(bound.output)
+    output = declared.topic
+    if output is None:
+        return f"a {declared.kind}: each version has its own table"
+    if not output.value_schema:
+        return f"{output.name}: no value schema declared"
     # Lazy: imports pyspark, only where a Spark session runs (this module is imported without one).
     from kappa.spark.topic_io import value_schema
 
@@ -154,8 +137,9 @@ def prepare(settings: KappaSettings, replay: Replay) -> dict[str, Any]:
             f"version, or retire v{replay.version} first"
         )
     created = [c.topic for c in apply(require_kafka(settings), deployment_topics(bound)) if c.kind == "created"]
-    if isinstance(bound.output, Topic) and bound.output.value_schema:
-        apply_schemas(settings.schemas_path, [bound.output], settings.registry)
+    topic = output_of(bound.output).topic
+    if topic is not None and topic.value_schema:
+        apply_schemas(settings.schemas_path, [topic], settings.registry)
     ctx = replay.context(settings)
     return {
         "output": physical_output(replay.job, settings, replay.version)[1],
@@ -164,38 +148,6 @@ def prepare(settings: KappaSettings, replay: Replay) -> dict[str, Any]:
         "consumer_group": ctx.consumer_group,
         "resuming": Path(ctx.checkpoint(), "commits").is_dir(),
     }
-
-
-__all__ = [
-    "Horizon",
-    "Progress",
-    "Replay",
-    "ReplayRefusedError",
-    "Verification",
-    "as_json",
-    "catch_up",
-    "catch_up_progress",
-    "catch_up_started_ms",
-    "check",
-    "commit_as_of",
-    "cutover",
-    "describe_progress",
-    "exclusive_catch_up",
-    "load",
-    "output_exists",
-    "output_keys",
-    "prepare",
-    "read_output",
-    "reconcile",
-    "replay_horizon",
-    "require_caught_up",
-    "require_running",
-    "retire",
-    "rollback",
-    "running",
-    "verified",
-    "verify",
-]
 
 
 def as_json(value: Any) -> str:

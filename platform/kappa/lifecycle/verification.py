@@ -8,12 +8,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kappa.contracts.expectations import suite_for, validate_dataframe
-from kappa.contracts.topic_declarations import Topic
 from kappa.core.settings import KappaSettings
 from kappa.kafka.aliases import AliasRegistry
 from kappa.lifecycle.horizon import iso
 from kappa.lifecycle.model import Replay
-from kappa.runtime.declaration import DeltaTable, JobSpec
+from kappa.runtime.declaration import JobSpec
+from kappa.runtime.outputs import output_of
 from kappa.spark.session import get_spark
 
 if TYPE_CHECKING:
@@ -43,32 +43,9 @@ class Verification:
 def read_output(
     spark: SparkSession, settings: KappaSettings, job: JobSpec, version: int, *, as_of_ms: int | None = None
 ) -> DataFrame:
-    """One version's output as readers see it: a topic's latest value per key, or the Delta table. With
-    `as_of_ms`, as it was then: the records written until then, or the table's last commit by then."""
-    if isinstance(job.output, DeltaTable):
-        path = job.output.path(settings, version)
-        reader = spark.read.format("delta")
-        if as_of_ms is not None and (commit := commit_as_of(spark, path, as_of_ms)) is not None:
-            reader = reader.option("versionAsOf", commit)
-        return reader.load(path)
-    # Lazy: imports pyspark, only where a Spark session runs (this module is imported without one).
-    from kappa.spark.compacted import latest_per_key
-
-    return latest_per_key(spark, settings, job.output.versioned(version), written_until_ms=as_of_ms).drop(
-        "kafka_partition", "kafka_offset", "kafka_timestamp"
-    )
-
-
-def commit_as_of(spark: SparkSession, path: str, at_ms: int) -> int | None:
-    """The table's latest version committed by `at_ms` (Delta's timestampAsOf refuses a time after the last
-    commit, so the history decides); None if it had none then."""
-    # Lazy: pyspark, only where a Spark session runs (this module is imported without one).
-    from delta.tables import DeltaTable as Delta
-    from pyspark.sql import functions as F
-
-    history = Delta.forPath(spark, path).history().where(F.col("timestamp") <= F.timestamp_millis(F.lit(at_ms)))
-    found = history.agg(F.max("version")).first()
-    return None if found is None or found[0] is None else int(found[0])
+    """One version's output as readers see it (`Output.read`): a topic's latest value per key, or the Delta table.
+    With `as_of_ms`, as it was then: the records written until then, or the table's last commit by then."""
+    return output_of(job.output).read(spark, settings, version, as_of_ms=as_of_ms)
 
 
 def reconcile(new: DataFrame, live: DataFrame, keys: list[str]) -> dict[str, Any]:
@@ -128,10 +105,9 @@ def reconcile(new: DataFrame, live: DataFrame, keys: list[str]) -> dict[str, Any
 
 
 def output_keys(job: JobSpec, frame: DataFrame) -> list[str]:
-    """What identifies a row of the output: a topic's Kafka key, a view's declared keys (else every column)."""
-    if not isinstance(job.output, DeltaTable):
-        return ["key"]
-    return list(job.output.keys) or list(frame.columns)
+    """What identifies a row of the output (`Output.row_keys`): a topic's Kafka key, a view's declared keys (else
+    every column)."""
+    return output_of(job.output).row_keys(frame.columns)
 
 
 def catch_up_started_ms(registry: AliasRegistry, replay: Replay) -> int | None:
@@ -185,8 +161,7 @@ def _verify(settings: KappaSettings, replay: Replay, new: DataFrame) -> Verifica
 def _quality(settings: KappaSettings, replay: Replay, frame: DataFrame) -> dict[str, Any]:
     """The output's expectation suite on the whole output (none kept for it: nothing to run)."""
 
-    output = replay.job.output
-    name = output.dataset_name if isinstance(output, Topic) else output.name  # a table's suite is its name
+    name = output_of(replay.job.output).suite
     suite = suite_for(settings, name)
     if suite is None:
         return {"suite": None, "note": f"no expectation suite kept for {name}"}

@@ -19,28 +19,24 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from kappa.contracts.topic_declarations import Topic, dead_letters_of, late_events_of
+from kappa.contracts.topic_declarations import Topic, dead_letters_of
 from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings
-from kappa.kafka.aliases import DELTA_KIND, TOPIC_KIND, Alias, AliasRegistry
-from kappa.runtime.declaration import DeltaTable, JobSpec, job_checkpoints, version_checkpoints
+from kappa.kafka.aliases import Alias, AliasRegistry
+from kappa.runtime.declaration import JobSpec, job_checkpoints, version_checkpoints
 from kappa.runtime.discovery import discover, get_job
-
-
-def table_dataset(table: str) -> str:
-    """A Delta table's name in the alias registry: `delta:<table>` (a table and a topic may share a name)."""
-    return f"delta:{table}"
+from kappa.runtime.outputs import output_of
 
 
 def dataset_of(job: JobSpec) -> str:
-    """The alias name of what a job writes: the topic's dataset (also for a job bound to its versioned
-    topic), or `delta:<table>`."""
-    return job.output.dataset_name if isinstance(job.output, Topic) else table_dataset(job.output.name)
+    """The alias name of what a job writes (`Output.dataset`): the topic's dataset (also for a job bound to its
+    versioned topic), or `delta:<table>`."""
+    return output_of(job.output).dataset
 
 
 def writers(jobs: Mapping[str, JobSpec]) -> dict[str, JobSpec]:
-    """Topic dataset -> the job that writes it (a Delta table is no job's input)."""
-    return {job.output.name: job for job in jobs.values() if isinstance(job.output, Topic)}
+    """Topic dataset -> the job that writes it (only a topic is a job's input)."""
+    return {topic.name: job for job in jobs.values() if (topic := output_of(job.output).topic) is not None}
 
 
 def input_versions(job: JobSpec, jobs: Mapping[str, JobSpec], aliases: Mapping[str, Alias]) -> dict[str, int]:
@@ -64,12 +60,11 @@ def bind(job: JobSpec, version: int, jobs: Mapping[str, JobSpec], aliases: Mappi
 def bind_inputs(job: JobSpec, version: int, inputs: Mapping[str, int]) -> JobSpec:
     """The job as `version` runs it: its versioned output topic, each derived input at the version `inputs`
     names. Each physical topic keeps its dataset, so its schema subject is the dataset's."""
-    output = job.output.versioned(version) if isinstance(job.output, Topic) else job.output
     return replace(
         job,
         inputs=tuple(t.versioned(inputs[t.name]) if t.name in inputs else t for t in job.inputs),
         lookups=tuple(t.versioned(inputs[t.name]) if t.name in inputs else t for t in job.lookups),
-        output=output,
+        output=output_of(job.output).versioned(version),
     )
 
 
@@ -167,18 +162,14 @@ def bound_versions(bound: JobSpec) -> dict[str, int]:
 
 
 def physical_output(job: JobSpec, settings: KappaSettings, version: int) -> tuple[str, str]:
-    """(kind, topic name or Delta path) of one version's output."""
-    if isinstance(job.output, DeltaTable):
-        return DELTA_KIND, job.output.path(settings, version)
-    return TOPIC_KIND, job.output.versioned(version).name
+    """(kind in the alias registry, topic name or Delta path) of one version's output."""
+    output = output_of(job.output)
+    return output.alias_kind, output.location(settings, version)
 
 
 def deployment_topics(bound: JobSpec) -> list[Topic]:
     """The topics a bound job version writes: its output and `.late` side topic, its inputs' dead letters."""
-    topics = [dead_letters_of(t) for t in bound.inputs]
-    if isinstance(bound.output, Topic):
-        topics = [bound.output, late_events_of(bound.output), *topics]
-    return topics
+    return [*output_of(bound.output).topics(), *(dead_letters_of(t) for t in bound.inputs)]
 
 
 def cluster_topics(catalog: Iterable[Topic], jobs: Mapping[str, JobSpec], aliases: Mapping[str, Alias]) -> list[Topic]:

@@ -12,51 +12,18 @@ import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
 from kappa.contracts.topic_declarations import Topic
 from kappa.core.settings import KappaSettings
+from kappa.runtime.outputs import DeltaTable, output_kind, output_of
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
     from kappa.spark.topic_io import DecodedTopic
-
-
-class TableWrite(StrEnum):
-    """How the runtime writes a `TablePlan`'s batch into its Delta table, exactly once per batch id."""
-
-    APPEND = "append"  # each batch's rows are added
-    UPSERT = "upsert"  # each batch's rows replace the table's rows of the same `keys`, or are inserted
-    ACCUMULATE = "accumulate"  # each batch holds partial sums per `keys`: the `summed` columns are added up
-
-
-@dataclass(frozen=True)
-class DeltaTable:
-    """A Delta table output; its physical path is versioned: `<delta_root>/<name>/v<version>`."""
-
-    name: str  # the table's name: its folder under KAPPA_DELTA_ROOT and its expectation suite's dataset name
-    doc: str = ""  # what a row of the table is, in one sentence (shown in Dagster)
-    keys: tuple[str, ...] = ()  # the columns that identify a row (what a reconciliation joins versions on)
-    write: TableWrite = TableWrite.APPEND  # how a TablePlan's batches are written (a JobPlan writes its own way)
-    summed: tuple[str, ...] = ()  # ACCUMULATE: the columns that add up across batches
-    # UPSERT: a batch row whose boolean `deleted` column is true deletes its key (the column is not stored)
-    deletes: bool = False
-
-    def __post_init__(self) -> None:
-        if self.write is not TableWrite.APPEND and not self.keys:
-            raise ValueError(f"table {self.name}: {self.write} needs the keys that identify a row (keys=...)")
-        if (self.write is TableWrite.ACCUMULATE) != bool(self.summed):
-            raise ValueError(f"table {self.name}: the columns that add up (summed=...) go with ACCUMULATE, only")
-        if self.deletes and self.write is not TableWrite.UPSERT:
-            raise ValueError(f"table {self.name}: rows that delete their key (deletes=True) go with UPSERT, only")
-
-    def path(self, settings: KappaSettings, version: int) -> str:
-        """The physical path of one job version's table (a job calls `ctx.output_path()` instead)."""
-        return f"{settings.delta_root}/{self.name}/v{version}"
 
 
 @dataclass(frozen=True)
@@ -208,6 +175,10 @@ class JobSpec:
     # up in bounded batches, each committed, without holding the cores for minutes. A replay reads its whole
     # range in one batch unless `--max-offsets-per-trigger` says otherwise.
     max_batch_records: int = 100_000
+    # Records a replay of the job reads per second, as measured (e.g. by a benchmark): what a cascade's time
+    # estimate assumes until this cluster has replayed the job (then it uses that catch-up's rate). None: no
+    # estimate before then.
+    replay_events_per_s: int | None = None
     # Job-specific knobs: an instance of the job's own pydantic model (`Settings` in its declaration module, each
     # field documented there); the plan reads them typed with `ctx.spec.settings_as(Settings)`.
     settings: BaseModel = field(default_factory=NoSettings)
@@ -229,12 +200,11 @@ class JobSpec:
         def rename(topic: Topic) -> Topic:
             return replace(topic, name=topic_names.get(topic.name, topic.name))
 
-        output = rename(self.output) if isinstance(self.output, Topic) else self.output
         return replace(
             self,
             inputs=tuple(rename(t) for t in self.inputs),
             lookups=tuple(rename(t) for t in self.lookups),
-            output=output,
+            output=output_of(self.output).bound(topic_names),
         )
 
     def topic(self, declared: Topic) -> Topic:
@@ -264,10 +234,12 @@ class JobSpec:
             raise ValueError(f"job name {self.name!r} must be an identifier (it names folders and queries)")
         if self.version < 1:
             raise ValueError(f"job {self.name}: version must be >= 1")
-        if self.real_time is not None and not isinstance(self.output, Topic):
+        if self.real_time is not None and output_of(self.output).topic is None:
             raise ValueError(f"job {self.name}: real time mode writes with the Kafka sink, so its output is a topic")
         if self.max_batch_records < 1:
             raise ValueError(f"job {self.name}: max_batch_records must be >= 1")
+        if self.replay_events_per_s is not None and self.replay_events_per_s < 1:
+            raise ValueError(f"job {self.name}: replay_events_per_s must be >= 1 (or None: not measured)")
         duration_ms(self.freshness, f"job {self.name}: freshness")  # a clear error at discovery, not at start
         if not self.declared_names:  # first declared: what `topic` finds inputs by from now on
             object.__setattr__(self, "declared_names", tuple(t.name for t in (*self.inputs, *self.lookups)))
@@ -281,8 +253,7 @@ class JobSpec:
         if wanted is not None and not isinstance(self.output, wanted):
             raise ValueError(
                 f"job {self.name}: its plan returns a {plan_kind.__name__ if plan_kind else ''}, which writes a "
-                f"{'Delta table' if wanted is DeltaTable else 'topic'}, but its output "
-                f"{self.output.name} is a {'topic' if isinstance(self.output, Topic) else 'Delta table'}"
+                f"{output_kind(wanted).kind}, but its output {self.output.name} is a {output_of(self.output).kind}"
             )
 
     @property
@@ -365,15 +336,17 @@ class JobContext:
     @property
     def output_topic(self) -> Topic:
         """The version's output topic (bound); a TypeError for a job writing a Delta table."""
-        if not isinstance(self.spec.output, Topic):
-            raise TypeError(f"job {self.spec.name} writes a Delta table, not a topic")
-        return self.spec.output
+        output = output_of(self.spec.output)
+        if output.topic is None:
+            raise TypeError(f"job {self.spec.name} writes a {output.kind}, not a topic")
+        return output.topic
 
     def output_path(self) -> str:
         """The version's Delta table path (`DeltaTable.path`); a TypeError for a job writing a topic."""
-        if not isinstance(self.spec.output, DeltaTable):
-            raise TypeError(f"job {self.spec.name} writes a topic, not a Delta table")
-        return self.spec.output.path(self.settings, self.version)
+        output = output_of(self.spec.output)
+        if output.delta_table is None:
+            raise TypeError(f"job {self.spec.name} writes a {output.kind}, not a Delta table")
+        return output.delta_table.path(self.settings, self.version)
 
     def read(self, topic: Topic, with_raw: bool = False) -> DecodedTopic:
         """One of the job's inputs, streamed and decoded from where this run starts (`starting`, or the checkpoint).

@@ -12,6 +12,7 @@ from kappa.contracts.topic_declarations import Topic, dead_letters_of
 from kappa.core.errors import KappaError
 from kappa.kafka.aliases import CONTROL_TOPICS
 from kappa.runtime.declaration import JobSpec
+from kappa.runtime.outputs import output_of
 
 
 def discover(package: str = "jobs") -> dict[str, JobSpec]:
@@ -55,7 +56,7 @@ def find_topic(name: str, topics: Iterable[Topic]) -> Topic:
 
 def writers_of(jobs: Iterable[JobSpec]) -> dict[str, str]:
     """Topic -> the job that writes it, among these jobs."""
-    return {job.output.name: job.name for job in jobs if isinstance(job.output, Topic)}
+    return {topic.name: job.name for job in jobs if (topic := output_of(job.output).topic) is not None}
 
 
 def pipeline_order(jobs: dict[str, JobSpec]) -> list[JobSpec]:
@@ -101,9 +102,8 @@ def find_catalog(jobs: Mapping[str, JobSpec] | None = None, module: str = "jobs.
     else:
         declared += [value for value in vars(catalog).values() if isinstance(value, Topic)]
     for job in jobs.values():
-        declared += [*job.inputs, *job.lookups]
-        if isinstance(job.output, Topic):
-            declared.append(job.output)
+        output = output_of(job.output).topic
+        declared += [*job.inputs, *job.lookups, *([output] if output is not None else [])]
     by_name: dict[str, Topic] = {}
     for topic in declared:
         seen = by_name.setdefault(topic.name, topic)

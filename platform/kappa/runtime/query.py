@@ -27,16 +27,9 @@ from kappa.contracts.dead_letter_format import DeadLetterKind
 from kappa.contracts.registry import Registry, RegistryError
 from kappa.contracts.topic_declarations import Topic
 from kappa.core.errors import KappaError
-from kappa.runtime.declaration import (
-    DeltaTable,
-    JobContext,
-    JobPlan,
-    RealTimePlan,
-    TablePlan,
-    TableWrite,
-    TopicPlan,
-)
+from kappa.runtime.declaration import JobContext, JobPlan, RealTimePlan, TablePlan, TopicPlan
 from kappa.runtime.faults import FaultPoint, process_faults
+from kappa.runtime.outputs import DeltaTable, TableWrite, output_of
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -120,6 +113,20 @@ def start_query(
     return _start_batch_function_query(ctx, plan, control, watch)
 
 
+def _check_side_columns(ctx: JobContext, rows: DataFrame) -> None:
+    """The side rows ride in the plan's own rows (each input is read once, dead letters and all); a plan whose
+    last select left the SIDE columns out would lose them: refused before the query starts, with the fix."""
+    # Lazy: pyspark, only where a Spark session runs (this module is imported without one).
+    from kappa.spark.side_outputs import SIDE_COLUMNS
+
+    if missing := [c for c in SIDE_COLUMNS if c not in rows.columns]:
+        raise KappaError(
+            f"job {ctx.spec.name}: its plan's rows lack the side columns {', '.join(missing)}, which carry its "
+            "inputs' dead letters and late records to their topics: keep them in the plan's last select "
+            "(`*SIDE_COLUMNS`, from kappa.job)"
+        )
+
+
 def _start_kafka_query(ctx: JobContext, plan: RealTimePlan) -> StreamingQuery:
     """One Kafka write per batch, for output and side rows alike: the `topic` column says where each goes.
 
@@ -136,6 +143,7 @@ def _start_kafka_query(ctx: JobContext, plan: RealTimePlan) -> StreamingQuery:
     # worth compressing: LZ4's frame set-up cost more than it saved.) A replay batches.
     live = {"kafka.linger.ms": "5", "kafka.compression.type": "none"}
     writes = KAFKA_WRITE_OPTIONS | (live if "realTime" in ctx.trigger() else {})
+    _check_side_columns(ctx, plan.rows)
     return (
         kafka_records(ctx, plan.key, plan.partition)(plan.rows)
         .writeStream.format("kafka")
@@ -166,8 +174,7 @@ def kafka_records(
     from kappa.spark.side_outputs import HEADERS_TYPE, SIDE_KIND, side_record_columns
     from kappa.spark.topic_io import topic_value
 
-    output = ctx.spec.output
-    assert isinstance(output, Topic), "a job writing Kafka records writes a topic"
+    output = ctx.output_topic
     side = F.col(SIDE_KIND).isNotNull()
     dead = side_record_columns(ctx.spec.name, ctx.version, tuple(t.name for t in ctx.spec.inputs), output.name)
     value = topic_value(ctx.settings, output)
@@ -224,9 +231,11 @@ def _start_batch_function_query(
 
     if not any(isinstance(f, _TheQuerySaysIt) for f in _PY4J_CALLBACKS.filters):
         _PY4J_CALLBACKS.addFilter(_TheQuerySaysIt())
+    _check_side_columns(ctx, plan.rows)
     inputs = tuple(t.name for t in ctx.spec.inputs)
     faults, query = process_faults(), ctx.query_name()
-    output_topic = ctx.spec.output.name if isinstance(ctx.spec.output, Topic) else None
+    output = output_of(ctx.spec.output)
+    output_topic = output.topic.name if output.topic is not None else None
     to_records: Callable[[DataFrame], DataFrame] | None = None
     write: Callable[[DataFrame, int], None] | None = None
     if isinstance(plan, TopicPlan):
@@ -234,9 +243,9 @@ def _start_batch_function_query(
             raise KappaError(f"job {ctx.spec.name}: a TopicPlan writes Kafka records, not {ctx.spec.output.name}")
         to_records = kafka_records(ctx, plan.key, plan.partition, plan.keep, plan.delete)
     elif isinstance(plan, TablePlan):
-        if not isinstance(ctx.spec.output, DeltaTable):
+        if output.delta_table is None:
             raise KappaError(f"job {ctx.spec.name}: a TablePlan writes a Delta table, not {ctx.spec.output.name}")
-        table_rows, to_table = plan.batch, table_write(ctx, ctx.spec.output)
+        table_rows, to_table = plan.batch, table_write(ctx, output.delta_table)
 
         def write(rows: DataFrame, batch_id: int) -> None:
             to_table(table_rows(rows) if table_rows else rows, batch_id)

@@ -37,7 +37,7 @@ from kappa.contracts.topic_declarations import Topic
 from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings
 from kappa.kafka.aliases import Alias, AliasRegistry, AliasWatch
-from kappa.runtime.binding import table_dataset
+from kappa.runtime.outputs import table_dataset
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
