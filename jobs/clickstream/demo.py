@@ -25,7 +25,7 @@ from kappa.ops.dlq import inspect
 from kappa.runtime.binding import deployed_job, ensure_live, topics_to_apply
 from kappa.runtime.declaration import JobSpec
 from kappa.runtime.discovery import discover, load_catalog, pipeline_order, writers_of
-from kappa.runtime.outputs import DeltaTable
+from kappa.runtime.outputs import output_of
 from kappa.runtime.readers import table_path
 from kappa.runtime.runner import run_job
 from kappa.spark.session import get_spark
@@ -99,9 +99,9 @@ def _replay(settings: KappaSettings, jobs: list[JobSpec]) -> None:
                 done[writers[topic.name]].result()  # its writer's failure is this job's too
         job = bound[declared.name]
         run = run_job(job, settings, available_now=True, stop=stop)
-        output = f"Delta {job.output.name}" if isinstance(job.output, DeltaTable) else f"topic {job.output.name}"
-        print(f"      {job.name} v{job.version} -> {output}: {run.input_rows.get(run.output_query, 0)} records "
-              f"in {run.seconds:.1f} s")  # fmt: skip
+        output, records = output_of(job.output), run.input_rows.get(run.output_query, 0)
+        took = f"{records} records in {run.seconds:.1f} s"
+        print(f"      {job.name} v{job.version} -> {output.kind} {output.name}: {took}")
 
     with ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="replay") as pool:
         for declared in jobs:  # in pipeline order: a job's writers are submitted before it
