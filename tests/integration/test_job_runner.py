@@ -8,6 +8,7 @@ import dataclasses
 import signal
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from deltalake import DeltaTable
+from prometheus_client.parser import text_string_to_metric_families
 
 from jobs.catalog import CLICKS
 from jobs.clickstream.generator import click_messages, clicks
@@ -86,6 +88,19 @@ def _count(settings: KappaSettings, topic: str) -> int:
         return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions)
     finally:
         consumer.close()
+
+
+def _metrics(url: str | None, job: str) -> dict[tuple[str, str], float]:
+    """The job's samples at a metrics address, by (name, topic label or "")."""
+    assert url is not None, "the run record names no metrics address"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    return {
+        (sample.name, sample.labels.get("topic", "")): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.labels.get("job") == job
+    }
 
 
 @pytest.mark.slow
@@ -163,6 +178,16 @@ def test_run_available_now_then_continuous_learning_a_schema_until_ctrl_c_mid_ba
             what="the continuous run decodes the 300 clicks of the schema version registered while it runs",
         )
         assert _count(stack, dlq) == 0
+        # Its metrics (at the address its record names) count what this run read: 500 + 300 records, the topic's
+        # offsets past by as many, none left behind, and its query running.
+        scraped = _metrics(live_record.metrics_url, JOB.name)
+        assert scraped[("kappa_job_input_records_total", "")] == 800
+        assert scraped[("kappa_job_input_offsets_total", topic.name)] == 800
+        assert scraped[("kappa_job_consumer_lag_offsets", topic.name)] == 0
+        assert scraped[("kappa_job_batches_total", "")] >= 2  # one batch per write at least
+        assert scraped[("kappa_job_batch_duration_seconds_count", "")] == scraped[("kappa_job_batches_total", "")]
+        assert scraped[("kappa_job_running", "")] == 1
+        assert ("kappa_job_restarts_total", "") not in scraped  # no service went away
 
         # Ctrl-C while a batch is writing: the batch finishes, then the job stops. Its dead letters are already
         # out when the signal comes, so a stop that cancelled the batch would send them again on the restart.

@@ -186,6 +186,8 @@ def _notes(state: DeploymentState, verbose: bool) -> list[str]:
     if verbose and run is not None and run.queries:
         queries = ", ".join(f"{q} {ids['id']} (run {ids['run_id']})" for q, ids in run.queries.items())
         notes.append(f"queries: {queries}")
+    if verbose and run is not None and run.metrics_url and state.health is Health.RUNNING:
+        notes.append(f"metrics: {run.metrics_url}")
     return notes
 
 

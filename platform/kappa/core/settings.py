@@ -148,6 +148,22 @@ class KappaSettings(BaseSettings):
         True, description="map the driver's classes from the archive `kappa setup` builds (faster start)"
     )
 
+    # --- metrics (kappa.runtime.metrics: each job process's /metrics, in the Prometheus format) ----------
+    metrics_enabled: bool = Field(True, description="serve each job process's metrics at /metrics")
+    metrics_host: str = Field("127.0.0.1", description="address the metrics server listens on (0.0.0.0: all)")
+    metrics_port: int = Field(
+        0, ge=0, le=65535, description="its port; 0: a free port per process, named in the run record"
+    )
+    prometheus_port: int = Field(
+        9090, ge=1024, le=65535, description="port of the stack's Prometheus (`kappa up --monitoring`)"
+    )
+    prometheus_scrape_interval_s: float = Field(
+        15.0, gt=0, le=300, description="how often the stack's Prometheus scrapes and evaluates its alert rules"
+    )
+    prometheus_rules: Path | None = Field(
+        None, description="the alert rules the stack's Prometheus loads (default: infra/prometheus/alerts.yml)"
+    )
+
     # --- deployments (kappa jobs start/stop/status, Dagster's deploy and health sensor) -----------------
     deployments_dir: Path | None = Field(None, description="deployments' state files and logs (state_dir/…)")
     deploy_launcher: Launcher = Field(
@@ -172,6 +188,8 @@ class KappaSettings(BaseSettings):
         if self.schemas_dir is None:
             root = project_root()
             self.schemas_dir = root / "schemas" if root else self.state_dir / "schemas"
+        if self.prometheus_rules is None and (root := project_root()) is not None:
+            self.prometheus_rules = root / "infra" / "prometheus" / "alerts.yml"
         if self.delta_root is None:
             self.delta_root = str(self.state_dir / "delta")
         if self.checkpoint_root is None:
@@ -196,6 +214,7 @@ class KappaSettings(BaseSettings):
                 "controller_port": range(self.controller_port, self.controller_port + self.brokers),
                 "registry_port": range(self.registry_port, self.registry_port + 1),
                 "registry_management_port": range(self.registry_management_port, self.registry_management_port + 1),
+                "prometheus_port": range(self.prometheus_port, self.prometheus_port + 1),
             }
             taken: dict[int, str] = {}
             for name, ports in ranges.items():

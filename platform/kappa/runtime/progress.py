@@ -19,6 +19,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from pyspark import SparkContext
 from pyspark.sql.streaming import StreamingQueryListener
 
+from kappa.runtime.metrics import JobMetrics
 from kappa.runtime.run_record import RunRecorder
 
 if TYPE_CHECKING:
@@ -190,12 +191,14 @@ class ProgressRecorder:
         groups: dict[str, str | None],
         on_batch: Callable[[dict[str, Any]], None] | None = None,
         run_record: RunRecorder | None = None,
+        metrics: JobMetrics | None = None,
     ) -> None:
         """`groups`: query name -> consumer group to record that query's progress under (None: none); `on_batch`: also
         called once per batch with its progress (e.g. to report it to Dagster Pipes); `run_record`: the run's record
-        of its queries and batches."""
+        of its queries and batches; `metrics`: the job version's metrics, fed each batch."""
         self._on_batch = on_batch
         self._run_record = run_record
+        self._metrics = metrics
         self._bootstrap = bootstrap
         self._committers: dict[str, Consumer] = {}
         self._last: dict[str, list[TopicPartition]] = {}  # per group: the offsets of its last commit
@@ -212,6 +215,8 @@ class ProgressRecorder:
             log.info("query %s started (run %s)", name, run_id)
             if self._run_record is not None:
                 self._run_record.query_started(name, query_id, run_id)
+            if self._metrics is not None:
+                self._metrics.started()
 
     def handle(self, progress: dict[str, Any]) -> None:
         """Log and record one batch, once: the listener bus delivers asynchronously, and the runner hands
@@ -229,6 +234,8 @@ class ProgressRecorder:
         log.info(describe_batch(progress))
         if self._run_record is not None:
             self._run_record.batch(progress)
+        if self._metrics is not None:
+            self._metrics.batch(progress)
         if self._on_batch is not None:
             try:
                 self._on_batch(progress)

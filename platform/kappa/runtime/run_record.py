@@ -61,6 +61,7 @@ class RunRecord:
     last_batch: LastBatch | None = None
     rows: int = 0  # the output query's input rows over every run of the version
     last_error: str | None = None
+    metrics_url: str | None = None  # where the run's process serves its metrics (kappa.runtime.metrics)
 
 
 def file_name(job: str, version: int) -> str:
@@ -159,6 +160,9 @@ class RunRecorder:
         batch = LastBatch(datetime.now(UTC), int(progress.get("batchId", -1)), rows)
         with self._lock:
             self._update(state=RunState.RUNNING, last_batch=batch, rows=self._record.rows + rows)
+
+    def serving(self, metrics_url: str) -> None:
+        self._update(metrics_url=metrics_url)
 
     def retrying(self, cause: str) -> None:
         self._update(state=RunState.RETRYING, last_error=cause[:ERROR_CHARS])

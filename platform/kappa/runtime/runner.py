@@ -23,6 +23,7 @@ from kappa.kafka.clients import admin_client
 from kappa.runtime import start_point
 from kappa.runtime.binding import VersionBinding, deployment_topics, record_binding
 from kappa.runtime.declaration import JobContext, JobSpec, Starting, version_checkpoints
+from kappa.runtime.metrics import JobMetrics, publish_target, serve, withdraw_target
 from kappa.runtime.progress import ProgressHub, ProgressRecorder, checkpoint_offsets
 from kappa.runtime.query import QueryControl, QueryEnd, WriterWatch, start_query
 from kappa.runtime.run_record import RunRecorder
@@ -264,8 +265,14 @@ def _run_until_stopped(
         starting=starting or Starting(),
         max_offsets_per_trigger=max_offsets_per_trigger or live_batch_bound(spec, available_now),
     )
+    metrics = JobMetrics(spec.name, context.version)
+    metrics_url = serve(settings)
+    if metrics_url is not None:
+        publish_target(settings, spec.name, context.version, metrics_url)
+        if run_record is not None:
+            run_record.serving(metrics_url)
     recorder = ProgressRecorder(
-        settings.bootstrap, {context.query_name(): context.consumer_group}, on_batch, run_record
+        settings.bootstrap, {context.query_name(): context.consumer_group}, on_batch, run_record, metrics
     )
     # What the checkpoint says is done, before any new batch: a restart with nothing new to read reports none.
     recorder.commit(context.consumer_group, checkpoint_offsets(context.checkpoint()))
@@ -300,11 +307,14 @@ def _run_until_stopped(
                 log.warning("%s: %s; starting again in %.0f s (attempt %d)", context.id, cause, delay, attempt)
                 if run_record is not None:
                     run_record.retrying(cause)
+                metrics.restarting("kafka" if cause.startswith("Kafka") else "registry")
                 stop.wait(delay)
                 if stop.is_set():
                     break
     finally:
         recorder.close()
+        metrics.stopped()
+    withdraw_target(settings, spec.name, context.version)  # a clean end (a failure leaves it: seen down)
     return RunReport(
         job=spec.name,
         version=context.version,
