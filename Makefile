@@ -26,7 +26,7 @@ DAGSTER_PORT ?= 3000
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-18s %s\n", $$1, $$2}'
 
-system-packages: ## Debian packages: Java 17 for Spark, Maven, chromium for the Dagster UI test; only if missing
+system-packages: ## Debian packages: Java 17 for Spark, Maven, chromium for the Dagster UI test, Prometheus; only if missing
 	@command -v java >/dev/null && command -v mvn >/dev/null || { \
 	  echo "installing Java 17 and Maven with apt-get"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jdk-headless maven; }
@@ -34,6 +34,10 @@ system-packages: ## Debian packages: Java 17 for Spark, Maven, chromium for the 
 	@test -x /usr/bin/chromium || { \
 	  echo "installing chromium with apt-get"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+	@# Debian's Prometheus (and promtool), started by `kappa up --monitoring` and by tests/integration/test_monitoring.py.
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null || { \
+	  echo "installing prometheus with apt-get"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 
 setup: system-packages ## install Python packages (uv, locked, as bytecode), fetch the JVM artifacts and build Spark's class archive (once)
 	@command -v $(UV) >/dev/null || python3 -m pip install --quiet "uv==$(UV_VERSION)"

@@ -126,6 +126,7 @@ LONGEST_FIRST = (
     "integration/test_views_jobs.py",  # 120
     "e2e/test_tutorial.py",  # 95
     "integration/test_job_host.py",  # 100
+    "integration/test_monitoring.py",  # 97
     "unit/test_page_stats_transforms.py",  # 75
     "integration/test_exactly_once_delta.py",  # 75
     "integration/test_operators_differential.py",  # 60

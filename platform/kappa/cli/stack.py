@@ -34,7 +34,9 @@ def cmd_setup(settings: KappaSettings, _args: argparse.Namespace) -> int:
 
 def cmd_up(settings: KappaSettings, args: argparse.Namespace) -> int:
     started = time.monotonic()
-    timings = LocalStack(settings).up(brokers=args.brokers, with_registry=not args.no_registry)
+    timings = LocalStack(settings).up(
+        brokers=args.brokers, with_registry=not args.no_registry, monitoring=args.monitoring
+    )
     for component, seconds in timings.items():
         print(f"{component}: healthy after {seconds:.1f} s")
     print(f"stack up in {time.monotonic() - started:.1f} s")
@@ -81,6 +83,12 @@ def add_stack_commands(sub: Any) -> None:
     up = add_command(sub, "up", cmd_up, "start the local stack (Kafka KRaft + schema registry) and wait until healthy")
     up.add_argument("--brokers", type=int, default=None, help="KRaft nodes (default: KAPPA_BROKERS, 1)")
     up.add_argument("--no-registry", action="store_true", help="start only Kafka")
+    up.add_argument(
+        "--monitoring",
+        action="store_true",
+        help="also Prometheus (KAPPA_PROMETHEUS_PORT), scraping every running job version, with the alert rules "
+        "of infra/prometheus/alerts.yml (docs/metrics.md)",
+    )
     down = add_command(sub, "down", cmd_down, "stop what `kappa up` started")
     down.add_argument(
         "--purge",

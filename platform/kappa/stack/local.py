@@ -5,9 +5,10 @@ Layout of the stack folder (KAPPA_STACK_DIR, default <state>/stack):
     stack.json              what runs: cluster id, nodes, and per component its pid, ports, log, marker
     kafka-<i>/server.properties, kafka-<i>/data/, kafka-<i>/kafka.log
     registry/registry.log
+    prometheus/prometheus.yml, prometheus/data/, prometheus/prometheus.log   (`kappa up --monitoring`)
 
 A component's JVM carries `-Dkappa.component=<name>@<stack folder>` on its command line, so `down` never
-signals a process that merely reuses an old pid.
+signals a process that merely reuses an old pid; Prometheus carries its data folder, inside the stack folder.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from kappa.stack.java import stack_java
 
 STATE_FILE = "stack.json"
 REGISTRY = "registry"
+PROMETHEUS = "prometheus"
+SERVICES = (REGISTRY, PROMETHEUS)  # the components that are not Kafka nodes
 
 
 @dataclass
@@ -109,7 +112,7 @@ class LocalStack:
 
     # ---------------------------------------------------------------- up ----------------------------
 
-    def up(self, brokers: int | None = None, with_registry: bool = True) -> dict[str, float]:
+    def up(self, brokers: int | None = None, with_registry: bool = True, monitoring: bool = False) -> dict[str, float]:
         """Start what is not running and wait until healthy. Return seconds to healthy per component."""
         brokers = brokers or self.settings.brokers
         ensure_jvm_artifacts(self.settings)
@@ -135,6 +138,8 @@ class LocalStack:
                 timings["kafka"] = self._wait_kafka(state)
             if with_registry and self._start_registry(state, java, started) is not None:
                 timings[REGISTRY] = self._wait_registry(state.components[REGISTRY])
+            if monitoring and self._start_prometheus(state, started) is not None:
+                timings[PROMETHEUS] = self._wait_prometheus(state.components[PROMETHEUS])
         except BaseException:
             for comp in started:  # leave nothing half-started behind
                 process.stop(comp.pid, comp.marker)
@@ -297,14 +302,55 @@ class LocalStack:
             self.settings.startup_timeout_s,
         )
 
+    def _start_prometheus(self, state: StackState, started: list[Component]) -> Component | None:
+        """Debian's Prometheus, scraping every job version's metrics through the target files their runs write
+        (kappa.runtime.metrics: file_sd, so a new deployment is found without a reload), with the alert rules."""
+        if self._running(state, PROMETHEUS):
+            return None
+        s = self.settings
+        binary = shutil.which("prometheus")
+        if binary is None:
+            raise StackError("Prometheus is not installed: `make setup` installs Debian's package (apt-get install "
+                             "prometheus), or put a prometheus executable on PATH")  # fmt: skip
+        self._check_ports({"prometheus": s.prometheus_port}, {"prometheus": "KAPPA_PROMETHEUS_PORT"})
+        home = self.dir / PROMETHEUS
+        home.mkdir(parents=True, exist_ok=True)
+        config = home / "prometheus.yml"
+        config.write_text(prometheus_config(s))
+        data = home / "data"
+        marker = f"--storage.tsdb.path={data}"  # inside the stack folder: no other process has it
+        argv = [
+            binary,
+            f"--config.file={config}",
+            marker,
+            f"--web.listen-address=127.0.0.1:{s.prometheus_port}",
+            "--storage.tsdb.retention.time=15d",
+            "--log.level=warn",
+        ]
+        log = home / "prometheus.log"
+        pid = process.spawn(argv, marker, log, cwd=home)
+        comp = Component(PROMETHEUS, pid, marker, str(log), {"http": s.prometheus_port},
+                         f"http://127.0.0.1:{s.prometheus_port}")  # fmt: skip
+        state.components[PROMETHEUS] = comp
+        started.append(comp)
+        self._save_state(state)
+        return comp
+
+    def _wait_prometheus(self, comp: Component) -> float:
+        return process.wait_healthy(
+            "prometheus", lambda: _prometheus_healthy(comp.address), comp.pid, comp.marker, Path(comp.log),
+            self.settings.startup_timeout_s,
+        )  # fmt: skip
+
     # ---------------------------------------------------------------- down / restart -----------------
 
     def down(self, purge: bool = False) -> list[str]:
-        """Stop exactly what `up` started (registry first, then brokers). Return the names stopped."""
+        """Stop exactly what `up` started (Prometheus and the registry first, then brokers). Return the names
+        stopped."""
         state = self._load_state() if not purge else _load_state_leniently(self.state_file)
         stopped: list[str] = []
         if state is not None:
-            order = [REGISTRY, *sorted((n for n in state.components if n != REGISTRY), reverse=True)]
+            order = [*SERVICES, *sorted((n for n in state.components if n not in SERVICES), reverse=True)]
             for name in order:
                 comp = state.components.get(name)
                 if comp is not None and process.stop(comp.pid, comp.marker):
@@ -363,12 +409,14 @@ class LocalStack:
         state = self._load_state()
         if state is None:
             return []
-        bootstrap = ",".join(c.address for n, c in sorted(state.components.items()) if n != REGISTRY)
+        bootstrap = ",".join(c.address for n, c in sorted(state.components.items()) if n not in SERVICES)
         kafka_ok = bool(bootstrap) and _safe(lambda: _kafka_healthy(bootstrap, state.brokers))
+        checks = {REGISTRY: _registry_healthy, PROMETHEUS: _prometheus_healthy}
         result = []
         for name, comp in sorted(state.components.items()):
             running = process.is_running(comp.pid, comp.marker)
-            healthy = running and (_safe(lambda c=comp: _registry_healthy(c.address)) if name == REGISTRY else kafka_ok)
+            check = checks.get(name)
+            healthy = running and (_safe(lambda c=comp, h=check: h(c.address)) if check else kafka_ok)
             result.append(ComponentStatus(name, comp.address, comp.pid, running, healthy, comp.log))
         return result
 
@@ -461,3 +509,28 @@ def _kafka_healthy(bootstrap: str, brokers: int) -> bool:
 
 def _registry_healthy(url: str) -> bool:
     return httpx.get(f"{url}/subjects", timeout=3).status_code == 200
+
+
+def _prometheus_healthy(url: str) -> bool:
+    return httpx.get(f"{url}/-/ready", timeout=3).status_code == 200
+
+
+def prometheus_config(settings: KappaSettings) -> str:
+    """The stack's Prometheus configuration: the job versions' target files (file_sd), the alert rules.
+    honor_labels: a series' own `job` label (the platform's job) is kept, not renamed for the scrape job's."""
+    interval = f"{settings.prometheus_scrape_interval_s:g}s"
+    rules = [str(settings.prometheus_rules)] if settings.prometheus_rules else []
+    config = {
+        "global": {"scrape_interval": interval, "evaluation_interval": interval},
+        "rule_files": rules,
+        "scrape_configs": [
+            {
+                "job_name": "kappa",
+                "honor_labels": True,
+                "file_sd_configs": [
+                    {"files": [str(settings.deployments_path / "*.scrape.json")], "refresh_interval": interval}
+                ],
+            }
+        ],
+    }
+    return json.dumps(config, indent=2) + "\n"  # JSON is YAML

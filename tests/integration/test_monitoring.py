@@ -1,0 +1,143 @@
+"""Monitoring as an on-call engineer gets it: `kappa up --monitoring` adds Debian's Prometheus to the running
+stack; it finds a job run by the target file the run writes (no reload), scrapes its metrics, and the alert rules
+of infra/prometheus/alerts.yml fire when the job falls behind.
+
+The job (raw_clicks, on the session's broker, from this test's copy of jobs/) is made slow on purpose: batches of
+at most 100 records every second while clicks arrive at about 250 a second. The rules are the repo's, with their
+durations shortened (minutes of `for:` and window are what wakes a human, not what a test waits). Once the alert
+fires, the producer stops; the job catches up, and Prometheus' own answers are compared with what the test
+produced: the records counter equals the clicks produced, the lag returns to 0, the Delta table holds them all.
+"""
+
+import dataclasses
+import re
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from deltalake import DeltaTable
+
+from jobs.catalog import CLICKS
+from kappa.core.settings import KappaSettings
+from kappa.kafka.clients import produce_all
+from kappa.runtime.metrics import target_path
+from kappa.stack import LocalStack
+from kappa.stack.local import PROMETHEUS
+from tests.e2e.faults import encode_clicks
+from tests.integration.replay_pipeline import deploy_copy
+from tests.waiting import wait_until
+
+PROMETHEUS_PORT = 29090
+RULES = Path(__file__).resolve().parents[2] / "infra" / "prometheus" / "alerts.yml"
+RATE_PER_S = 250  # clicks produced while the job reads at most 100 a second
+MAX_CLICKS = 30_000  # encoded before the run; the alert fires long before they run out
+
+
+def _shortened_rules(to: Path) -> Path:
+    """The repo's alert rules with a test's durations: `for:` 5 s, windows of 15 s, a lag threshold of 300."""
+    text = RULES.read_text()
+    text, windows = re.subn(r"\[(5|10)m\]", "[15s]", text)
+    text, fors = re.subn(r"for: \d+m", "for: 5s", text)
+    text, thresholds = re.subn(r"kappa_job_consumer_lag_offsets > 1000", "kappa_job_consumer_lag_offsets > 300", text)
+    assert (windows, thresholds, fors) == (2, 1, 4), "the rules changed: change this test with them"
+    to.write_text(text)
+    return to
+
+
+def _value(base: str, promql: str) -> float | None:
+    """An instant query's one value (an aggregate), None while it has no series."""
+    answer = httpx.get(f"{base}/api/v1/query", params={"query": promql}, timeout=10).json()
+    assert answer["status"] == "success", answer
+    result = answer["data"]["result"]
+    assert len(result) <= 1, result
+    return float(result[0]["value"][1]) if result else None
+
+
+def _firing(base: str, name: str) -> list[dict[str, Any]]:
+    alerts = httpx.get(f"{base}/api/v1/alerts", timeout=10).json()["data"]["alerts"]
+    return [a for a in alerts if a["labels"]["alertname"] == name and a["state"] == "firing"]
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("control_topics")
+def test_prometheus_scrapes_a_running_job_and_its_falling_behind_alert_fires(
+    stack: KappaSettings, tmp_path: Path
+) -> None:
+    pipeline = deploy_copy(stack, tmp_path / "pipeline", f"mon{time.monotonic_ns() % 10**8}_")
+    declaration = "raw_clicks/declaration.py"
+    pipeline.edit(declaration, 'freshness="1 minute"', 'freshness="2 seconds"')  # a batch every second
+    pipeline.edit(declaration, "max_batch_records=500_000", "max_batch_records=100")  # of 100 records at most
+    settings = pipeline.settings(stack).model_copy(
+        update={
+            "prometheus_port": PROMETHEUS_PORT,
+            "prometheus_scrape_interval_s": 1.0,
+            "prometheus_rules": _shortened_rules(tmp_path / "alerts.yml"),
+        }
+    )
+    monitored = LocalStack(settings)
+    timings = monitored.up(monitoring=True)  # the stack runs: only Prometheus starts
+    assert list(timings) == [PROMETHEUS]
+    [prometheus] = [c for c in monitored.status() if c.name == PROMETHEUS]
+    assert prometheus.healthy
+    assert prometheus.address == f"http://127.0.0.1:{PROMETHEUS_PORT}"
+    base = prometheus.address
+
+    clicks = dataclasses.replace(CLICKS, name=f"{pipeline.prefix}{CLICKS.name}")
+    encoded, _ids = encode_clicks(settings, clicks, MAX_CLICKS, first=0)
+    job = pipeline.popen("jobs", "run", "raw_clicks")
+    output: list[str] = []
+    threading.Thread(target=lambda: output.extend(job.stdout or []), daemon=True).start()
+    sent = 0
+    stop = threading.Event()
+
+    def produce() -> None:  # RATE_PER_S clicks a second, a fifth of them every 0.2 s, until told to stop
+        nonlocal sent
+        while not stop.is_set() and sent < MAX_CLICKS:
+            produce_all(settings, clicks.name, encoded[sent : sent + RATE_PER_S // 5])
+            sent = min(MAX_CLICKS, sent + RATE_PER_S // 5)
+            stop.wait(0.2)
+
+    producer = threading.Thread(target=produce, daemon=True)
+    selector = 'job="raw_clicks", version="1"'
+    try:
+        wait_until(lambda: target_path(settings, "raw_clicks", 1).exists(), 180, "the run's scrape target",
+                   log=output)  # fmt: skip
+        producer.start()
+        wait_until(lambda: _firing(base, "KappaJobFallingBehind"), 180, "the falling-behind alert fires", log=output)
+        [alert] = _firing(base, "KappaJobFallingBehind")
+        labels = alert["labels"]
+        assert (labels["job"], labels["version"], labels["topic"], labels["severity"]) == (
+            "raw_clicks", "1", clicks.name, "page"
+        )  # fmt: skip
+        stop.set()
+        producer.join(timeout=30)
+        assert not producer.is_alive()
+        assert 1000 < sent < MAX_CLICKS
+        # It catches up: Prometheus sees every produced record read, each offset past, nothing left behind.
+        wait_until(
+            lambda: (
+                _value(base, f"sum(kappa_job_input_records_total{{{selector}}})") == sent
+                and _value(base, f"max(kappa_job_consumer_lag_offsets{{{selector}}})") == 0
+            ),
+            300,
+            f"Prometheus sees all {sent} clicks read and no lag",
+            log=output,
+        )
+        assert _value(base, f'sum(kappa_job_input_offsets_total{{{selector}, topic="{clicks.name}"}})') == sent
+        assert _value(base, f"max(kappa_job_running{{{selector}}})") == 1
+        assert _value(base, 'max(up{job="kappa", kappa_version="raw_clicks.v1"})') == 1
+        table = Path(str(settings.delta_root)) / "raw_clicks" / "v1"
+        assert DeltaTable(str(table)).to_pyarrow_table().num_rows == sent
+        job.send_signal(signal.SIGTERM)
+        job.wait(timeout=120)
+    finally:
+        stop.set()
+        if job.poll() is None:
+            job.kill()
+        monitored.stop_component(PROMETHEUS)
+    assert job.returncode == 0, "".join(output[-40:])
+    assert not target_path(settings, "raw_clicks", 1).exists()  # a clean stop withdraws the target
