@@ -6,18 +6,21 @@
   machine. A crashed one (should run, process gone) gets a `restart_<job>` run: one run per crash (its run key
   is the crashed process), tagged with why (`kappa/exit`), the full exit reason in its config and logs, so each
   restart is visible and auditable in the Runs page. The restart resumes from the version's checkpoint. A
-  running one is observed: its consumer lag, rows and last batch go on its output asset as an
-  AssetObservation whenever they change (the asset's metadata in the UI), with `lag_alert` set and a
-  warning in the tick's log when the lag reaches KAPPA_DEPLOY_LAG_ALERT.
+  running one is observed: its consumer lag, rows and last batch, and from its metrics (kappa.runtime.metrics)
+  the records it read, its records/s and p99 batch time since the previous tick, go on its output asset as an
+  AssetObservation whenever they change (the asset's metadata in the UI, plotted over time on its Plots tab),
+  with `lag_alert` set and a warning in the tick's log when the lag reaches KAPPA_DEPLOY_LAG_ALERT.
 
 The sensor restarts through a run rather than in its own evaluation: a tick's work is not listed in the run
 history, a run is (with its tags, logs, duration and outcome), and a restart that fails shows as a failed run.
 """
 
 import json
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import httpx
 from dagster import (
     AssetObservation,
     Config,
@@ -41,10 +44,13 @@ from kappa.lifecycle import deployments
 from kappa.lifecycle.lag import as_metadata, lag
 from kappa.lifecycle.launchers import is_running
 from kappa.lifecycle.state_files import DeploymentState, Health, load
+from kappa.ops.top import Sample, quantile, rate, sample_of
 from kappa.runtime.declaration import JobSpec
+from kappa.runtime.run_record import RunRecord
 
 SENSOR_NAME = "deployment_health"
 SENSOR_INTERVAL_S = 30
+SAMPLES = "_metrics_samples"  # the cursor's key for the running deployments' last metrics samples
 REASON_TAG = "kappa/exit"  # why the restarted process ended (short); the whole reason is in the run's config
 
 
@@ -161,17 +167,48 @@ def restart_request(state: DeploymentState) -> RunRequest:
     )
 
 
+def throughput(run: RunRecord | None, previous: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(records read, records/s and the p99 batch time since the previous tick's sample, as metadata Dagster
+    plots; this tick's sample, for the next) from the run's own metrics (kappa.runtime.metrics)."""
+    if run is None or run.metrics_url is None:
+        return {}, {}
+    try:
+        text = httpx.get(run.metrics_url, timeout=5).text
+    except httpx.HTTPError:
+        return {}, {}
+    now = sample_of(text, run.job, run.version, at=time.time())
+    if now is None:
+        return {}, {}
+    saved = {
+        "url": run.metrics_url,
+        "at": now.at,
+        "records": now.records,
+        "buckets": [[str(le), n] for le, n in now.buckets.items()],
+    }
+    metadata: dict[str, Any] = {"records_read": int(now.records)}
+    if previous and previous.get("url") == run.metrics_url:  # the same process: its counters go on
+        before = Sample(previous["at"], previous["records"], None, {float(le): n for le, n in previous["buckets"]},
+                        None, 0, True)  # fmt: skip
+        metadata["input_records_per_s"] = round(rate(before, now), 1)
+        p99 = quantile(before, now)
+        if p99 is not None and p99 != float("inf"):
+            metadata["batch_p99_s"] = p99
+    return metadata, saved
+
+
 def _observe(
-    settings: KappaSettings, state: DeploymentState, context: SensorEvaluationContext
-) -> tuple[dict[str, Any], tuple[Any, ...]]:
-    """(metadata of the observation, what must change for the next one to be emitted)."""
+    settings: KappaSettings, state: DeploymentState, context: SensorEvaluationContext, previous: dict[str, Any] | None
+) -> tuple[dict[str, Any], tuple[Any, ...], dict[str, Any]]:
+    """(metadata of the observation, what must change for the next one to be emitted, this tick's metrics sample)."""
     d = state.deployment
     metadata = deployment_metadata(state)
+    measured, sample = throughput(state.run, previous)
+    metadata |= measured
     try:
         behind = lag(settings, d.job, d.version, timeout_s=5)
     except KappaError as exc:
         context.log.warning(f"{d.name}: lag unknown: {exc}")
-        return metadata | {"lag_error": str(exc)}, (state.health.value, d.pid, "lag unknown")
+        return metadata | {"lag_error": str(exc)}, (state.health.value, d.pid, "lag unknown"), sample
     metadata |= as_metadata(behind)
     alert = settings.deploy_lag_alert
     metadata["lag_alert"] = behind.total >= alert > 0
@@ -179,7 +216,7 @@ def _observe(
         context.log.warning(
             f"{d.name}: {behind.total} records behind its inputs (alert at {alert}): {behind.per_topic}"
         )
-    return metadata, (state.health.value, d.pid, behind.total, metadata["last_batch_id"])
+    return metadata, (state.health.value, d.pid, behind.total, metadata["last_batch_id"]), sample
 
 
 def health_sensor(jobs: Mapping[str, JobSpec], restart_jobs: Sequence[JobDefinition]) -> SensorDefinition:
@@ -194,6 +231,7 @@ def health_sensor(jobs: Mapping[str, JobSpec], restart_jobs: Sequence[JobDefinit
     def _health(context: SensorEvaluationContext, kappa: KappaResource) -> SensorResult:
         settings = kappa.settings()
         seen: dict[str, Any] = json.loads(context.cursor) if context.cursor else {}
+        samples: dict[str, Any] = seen.pop(SAMPLES, {})  # each running deployment's last metrics sample
         requests: list[RunRequest] = []
         events: list[AssetObservation] = []
         for state in deployments.status(settings):
@@ -206,16 +244,17 @@ def health_sensor(jobs: Mapping[str, JobSpec], restart_jobs: Sequence[JobDefinit
                 requests.append(restart_request(state))
                 metadata, fingerprint = deployment_metadata(state), ("crashed", d.pid)
             elif state.health is Health.RUNNING:
-                metadata, fingerprint = _observe(settings, state, context)
+                metadata, fingerprint, samples[d.name] = _observe(settings, state, context, samples.get(d.name))
             else:
                 metadata, fingerprint = deployment_metadata(state), ("stopped", d.stopped_at)
             key = json.dumps(fingerprint, default=str)
             if seen.get(d.name) != key:
                 events.append(AssetObservation(asset_key=output_key(spec), metadata=metadata))
                 seen[d.name] = key
+        cursor = json.dumps(seen | {SAMPLES: samples})
         if not requests and not events:
-            return SensorResult(skip_reason="every deployment as before", cursor=json.dumps(seen))
-        return SensorResult(run_requests=requests, asset_events=events, cursor=json.dumps(seen))
+            return SensorResult(skip_reason="every deployment as before", cursor=cursor)
+        return SensorResult(run_requests=requests, asset_events=events, cursor=cursor)
 
     return _health
 

@@ -181,6 +181,8 @@ def test_deployment_crash_is_restarted_by_the_sensor_from_its_checkpoint(
     assert metadata["restarts"] == 1
     assert metadata["rows"] >= len(mine | more | later)
     assert metadata["last_batch_id"] is not None
+    # From the run's own metrics: what the restarted process read, at least the clicks written while none ran.
+    assert metadata["records_read"] >= len(later)
 
     # Stop: SIGTERM, the runner finishes its batch and exits 0; the sensor leaves a stopped deployment alone.
     stopped = deployments.stop(settings, job.name, job.version)

@@ -9,11 +9,14 @@ fires, the producer stops; the job catches up, and Prometheus' own answers are c
 produced: the records counter equals the clicks produced, the lag returns to 0, the Delta table holds them all.
 """
 
+import contextlib
 import dataclasses
+import fcntl
 import re
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +30,12 @@ from kappa.kafka.clients import produce_all
 from kappa.runtime.metrics import target_path
 from kappa.stack import LocalStack
 from kappa.stack.local import PROMETHEUS
+from tests.conftest import PORT_OFFSET, TEST_STACK_DIR
 from tests.e2e.faults import encode_clicks
 from tests.integration.replay_pipeline import deploy_copy
 from tests.waiting import wait_until
 
-PROMETHEUS_PORT = 29090
+PROMETHEUS_PORT = 19090 + PORT_OFFSET  # beside the session stack's ports
 RULES = Path(__file__).resolve().parents[2] / "infra" / "prometheus" / "alerts.yml"
 RATE_PER_S = 250  # clicks produced while the job reads at most 100 a second
 MAX_CLICKS = 30_000  # encoded before the run; the alert fires long before they run out
@@ -46,6 +50,14 @@ def _shortened_rules(to: Path) -> Path:
     assert (windows, thresholds, fors) == (2, 1, 4), "the rules changed: change this test with them"
     to.write_text(text)
     return to
+
+
+@contextlib.contextmanager
+def _stack_file(settings: KappaSettings) -> Iterator[None]:
+    """The session stack's lock (tests/conftest.py): its state file is changed by one process at a time."""
+    with (settings.stack_dir.parent / f"{TEST_STACK_DIR}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def _value(base: str, promql: str) -> float | None:
@@ -79,7 +91,8 @@ def test_prometheus_scrapes_a_running_job_and_its_falling_behind_alert_fires(
         }
     )
     monitored = LocalStack(settings)
-    timings = monitored.up(monitoring=True)  # the stack runs: only Prometheus starts
+    with _stack_file(settings):
+        timings = monitored.up(monitoring=True)  # the stack runs: only Prometheus starts
     assert list(timings) == [PROMETHEUS]
     [prometheus] = [c for c in monitored.status() if c.name == PROMETHEUS]
     assert prometheus.healthy
@@ -132,12 +145,20 @@ def test_prometheus_scrapes_a_running_job_and_its_falling_behind_alert_fires(
         assert _value(base, 'max(up{job="kappa", kappa_version="raw_clicks.v1"})') == 1
         table = Path(str(settings.delta_root)) / "raw_clicks" / "v1"
         assert DeltaTable(str(table)).to_pyarrow_table().num_rows == sent
+        # `kappa top` shows the run from its own scrapes: running, caught up, no restart.
+        shown = pipeline.kappa("top", "--once", "--interval", "1").stdout
+        print(shown)  # a frame of a real run, as the README quotes it
+        [row] = [line.split() for line in shown.splitlines() if line.startswith("raw_clicks ")]
+        assert row[1:3] == ["1", "running"]
+        assert row[4] == "0"  # lag
+        assert row[-3] == "0"  # restarts
         job.send_signal(signal.SIGTERM)
         job.wait(timeout=120)
     finally:
         stop.set()
         if job.poll() is None:
             job.kill()
-        monitored.stop_component(PROMETHEUS)
+        with _stack_file(settings):
+            monitored.stop_component(PROMETHEUS)
     assert job.returncode == 0, "".join(output[-40:])
     assert not target_path(settings, "raw_clicks", 1).exists()  # a clean stop withdraws the target

@@ -17,6 +17,7 @@ from kappa.cli.produce import add_produce_command
 from kappa.cli.replay import add_replay_commands
 from kappa.cli.schemas import add_schemas_commands
 from kappa.cli.stack import add_stack_commands
+from kappa.cli.top import add_top_command
 from kappa.cli.topics import add_topics_commands
 from kappa.core.errors import KappaError
 from kappa.core.settings import load_settings
@@ -30,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_schemas_commands(sub)
     add_dlq_commands(sub)
     add_jobs_commands(sub)
+    add_top_command(sub)
     add_generate_command(sub)
     add_produce_command(sub)
     add_replay_commands(sub)

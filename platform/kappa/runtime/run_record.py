@@ -64,8 +64,11 @@ class RunRecord:
     metrics_url: str | None = None  # where the run's process serves its metrics (kappa.runtime.metrics)
 
 
+SUFFIX = ".run.json"
+
+
 def file_name(job: str, version: int) -> str:
-    return f"{version_name(job, version)}.run.json"
+    return f"{version_name(job, version)}{SUFFIX}"
 
 
 def record_path(settings: KappaSettings, job: str, version: int) -> Path:
