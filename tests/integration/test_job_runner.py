@@ -22,6 +22,7 @@ from jobs.catalog import CLICKS
 from jobs.clickstream.generator import click_messages, clicks
 from jobs.raw_clicks.declaration import JOB
 from kappa.contracts.avro_serde import AvroEncoder
+from kappa.contracts.dead_letter_format import DeadLetterKind
 from kappa.contracts.registry import Registry, value_subject
 from kappa.contracts.schema_files import topic_value_schema
 from kappa.contracts.topic_declarations import Topic
@@ -91,12 +92,12 @@ def _count(settings: KappaSettings, topic: str) -> int:
 
 
 def _metrics(url: str | None, job: str) -> dict[tuple[str, str], float]:
-    """The job's samples at a metrics address, by (name, topic label or "")."""
+    """The job's samples at a metrics address, by (name, its topic or kind label, or "")."""
     assert url is not None, "the run record names no metrics address"
     with urllib.request.urlopen(url, timeout=10) as response:
         text = response.read().decode()
     return {
-        (sample.name, sample.labels.get("topic", "")): sample.value
+        (sample.name, sample.labels.get("topic") or sample.labels.get("kind") or ""): sample.value
         for family in text_string_to_metric_families(text)
         for sample in family.samples
         if sample.labels.get("job") == job
@@ -187,13 +188,19 @@ def test_run_available_now_then_continuous_learning_a_schema_until_ctrl_c_mid_ba
         assert scraped[("kappa_job_batches_total", "")] >= 2  # one batch per write at least
         assert scraped[("kappa_job_batch_duration_seconds_count", "")] == scraped[("kappa_job_batches_total", "")]
         assert scraped[("kappa_job_running", "")] == 1
-        assert ("kappa_job_restarts_total", "") not in scraped  # no service went away
+        counted = {name for name, _label in scraped}
+        assert "kappa_job_restarts_total" not in counted  # no service went away
+        assert "kappa_job_side_rows_total" not in counted  # nothing set aside yet
 
         # Ctrl-C while a batch is writing: the batch finishes, then the job stops. Its dead letters are already
         # out when the signal comes, so a stop that cancelled the batch would send them again on the restart.
         bad = [Outgoing(f"bad-{i}".encode(), b"\x17\x99\x03") for i in range(5)]
         produce_all(stack, topic.name, bad + _clicks(stack, topic, 3000, seed=24))  # one write: one batch, likely
         wait_until(lambda: _count(stack, dlq) >= 5, timeout_s=180, what="the batch's dead letters are written")
+        # Its metrics count them by kind once their batch completes (observed as the batch runs, in the JVM).
+        unframed = ("kappa_job_side_rows_total", DeadLetterKind.NOT_CONFLUENT_FRAMED.value)
+        wait_until(lambda: _metrics(live_record.metrics_url, JOB.name).get(unframed) == 5, timeout_s=180,
+                   what="the metrics count the batch's 5 dead letters")  # fmt: skip
         live.send_signal(signal.SIGINT)
         out, _ = live.communicate(timeout=120)
     finally:

@@ -130,3 +130,32 @@ def test_a_run_publishes_its_scrape_target_for_file_sd_and_withdraws_it(tmp_path
     withdraw_target(settings, "sessionize", 4)
     assert not path.exists()
     withdraw_target(settings, "sessionize", 4)  # twice: nothing to do
+
+
+def test_side_rows_are_counted_by_kind_from_the_batchs_observed_metrics() -> None:
+    job = f"job_{uuid.uuid4().hex[:8]}"
+    progress = _progress(0, None, {"clicks": {"0": 9}}, {"clicks": {"0": 9}}, rows=9)
+    # What Spark reports for the query's observation: every kind's count, and all side rows (2 of a job's own).
+    progress["observedMetrics"] = {
+        "kappa_side_rows": {"all": 6, "undecodable": 3, "late-event": 1, "contract-violation": 0}
+    }
+    JobMetrics(job, 1).batch(progress)
+    JobMetrics(job, 1).batch(progress | {"batchId": 1, "observedMetrics": {}})  # an idle observation: nothing
+    labels = {"job": job, "version": "1"}
+    assert _value("kappa_job_side_rows_total", **labels, kind="undecodable") == 3
+    assert _value("kappa_job_side_rows_total", **labels, kind="late-event") == 1
+    assert _value("kappa_job_side_rows_total", **labels, kind="other") == 2
+    assert _value("kappa_job_side_rows_total", **labels, kind="contract-violation") is None
+
+
+def test_a_kafka_that_does_not_answer_leaves_the_lag_its_last_batch_planned_and_a_stopped_run_has_none() -> None:
+    job = f"job_{uuid.uuid4().hex[:8]}"
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        nowhere = f"127.0.0.1:{closed.getsockname()[1]}"
+    metrics = JobMetrics(job, 1, bootstrap=nowhere)
+    metrics.batch(_progress(0, None, {"clicks": {"0": 7, "1": 5}}, {"clicks": {"0": 12, "1": 8}}, rows=12))
+    topic = {"job": job, "version": "1", "topic": "clicks"}
+    assert _value("kappa_job_consumer_lag_offsets", **topic) == 8  # as planned: Kafka did not answer
+    metrics.stopped()
+    assert _value("kappa_job_consumer_lag_offsets", **topic) is None

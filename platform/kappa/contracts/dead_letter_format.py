@@ -20,6 +20,21 @@ class DeadLetterKind(StrEnum):
     # A stateful rule names its own late kinds too (e.g. enrich_clicks' "late-profile"): any kind not above.
 
 
+# Each batch's side rows by kind, as a job's query observes them (kappa.spark.side_outputs.observe_side_rows) and
+# its metrics export them (kappa.runtime.metrics): the observation's name and its count of every kind.
+SIDE_ROWS_OBSERVED = "kappa_side_rows"
+SIDE_ROWS_ALL = "all"
+OTHER_SIDE_KIND = "other"  # a job's own kinds (its rule's), counted together
+
+
+def side_rows_by_kind(observed: dict[str, int]) -> dict[str, int]:
+    """A batch's observed side-row counts -> kind -> rows (kinds with none left out; a job's own kinds summed under
+    OTHER_SIDE_KIND)."""
+    known = {k.value: int(observed.get(k.value) or 0) for k in DeadLetterKind}
+    other = int(observed.get(SIDE_ROWS_ALL) or 0) - sum(known.values())
+    return {kind: n for kind, n in (*known.items(), (OTHER_SIDE_KIND, other)) if n > 0}
+
+
 # Header names, one place. Values are UTF-8 strings.
 H_KIND = "kappa.error.kind"
 H_MESSAGE = "kappa.error.message"

@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings
 from kappa.runtime import run_record
-from kappa.runtime.metrics import BATCH_DURATION, CONSUMER_LAG, INPUT_RECORDS, LAST_BATCH, RESTARTS, RUNNING
+from kappa.runtime.metrics import BATCH_DURATION, INPUT_RECORDS, LAG_NAME, LAST_BATCH, RESTARTS, RUNNING
 from kappa.runtime.run_record import RunRecord, RunState
 
 HISTORY = 30  # samples kept per job version: the sparklines' width
@@ -35,7 +35,7 @@ def _name(metric: object, suffix: str = "") -> str:
     return str(metric.describe()[0].name) + suffix  # type: ignore[attr-defined]
 
 
-_RECORDS, _LAG = _name(INPUT_RECORDS, "_total"), _name(CONSUMER_LAG)
+_RECORDS, _LAG = _name(INPUT_RECORDS, "_total"), LAG_NAME
 _BUCKET, _LAST, _RESTARTS, _RUNNING = (
     _name(BATCH_DURATION, "_bucket"), _name(LAST_BATCH), _name(RESTARTS, "_total"), _name(RUNNING)
 )  # fmt: skip

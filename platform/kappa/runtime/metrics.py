@@ -2,9 +2,12 @@
 
 Fed by the same per-batch progress the log line and the run record come from (one Spark listener event per
 batch, already in Python: no extra Py4J call, nothing per record), so the metrics cost a few dictionary reads per
-batch. prometheus_client rather than Spark's own Prometheus servlet: Spark's names carry the application and
-query ids (a new series at every restart, nothing that says job and version), and it knows nothing of the
-platform's own figures (restarts after a lost service, the version a query runs).
+batch; the side rows by kind are counted in the JVM as each batch runs (kappa.spark.side_outputs.observe_side_rows,
+reported in the same event). The lag alone is computed when scraped, against Kafka's end offsets.
+
+prometheus_client rather than Spark's own Prometheus servlet: Spark's names carry the application and query ids
+(a new series at every restart, nothing that says job and version), and it knows nothing of the platform's own
+figures (restarts after a lost service, the version a query runs).
 
 One HTTP server per process, on `KAPPA_METRICS_HOST`:`KAPPA_METRICS_PORT` (port 0: a free port, chosen per
 process, so that every deployment of one machine can serve); its address goes into each run's record (for `kappa
@@ -20,12 +23,17 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
+from kappa.contracts.dead_letter_format import SIDE_ROWS_OBSERVED, side_rows_by_kind
 from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings
 from kappa.runtime.declaration import version_name
@@ -53,16 +61,22 @@ BATCH_DURATION = Histogram(
     buckets=(0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0),
     registry=REGISTRY,
 )
-CONSUMER_LAG = Gauge(
-    "kappa_job_consumer_lag_offsets",
-    "Offsets of an input topic beyond the last batch's end, as Kafka had them when that batch was planned",
-    (*_JOB, "topic"),
-    registry=REGISTRY,
+LAG_NAME = "kappa_job_consumer_lag_offsets"  # computed when scraped (_LiveLag)
+LAG_DOC = (
+    "Offsets of an input topic beyond the last completed batch's end: Kafka's end offsets when scraped (when Kafka "
+    "does not answer, as Spark saw them when it planned that batch)"
 )
 LAST_BATCH = Gauge(
     "kappa_job_last_batch_timestamp_seconds", "When the last micro-batch completed (Unix time)", _JOB,
     registry=REGISTRY,
 )  # fmt: skip
+SIDE_ROWS = Counter(
+    "kappa_job_side_rows",
+    "Records set aside, by kind: dead letters (to the input's .dlq: undecodable, unknown-schema-id, "
+    "contract-violation, ...) and late records (to the output's .late: late-event; other: the job's own kinds)",
+    (*_JOB, "kind"),
+    registry=REGISTRY,
+)
 STATE_ROWS = Gauge("kappa_job_state_rows", "Keys held in the query's state stores", _JOB, registry=REGISTRY)
 STATE_MEMORY = Gauge("kappa_job_state_memory_bytes", "Memory the query's state stores use", _JOB, registry=REGISTRY)
 RESTARTS = Counter(
@@ -133,12 +147,61 @@ def source_offsets(source: dict[str, Any]) -> dict[str, tuple[int, int]]:
     return found
 
 
-class JobMetrics:
-    """The metrics of one job version in this process."""
+LAG_TIMEOUT_S = 2.0  # a scrape waits this long for Kafka's end offsets, once: then it says the planned lag
 
-    def __init__(self, job: str, version: int) -> None:
+
+class _LiveLag(Collector):
+    """The lag of every running job version of the process, computed when scraped: a job that stops completing
+    batches shows its lag grow, where a gauge set per batch would keep the last batch's value for ever."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[tuple[str, str], JobMetrics] = {}
+        self._lock = threading.Lock()  # one scrape at a time uses the consumers
+        self._consumers: dict[str, Consumer] = {}
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(LAG_NAME, LAG_DOC, labels=[*_JOB, "topic"])
+        with self._lock:
+            reachable = True  # one wait for a Kafka that does not answer per scrape, not one per partition
+            for metrics in list(self.jobs.values()):
+                ends, planned = metrics.last_ends, metrics.planned_lag
+                for topic in sorted(set(ends) | set(planned)):
+                    lag = None
+                    if reachable and metrics.bootstrap is not None and topic in ends:
+                        try:
+                            lag = self._behind(metrics.bootstrap, topic, ends[topic])
+                        except KafkaException:
+                            reachable = False
+                    lag = planned.get(topic, 0) if lag is None else lag
+                    family.add_metric([metrics.labels["job"], metrics.labels["version"], topic], lag)
+        yield family
+
+    def _behind(self, bootstrap: str, topic: str, ends: dict[int, int]) -> int:
+        consumer = self._consumers.get(bootstrap)
+        if consumer is None:
+            config = {"bootstrap.servers": bootstrap, "group.id": "kappa-metrics", "log_level": 0}
+            consumer = self._consumers[bootstrap] = Consumer(config)
+        return sum(
+            max(0, consumer.get_watermark_offsets(TopicPartition(topic, p), LAG_TIMEOUT_S, cached=False)[1] - end)
+            for p, end in ends.items()
+        )
+
+
+_LAG = _LiveLag()
+REGISTRY.register(_LAG)
+
+
+class JobMetrics:
+    """The metrics of one job version in this process. `bootstrap`: the Kafka its lag is measured against when
+    scraped (None: the lag its last batch's plan saw)."""
+
+    def __init__(self, job: str, version: int, bootstrap: str | None = None) -> None:
         self.labels = {"job": job, "version": str(version)}
+        self.bootstrap = bootstrap
+        self.last_ends: dict[str, dict[int, int]] = {}  # topic -> partition -> the last batch's end offset
+        self.planned_lag: dict[str, int] = {}  # topic -> offsets left behind when the last batch was planned
         RUNNING.labels(**self.labels).set(0)
+        _LAG.jobs[(job, str(version))] = self
 
     def started(self) -> None:
         RUNNING.labels(**self.labels).set(1)
@@ -157,7 +220,12 @@ class JobMetrics:
         for source in progress.get("sources", []):
             for topic, (read, behind) in source_offsets(source).items():
                 INPUT_OFFSETS.labels(**labels, topic=topic).inc(read)
-                CONSUMER_LAG.labels(**labels, topic=topic).set(behind)
+                self.planned_lag[topic] = behind
+            for topic, ends in _offsets(source.get("endOffset")).items():
+                self.last_ends[topic] = {int(p): offset for p, offset in ends.items()}
+        observed = (progress.get("observedMetrics") or {}).get(SIDE_ROWS_OBSERVED) or {}
+        for kind, rows in side_rows_by_kind(observed).items():
+            SIDE_ROWS.labels(**labels, kind=kind).inc(rows)
         operators = progress.get("stateOperators") or []
         STATE_ROWS.labels(**labels).set(sum(int(op.get("numRowsTotal", 0)) for op in operators))
         STATE_MEMORY.labels(**labels).set(sum(int(op.get("memoryUsedBytes", 0)) for op in operators))
@@ -168,7 +236,10 @@ class JobMetrics:
         RESTARTS.labels(**self.labels, service=service).inc()
 
     def stopped(self) -> None:
+        """The run ended: no lag is said for it any more (a stopped version's lag grows on purpose)."""
         RUNNING.labels(**self.labels).set(0)
+        if _LAG.jobs.get((self.labels["job"], self.labels["version"])) is self:
+            del _LAG.jobs[(self.labels["job"], self.labels["version"])]
 
 
 def target_path(settings: KappaSettings, job: str, version: int) -> Path:

@@ -226,7 +226,7 @@ def _start_batch_function_query(
     from pyspark.sql import functions as F
 
     # Lazy: imports pyspark, only where a Spark session runs (this module is imported without one).
-    from kappa.spark.side_outputs import SIDE_COLUMNS, SIDE_KIND, side_records
+    from kappa.spark.side_outputs import SIDE_COLUMNS, SIDE_KIND, observe_side_rows, side_records
     from kappa.spark.topic_io import publish
 
     if not any(isinstance(f, _TheQuerySaysIt) for f in _PY4J_CALLBACKS.filters):
@@ -294,7 +294,8 @@ def _start_batch_function_query(
                 batch.unpersist()
 
     return (
-        plan.rows.writeStream.foreachBatch(run_batch)
+        observe_side_rows(plan.rows)  # dead letters and late records by kind, for the metrics
+        .writeStream.foreachBatch(run_batch)
         .queryName(ctx.query_name())
         .option("checkpointLocation", ctx.checkpoint())
         .outputMode("update")

@@ -265,7 +265,7 @@ def _run_until_stopped(
         starting=starting or Starting(),
         max_offsets_per_trigger=max_offsets_per_trigger or live_batch_bound(spec, available_now),
     )
-    metrics = JobMetrics(spec.name, context.version)
+    metrics = JobMetrics(spec.name, context.version, settings.bootstrap)
     metrics_url = serve(settings)
     if metrics_url is not None:
         publish_target(settings, spec.name, context.version, metrics_url)

@@ -30,6 +30,8 @@ from kappa.contracts.dead_letter_format import (
     H_SOURCE_TIMESTAMP,
     H_SOURCE_TOPIC,
     H_TIME,
+    SIDE_ROWS_ALL,
+    SIDE_ROWS_OBSERVED,
     DeadLetterKind,
     dlq_topic,
     late_topic,
@@ -47,6 +49,17 @@ SIDE_KIND = "side_kind"  # null on every row that is not set aside
 # topic). Every other kind is one a rule gives a record it sets aside after reading it, LATE_EVENT or a kind of the
 # job's own (enrich_clicks' late profile versions): a late record (to the output's `.late` topic).
 DEAD_LETTER_KINDS = frozenset(kind.value for kind in DeadLetterKind if kind is not DeadLetterKind.LATE_EVENT)
+
+
+def observe_side_rows(rows: DataFrame) -> DataFrame:
+    """`rows`, observed: per batch, its side rows in all and per platform kind, counted in the JVM as the batch runs
+    (Spark's observed metrics: no extra pass; the query's progress event carries them, kappa.runtime.metrics
+    exports them). A batch read by two actions counts once only if it is persisted (the job runtime persists every
+    batch it reads twice)."""
+    kind = F.col(SIDE_KIND)
+    counts = [F.count(kind).alias(SIDE_ROWS_ALL)]
+    counts += [F.count_if(kind == k.value).alias(k.value) for k in DeadLetterKind]
+    return rows.observe(SIDE_ROWS_OBSERVED, *counts)
 
 
 def side_columns(df: DataFrame) -> list[Column]:
