@@ -69,6 +69,9 @@ TESTS = [
             {"series": f"kappa_job_last_batch_timestamp_seconds{{{JOB}}}", "values": "0x40"},
             # A query that waits for a lost service: not running, restarted in the last ten minutes.
             {"series": 'kappa_job_running{job="sessionize", version="2"}', "values": "0x40"},
+            # 20 undecodable records a minute (paged once over 100 in ten minutes), and late records (never).
+            {"series": f'kappa_job_side_rows_total{{{JOB}, kind="undecodable"}}', "values": "0+20x40"},
+            {"series": f'kappa_job_side_rows_total{{{JOB}, kind="late-event"}}', "values": "0+500x40"},
             {"series": 'kappa_job_restarts_total{job="sessionize", version="2", service="kafka"}', "values": "0+1x40"},
             {
                 "series": 'up{job="kappa", instance="127.0.0.1:4000", kappa_version="sessionize.v2"}',
@@ -97,6 +100,25 @@ TESTS = [
                         "exp_labels": {"severity": "ticket", "job": "sessionize", "version": "2"},
                         "exp_annotations": {
                             "summary": "sessionize v2 waits for a lost service: see `kappa jobs status`"
+                        },
+                    }
+                ],
+            },
+            {"eval_time": "4m", "alertname": "KappaJobDeadLetters", "exp_alerts": []},  # 80 so far
+            {
+                "eval_time": "12m",
+                "alertname": "KappaJobDeadLetters",
+                "exp_alerts": [
+                    {
+                        "exp_labels": {
+                            "severity": "ticket",
+                            "job": "raw_clicks",
+                            "version": "1",
+                            "kind": "undecodable",
+                        },
+                        "exp_annotations": {
+                            "summary": "raw_clicks v1 dead-lettered 200 records (undecodable) in 10 minutes: see "
+                            "`kappa dlq inspect`"
                         },
                     }
                 ],
