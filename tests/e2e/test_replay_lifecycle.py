@@ -497,6 +497,12 @@ def browser() -> Iterator[object]:
         chromium.close()
 
 
+# How long the UI may take to show what it is loading. Playwright's `expect` waits 5 s unless told (the page's
+# default timeout does not reach it), and on a busy machine the webserver takes longer than that to load the code
+# location after a first request: the page says "Loading dagster_project.definitions…" meanwhile.
+UI_WAIT_MS = 120_000
+
+
 @pytest.mark.timeout(1500)
 def test_launch_a_replay_from_the_dagster_ui(
     stack: KappaSettings,
@@ -520,7 +526,7 @@ def test_launch_a_replay_from_the_dagster_ui(
 
     url = dagster_ui(d)
     page = browser.new_page(viewport={"width": 1600, "height": 1000})
-    page.set_default_timeout(60_000)
+    page.set_default_timeout(UI_WAIT_MS)
     # A first visit asks to join the community, in a dialog that may open at any moment and covers the page:
     # Playwright dismisses it before whichever action it would block.
     page.add_locator_handler(page.get_by_role("button", name="Skip"), lambda skip: skip.click())
@@ -530,16 +536,16 @@ def test_launch_a_replay_from_the_dagster_ui(
         page.goto(f"{url}/locations/{LOCATION}/asset-groups/jobs", wait_until="networkidle")
         topics = [f"{prefix}{name}" for name in ("clicks", "user_profiles", "enriched_clicks", "sessions")]
         for asset in ("raw_clicks", "page_stats", "user_activity", *topics):
-            expect(page.get_by_text(asset, exact=True).first).to_be_visible()
+            expect(page.get_by_text(asset, exact=True).first).to_be_visible(timeout=UI_WAIT_MS)
         page.screenshot(path=str(ARTIFACTS / "dagster-ui-asset-graph.png"))
 
         # The Launchpad of replay_enrich_clicks: the declared version is the default; who acts is typed in.
         page.goto(f"{url}/locations/{LOCATION}/jobs/replay_enrich_clicks/playground", wait_until="networkidle")
-        expect(page.get_by_text(f"version: {new}")).to_be_visible()
+        expect(page.get_by_text(f"version: {new}")).to_be_visible(timeout=UI_WAIT_MS)
         page.locator(".CodeMirror").first.click()
         page.keyboard.press("Control+A")
         page.keyboard.type(f"by: {OPERATOR}\nfrom: earliest\nversion: {new}\n")
-        expect(page.get_by_text("No errors")).to_be_visible()
+        expect(page.get_by_text("No errors")).to_be_visible(timeout=UI_WAIT_MS)
         page.get_by_role("button", name="Launch Run").click()
 
         # The run page: wait for the run to end, then look at how it ended.
