@@ -11,12 +11,19 @@ import time
 
 from prometheus_client import generate_latest
 
+from kappa.core.observed import RECORD_AGE_COUNT, RECORD_AGE_GRID_S, RECORD_AGE_SUM_MS, record_age_column
 from kappa.runtime.metrics import REGISTRY, JobMetrics
 
 # The deployed pipeline's batches per second at most (a batch every half of the declared freshness): enrich_clicks
 # every 0.5 s, sessionize every 1 s, raw_clicks and the three views every 30 s; the real-time lane's batches last
 # minutes.
 BATCHES_PER_S = 1 / 0.5 + 1 / 1 + 4 / 30
+
+
+def _ages(records: int) -> dict[str, int]:
+    """A live batch's observed record ages: spread over its first seconds of the grid."""
+    cells = {record_age_column(point): min(records, round(records * point / 2)) for point in RECORD_AGE_GRID_S}
+    return {RECORD_AGE_COUNT: records, RECORD_AGE_SUM_MS: records * 900, **cells}
 
 
 def _progress(batch: int) -> dict[str, object]:
@@ -42,6 +49,12 @@ def _progress(batch: int) -> dict[str, object]:
             },
         ],
         "sink": {"numOutputRows": -1},
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(1.8e9 + batch / 2)),
+        "observedMetrics": {
+            "kappa_record_age:clicks": _ages(900),
+            "kappa_record_age:user_profiles": _ages(100),
+            "kappa_side_rows": {"all": 3, "undecodable": 1, "late-event": 2},
+        },
         "stateOperators": [{"numRowsTotal": 2000, "memoryUsedBytes": 9_000_000}] * 2,
     }
 

@@ -93,6 +93,7 @@ def cli_env(settings: KappaSettings) -> dict[str, str]:
         KAPPA_DELTA_ROOT=str(settings.delta_root),
         KAPPA_DEPLOYMENTS_DIR=str(settings.deployments_path),
         KAPPA_DEPLOY_LAUNCHER=settings.deploy_launcher.value,
+        KAPPA_METRICS_ENABLED=str(settings.metrics_enabled).lower(),  # KAPPA_METRICS_ENABLED=false: an A/B of them
         KAPPA_SPARK_MASTER=settings.spark_master,
         KAPPA_SPARK_POLLING_DELAY_MS=str(settings.spark_polling_delay_ms),
         KAPPA_SPARK_UI=str(settings.spark_ui).lower(),

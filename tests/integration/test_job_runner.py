@@ -8,6 +8,7 @@ import dataclasses
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +30,7 @@ from kappa.contracts.topic_declarations import Topic
 from kappa.core.settings import KappaSettings
 from kappa.kafka.clients import Outgoing, admin_client, produce_all
 from kappa.runtime import run_record
+from kappa.runtime.metrics import LATENCY_BUCKETS_S
 from kappa.runtime.run_record import RunState
 from kappa.spark.driver_files import QUIET_LOGGERS, log_file
 from tests.integration.replay_pipeline import Deployment, deploy_copy
@@ -104,6 +106,23 @@ def _metrics(url: str | None, job: str) -> dict[tuple[str, str], float]:
     }
 
 
+def _sample(url: str | None, name: str, **labels: str) -> float | None:
+    """One sample at a metrics address, by its name and labels (those it has beside them ignored)."""
+    assert url is not None
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and labels.items() <= sample.labels.items():
+                return sample.value
+    return None
+
+
+def _sent_now(records: list[Outgoing]) -> list[Outgoing]:
+    """The records without their event-time timestamps: Kafka stamps each with when it is sent."""
+    return [dataclasses.replace(r, timestamp_ms=None) for r in records]
+
+
 @pytest.mark.slow
 @pytest.mark.usefixtures("control_topics")
 def test_run_available_now_then_continuous_learning_a_schema_until_ctrl_c_mid_batch(
@@ -146,7 +165,10 @@ def test_run_available_now_then_continuous_learning_a_schema_until_ctrl_c_mid_ba
     live = subprocess.Popen(command, env=pipeline.env, cwd=pipeline.code, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)  # fmt: skip
     try:
-        _produce(stack, topic, 500, seed=22)
+        # The live records carry no timestamp of their own: Kafka's is when the test sent them, so no latency
+        # of the live run can be longer than from now to when it is scraped.
+        produced_from = time.time()
+        produce_all(stack, topic.name, _sent_now(_clicks(stack, topic, 500, seed=22)))
         # Wait until the batch is complete, not only written: a stop during a batch rightly leaves the group
         # at the last completed batch (the checkpoint's truth), which would make the comparison below racy.
         wait_until(
@@ -172,7 +194,7 @@ def test_run_available_now_then_continuous_learning_a_schema_until_ctrl_c_mid_ba
         # nothing dead-lettered (an optional field added, as a producer team would).
         v2 = topic_value_schema(stack.schemas_path, topic)
         v2 = {**v2, "fields": [*v2["fields"], {"name": "campaign", "type": ["null", "string"], "default": None}]}
-        produce_all(stack, topic.name, _clicks(stack, topic, 300, seed=23, schema=v2))
+        produce_all(stack, topic.name, _sent_now(_clicks(stack, topic, 300, seed=23, schema=v2)))
         wait_until(
             lambda: DeltaTable(str(table)).to_pyarrow_table().num_rows == 2800,
             timeout_s=180,
@@ -188,6 +210,19 @@ def test_run_available_now_then_continuous_learning_a_schema_until_ctrl_c_mid_ba
         assert scraped[("kappa_job_batches_total", "")] >= 2  # one batch per write at least
         assert scraped[("kappa_job_batch_duration_seconds_count", "")] == scraped[("kappa_job_batches_total", "")]
         assert scraped[("kappa_job_running", "")] == 1
+        # Each record read live has one latency (counted in the JVM as its batch ran, once though the batch is
+        # read twice), no longer than from when the test produced it to now; and nothing is left unread.
+        longest = time.time() - produced_from
+        latency = "kappa_job_record_latency_seconds"
+        assert scraped[(f"{latency}_count", topic.name)] == 800
+        assert 0 < scraped[(f"{latency}_sum", topic.name)] <= 800 * longest
+        within = min(le for le in LATENCY_BUCKETS_S if le * 3 / 5 >= longest)  # a grid cell: <= 5/3 x age
+        assert _sample(live_record.metrics_url, f"{latency}_bucket", le=repr(within)) == 800
+        assert scraped[("kappa_job_consumer_lag_seconds", topic.name)] == 0
+        # The version its dataset's alias names (the first run made v1 live), as the alias registry says it.
+        url = live_record.metrics_url
+        assert _sample(url, "kappa_dataset_live_version", dataset="delta:raw_clicks") == 1
+        assert _sample(url, "kappa_job_live", job="raw_clicks", version="1") == 1
         counted = {name for name, _label in scraped}
         assert "kappa_job_restarts_total" not in counted  # no service went away
         assert "kappa_job_side_rows_total" not in counted  # nothing set aside yet

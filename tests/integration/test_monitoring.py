@@ -47,7 +47,7 @@ def _shortened_rules(to: Path) -> Path:
     text, windows = re.subn(r"\[(5|10)m\]", "[15s]", text)
     text, fors = re.subn(r"for: \d+m", "for: 5s", text)
     text, thresholds = re.subn(r"kappa_job_consumer_lag_offsets > 1000", "kappa_job_consumer_lag_offsets > 300", text)
-    assert (windows, thresholds, fors) == (3, 1, 5), "the rules changed: change this test with them"
+    assert (windows, thresholds, fors) == (3, 1, 6), "the rules changed: change this test with them"
     to.write_text(text)
     return to
 
@@ -130,11 +130,14 @@ def test_prometheus_scrapes_a_running_job_and_its_falling_behind_alert_fires(
         producer.join(timeout=30)
         assert not producer.is_alive()
         assert 1000 < sent < MAX_CLICKS
-        # It catches up: Prometheus sees every produced record read, each offset past, nothing left behind.
+        # It catches up: Prometheus sees every produced record read (and its latency), each offset past, nothing
+        # left behind, in offsets or in seconds.
         wait_until(
             lambda: (
                 _value(base, f"sum(kappa_job_input_records_total{{{selector}}})") == sent
+                and _value(base, f"sum(kappa_job_record_latency_seconds_count{{{selector}}})") == sent
                 and _value(base, f"max(kappa_job_consumer_lag_offsets{{{selector}}})") == 0
+                and _value(base, f"max(kappa_job_consumer_lag_seconds{{{selector}}})") == 0
             ),
             300,
             f"Prometheus sees all {sent} clicks read and no lag",
@@ -142,6 +145,7 @@ def test_prometheus_scrapes_a_running_job_and_its_falling_behind_alert_fires(
         )
         assert _value(base, f'sum(kappa_job_input_offsets_total{{{selector}, topic="{clicks.name}"}})') == sent
         assert _value(base, f"max(kappa_job_running{{{selector}}})") == 1
+        assert _value(base, f"max(kappa_job_live{{{selector}}})") == 1  # its dataset's live version
         assert _value(base, 'max(up{job="kappa", kappa_version="raw_clicks.v1"})') == 1
         table = Path(str(settings.delta_root)) / "raw_clicks" / "v1"
         assert DeltaTable(str(table)).to_pyarrow_table().num_rows == sent

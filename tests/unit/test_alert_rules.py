@@ -16,6 +16,7 @@ RULES = Path(__file__).resolve().parents[2] / "infra" / "prometheus" / "alerts.y
 PROMTOOL = shutil.which("promtool")  # Debian's prometheus package, installed by `make setup`
 
 JOB = 'job="raw_clicks", version="1"'
+REPLAY = 'job="enrich_clicks", version="3"'
 LAG = f'kappa_job_consumer_lag_offsets{{{JOB}, topic="clicks"}}'
 DOWN_AT_6 = "1x5 0x35"  # a target that answers for 6 minutes, then not
 # Series every 1m. Behind: 2000 more offsets each minute. Catching up: from 20,000 down by 2000 a minute.
@@ -73,6 +74,8 @@ TESTS = [
             {"series": f'kappa_job_side_rows_total{{{JOB}, kind="undecodable"}}', "values": "0+20x40"},
             {"series": f'kappa_job_side_rows_total{{{JOB}, kind="late-event"}}', "values": "0+500x40"},
             {"series": 'kappa_job_restarts_total{job="sessionize", version="2", service="kafka"}', "values": "0+1x40"},
+            {"series": f"kappa_job_replay_progress_ratio{{{REPLAY}}}", "values": "0 0.1 0.2 0.3 0.4x37"},
+            {"series": f"kappa_job_last_batch_timestamp_seconds{{{REPLAY}}}", "values": "0 60 120 180 240x37"},
             {
                 "series": 'up{job="kappa", instance="127.0.0.1:4000", kappa_version="sessionize.v2"}',
                 "values": "1x5 0x35",
@@ -119,6 +122,21 @@ TESTS = [
                         "exp_annotations": {
                             "summary": "raw_clicks v1 dead-lettered 200 records (undecodable) in 10 minutes: see "
                             "`kappa dlq inspect`"
+                        },
+                    }
+                ],
+            },
+            # A replay that read 40 % of its plan by minute 4, then completed no batch: a ticket from minute 25.
+            {"eval_time": "24m", "alertname": "KappaReplayStalled", "exp_alerts": []},
+            {
+                "eval_time": "26m",
+                "alertname": "KappaReplayStalled",
+                "exp_alerts": [
+                    {
+                        "exp_labels": {"severity": "ticket", "job": "enrich_clicks", "version": "3"},
+                        "exp_annotations": {
+                            "summary": "the replay of enrich_clicks v3 stalled at 40% of its plan: see `kappa jobs "
+                            "status` and its log"
                         },
                     }
                 ],

@@ -11,9 +11,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kappa.core.errors import KappaError
+from kappa.core.observed import RECORD_AGE_GRID_S, record_age_column
 from kappa.core.settings import load_settings
 from kappa.runtime.metrics import (
     REGISTRY,
+    EndOffsetsSeen,
     JobMetrics,
     publish_target,
     source_offsets,
@@ -159,3 +161,72 @@ def test_a_kafka_that_does_not_answer_leaves_the_lag_its_last_batch_planned_and_
     assert _value("kappa_job_consumer_lag_offsets", **topic) == 8  # as planned: Kafka did not answer
     metrics.stopped()
     assert _value("kappa_job_consumer_lag_offsets", **topic) is None
+
+
+def _observed_ages(ages_s: list[float]) -> dict[str, int]:
+    """What the JVM observes of a batch whose records are `ages_s` old when it starts (its definition:
+    kappa.spark.topic_io.observe_record_age counts, per grid point, the records at most that old)."""
+    counts = {record_age_column(point): sum(age <= point for age in ages_s) for point in RECORD_AGE_GRID_S}
+    return {"records": len(ages_s), "age_sum_ms": round(sum(ages_s) * 1000), **counts}
+
+
+def test_record_latency_adds_the_batch_duration_to_each_observed_age() -> None:
+    job = f"job_{uuid.uuid4().hex[:8]}"
+    progress = _progress(0, None, {"clicks": {"0": 5}}, {"clicks": {"0": 5}}, rows=5, ms=1500)
+    # 0.04 s, 0.9 s, 12 s, 2 h old when the 1.5 s batch started; one from a producer whose clock runs ahead.
+    progress["observedMetrics"] = {"kappa_record_age:clicks": _observed_ages([0.04, 0.9, 12.0, 7200.0, -0.5])}
+    JobMetrics(job, 1).batch(progress)
+    series = {"job": job, "version": "1", "topic": "clicks"}
+
+    def bucket(le: str) -> float | None:
+        return _value("kappa_job_record_latency_seconds_bucket", **series, le=le)
+
+    # Each record at its grid cell's upper point plus 1.5 s: 0.01 + 1.5 and 0.05 + 1.5 -> <= 2; 1.0 + 1.5 -> <= 3;
+    # 15 + 1.5 -> <= 20; 7201.5 -> above every bucket.
+    assert [bucket(le) for le in ("1.0", "2.0", "3.0", "10.0", "20.0", "3600.0", "+Inf")] == [0, 2, 3, 3, 4, 4, 5]
+    assert _value("kappa_job_record_latency_seconds_count", **series) == 5
+    assert _value("kappa_job_record_latency_seconds_sum", **series) == pytest.approx(7212.44 + 5 * 1.5)
+
+
+def test_the_lag_in_seconds_dates_the_oldest_unread_record_between_the_end_offsets_seen() -> None:
+    seen = EndOffsetsSeen()
+    seen.saw(100.0, 10)
+    seen.saw(110.0, 20)
+    # The record at offset 15 was appended when the end passed 15, interpolated: 100 + 6/10 of 10 s.
+    assert seen.age_s(15, now=120.0) == pytest.approx(14.0)
+    assert seen.age_s(20, now=120.0) == 0  # everything seen was read
+    assert seen.age_s(5, now=120.0) == pytest.approx(20.0)  # before the first end seen: at least that old
+    seen.saw(115.0, 20)  # the same end seen later: the next record is dated from the later sight,
+    seen.saw(112.0, 20)  # (a batch's sight that arrives after a scrape's is put in its place)
+    assert seen.age_s(15, now=120.0) == pytest.approx(14.0)  # and those before it still from the first
+    seen.saw(125.0, 30)
+    assert seen.age_s(20, now=130.0) == pytest.approx(130.0 - 116.0)
+    seen.read_up_to(20)  # what dated records before 20 is forgotten; 20 is still dated
+    assert seen.age_s(20, now=130.0) == pytest.approx(14.0)
+
+    # Through a job's batches: it planned at 20 when the end was 12, and read up to 7 of partition 0.
+    job = f"job_{uuid.uuid4().hex[:8]}"
+    metrics = JobMetrics(job, 1)
+    progress = _progress(0, None, {"clicks": {"0": 7, "1": 8}}, {"clicks": {"0": 12, "1": 8}}, rows=15)
+    metrics.batch(progress | {"timestamp": "1970-01-01T00:00:20.000Z"})
+    assert metrics.lag_seconds("clicks", now=50.0) == pytest.approx(30.0)  # partition 1 is read: 0
+    metrics.saw_end("clicks", 0, 60.0, 22)  # a scrape
+    metrics.batch(progress | {"timestamp": "1970-01-01T00:01:10.000Z", "sources": [
+        {"startOffset": {"clicks": {"0": 7, "1": 8}}, "endOffset": {"clicks": {"0": 12, "1": 8}},
+         "latestOffset": {"clicks": {"0": 22, "1": 8}}, "numInputRows": 5}]})  # fmt: skip
+    # Offset 12 was appended between 20 s (end 12) and 60 s (end 22): at 24 s.
+    assert metrics.lag_seconds("clicks", now=74.0) == pytest.approx(50.0)
+
+
+def test_an_available_now_run_says_its_progress_through_its_plan() -> None:
+    job = f"job_{uuid.uuid4().hex[:8]}"
+    labels = {"job": job, "version": "2"}
+    replay = JobMetrics(job, 2, available_now=True)
+    assert _value("kappa_job_replay_progress_ratio", **labels) == 0
+    replay.batch(_progress(0, None, {"clicks": {"0": 7, "1": 5}}, {"clicks": {"0": 12, "1": 8}}, rows=12))
+    assert _value("kappa_job_replay_progress_ratio", **labels) == pytest.approx(12 / 20)
+    replay.batch(_progress(1, {"clicks": {"0": 7, "1": 5}}, {"clicks": {"0": 12, "1": 8}},
+                           {"clicks": {"0": 12, "1": 8}}, rows=8))  # fmt: skip
+    assert _value("kappa_job_replay_progress_ratio", **labels) == 1
+    JobMetrics(f"{job}_live", 1).batch(_progress(0, None, {"clicks": {"0": 1}}, {"clicks": {"0": 2}}, rows=1))
+    assert _value("kappa_job_replay_progress_ratio", job=f"{job}_live", version="1") is None  # a live run: none

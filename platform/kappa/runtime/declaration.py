@@ -359,6 +359,7 @@ class JobContext:
         # Lazy: imports pyspark, only where a Spark session runs (this module is imported without one).
         from kappa.spark.topic_io import REAL_TIME_CONSUMER, read_topic
 
+        real_time = "realTime" in self.trigger()
         return read_topic(
             self.spark,
             self.settings,
@@ -369,7 +370,9 @@ class JobContext:
             starting_timestamp_ms=self.starting.timestamp_ms,
             max_offsets_per_trigger=self.max_offsets_per_trigger,
             with_raw=with_raw,
-            consumer_options=REAL_TIME_CONSUMER if "realTime" in self.trigger() else None,
+            consumer_options=REAL_TIME_CONSUMER if real_time else None,
+            # The live latency of kappa.runtime.metrics: not of a replay's history, nor with metrics off.
+            observe_age=self.settings.metrics_enabled and not (self.available_now or real_time),
         )
 
     def read_lookup(self, topic: Topic) -> DataFrame:

@@ -2,8 +2,11 @@
 
 Fed by the same per-batch progress the log line and the run record come from (one Spark listener event per
 batch, already in Python: no extra Py4J call, nothing per record), so the metrics cost a few dictionary reads per
-batch; the side rows by kind are counted in the JVM as each batch runs (kappa.spark.side_outputs.observe_side_rows,
-reported in the same event). The lag alone is computed when scraped, against Kafka's end offsets.
+batch; the side rows by kind and the input records' ages are counted in the JVM as each batch runs
+(kappa.spark.side_outputs.observe_side_rows, kappa.spark.topic_io.observe_record_age; reported in the same
+event). The lag alone is computed when scraped, against Kafka's end offsets; its seconds from the times at which
+the job saw each end offset (as kafka-lag-exporter does: the time an offset was appended, interpolated between
+two end offsets seen, is the age of the oldest record the job has not read).
 
 prometheus_client rather than Spark's own Prometheus servlet: Spark's names carry the application and query ids
 (a new series at every restart, nothing that says job and version), and it knows nothing of the platform's own
@@ -18,24 +21,34 @@ host serves all its jobs from one server (their target files name the same addre
 
 from __future__ import annotations
 
+import bisect
 import json
 import logging
 import os
 import threading
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from kappa.contracts.dead_letter_format import SIDE_ROWS_OBSERVED, side_rows_by_kind
 from kappa.core.errors import KappaError
+from kappa.core.observed import (
+    RECORD_AGE_COUNT,
+    RECORD_AGE_GRID_S,
+    RECORD_AGE_OBSERVED,
+    RECORD_AGE_SUM_MS,
+    record_age_column,
+)
 from kappa.core.settings import KappaSettings
+from kappa.kafka.aliases import Alias, AliasWatch
 from kappa.runtime.declaration import version_name
 
 log = logging.getLogger("kappa.metrics")
@@ -65,6 +78,24 @@ LAG_NAME = "kappa_job_consumer_lag_offsets"  # computed when scraped (_LiveLag)
 LAG_DOC = (
     "Offsets of an input topic beyond the last completed batch's end: Kafka's end offsets when scraped (when Kafka "
     "does not answer, as Spark saw them when it planned that batch)"
+)
+LAG_SECONDS_NAME = "kappa_job_consumer_lag_seconds"  # computed when scraped (_LiveLag)
+LAG_SECONDS_DOC = (
+    "Age of the oldest record of an input topic the job has not read (the worst partition): when Kafka's end "
+    "offset passed it, interpolated between the end offsets seen at batches and scrapes"
+)
+LATENCY_NAME = "kappa_job_record_latency_seconds"  # a histogram of counts observed in the JVM (_RecordLatency)
+LATENCY_DOC = (
+    "From each input record's Kafka timestamp to the commit of the live batch that read it (counted on a grid of "
+    "ages, a record's age counted at most 5/3 as high; records a rule holds in state wait longer for their output)"
+)
+LATENCY_BUCKETS_S = (0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 900.0, 3600.0)
+REPLAY_PROGRESS = Gauge(
+    "kappa_job_replay_progress_ratio",
+    "An available-now run (a replay, a catch-up): offsets read this run over those and the offsets its plan has "
+    "left (1: done)",
+    _JOB,
+    registry=REGISTRY,
 )
 LAST_BATCH = Gauge(
     "kappa_job_last_batch_timestamp_seconds", "When the last micro-batch completed (Unix time)", _JOB,
@@ -148,11 +179,51 @@ def source_offsets(source: dict[str, Any]) -> dict[str, tuple[int, int]]:
 
 
 LAG_TIMEOUT_S = 2.0  # a scrape waits this long for Kafka's end offsets, once: then it says the planned lag
+END_OFFSETS_KEPT = 256  # per partition: the end offsets seen, to date the records not yet read
+
+
+class EndOffsetsSeen:
+    """One partition's end offsets as the job saw them over time (at its batches and at scrapes): when each record
+    not yet read was appended, interpolated, and so the age of the oldest one."""
+
+    def __init__(self) -> None:
+        self._seen: list[tuple[float, int]] = []  # (when, end offset), in time order
+
+    def saw(self, when: float, end: int) -> None:
+        at = bisect.bisect_right(self._seen, (when, end))
+        if at == len(self._seen) >= 2 and self._seen[-1][1] == self._seen[-2][1] == end:
+            # Still that end: its first sight dates the records before it, its last sight the next one.
+            self._seen[-1] = (when, end)
+        else:
+            self._seen.insert(at, (when, end))
+        del self._seen[:-END_OFFSETS_KEPT]
+
+    def read_up_to(self, offset: int) -> None:
+        """The job has read every record before `offset`: only the last end at or before it still dates one."""
+        reached = [i for i, (_when, end) in enumerate(self._seen) if end <= offset]
+        if reached:
+            del self._seen[: reached[-1]]
+
+    def age_s(self, offset: int, now: float) -> float:
+        """Seconds since the record at `offset` (the first the job has not read) was appended; 0 if the job had
+        read everything at the last end seen. A record appended before the first end seen is dated there (its
+        age is at least that)."""
+        earlier: tuple[float, int] | None = None
+        for when, end in self._seen:
+            if end > offset:
+                if earlier is None:
+                    return max(0.0, now - when)
+                then, was = earlier
+                appended = then + (offset + 1 - was) / (end - was) * (when - then)
+                return max(0.0, now - appended)
+            earlier = (when, end)
+        return 0.0
 
 
 class _LiveLag(Collector):
-    """The lag of every running job version of the process, computed when scraped: a job that stops completing
-    batches shows its lag grow, where a gauge set per batch would keep the last batch's value for ever."""
+    """The lag of every running job version of the process, in offsets and in seconds, computed when scraped: a
+    job that stops completing batches shows its lag grow, where a gauge set per batch would keep the last batch's
+    value for ever."""
 
     def __init__(self) -> None:
         self.jobs: dict[tuple[str, str], JobMetrics] = {}
@@ -160,48 +231,205 @@ class _LiveLag(Collector):
         self._consumers: dict[str, Consumer] = {}
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        family = GaugeMetricFamily(LAG_NAME, LAG_DOC, labels=[*_JOB, "topic"])
+        offsets = GaugeMetricFamily(LAG_NAME, LAG_DOC, labels=[*_JOB, "topic"])
+        seconds = GaugeMetricFamily(LAG_SECONDS_NAME, LAG_SECONDS_DOC, labels=[*_JOB, "topic"])
         with self._lock:
             reachable = True  # one wait for a Kafka that does not answer per scrape, not one per partition
             for metrics in list(self.jobs.values()):
                 ends, planned = metrics.last_ends, metrics.planned_lag
                 for topic in sorted(set(ends) | set(planned)):
                     lag = None
+                    now = time.time()
                     if reachable and metrics.bootstrap is not None and topic in ends:
                         try:
-                            lag = self._behind(metrics.bootstrap, topic, ends[topic])
+                            lag = self._behind(metrics, topic, now)
                         except KafkaException:
                             reachable = False
                     lag = planned.get(topic, 0) if lag is None else lag
-                    family.add_metric([metrics.labels["job"], metrics.labels["version"], topic], lag)
-        yield family
+                    labels = [metrics.labels["job"], metrics.labels["version"], topic]
+                    offsets.add_metric(labels, lag)
+                    seconds.add_metric(labels, metrics.lag_seconds(topic, now))
+        yield offsets
+        yield seconds
 
-    def _behind(self, bootstrap: str, topic: str, ends: dict[int, int]) -> int:
-        consumer = self._consumers.get(bootstrap)
+    def _behind(self, metrics: JobMetrics, topic: str, now: float) -> int:
+        """Offsets of `topic` beyond the job's last batch, against Kafka's end offsets now (which the job's
+        partitions then remember having seen)."""
+        assert metrics.bootstrap is not None
+        consumer = self._consumers.get(metrics.bootstrap)
         if consumer is None:
-            config = {"bootstrap.servers": bootstrap, "group.id": "kappa-metrics", "log_level": 0}
-            consumer = self._consumers[bootstrap] = Consumer(config)
-        return sum(
-            max(0, consumer.get_watermark_offsets(TopicPartition(topic, p), LAG_TIMEOUT_S, cached=False)[1] - end)
-            for p, end in ends.items()
-        )
+            config = {"bootstrap.servers": metrics.bootstrap, "group.id": "kappa-metrics", "log_level": 0}
+            consumer = self._consumers[metrics.bootstrap] = Consumer(config)
+        behind = 0
+        for p, read in metrics.last_ends[topic].items():
+            end = consumer.get_watermark_offsets(TopicPartition(topic, p), LAG_TIMEOUT_S, cached=False)[1]
+            metrics.saw_end(topic, p, now, end)
+            behind += max(0, end - read)
+        return behind
 
 
 _LAG = _LiveLag()
 REGISTRY.register(_LAG)
 
 
+class _RecordLatency(Collector):
+    """Each live job version's latency histogram per input topic, from the ages its batches observed in the JVM:
+    a record `age` old when its batch started is `age + the batch's duration` old when the batch commits, and is
+    counted in the bucket of its grid cell's upper point plus that duration (a count per cell, not per record)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._series: dict[tuple[str, str, str], tuple[list[int], list[float]]] = {}  # counts per bucket, [sum]
+
+    def add(self, labels: tuple[str, str, str], observed: dict[str, Any], batch_s: float) -> None:
+        records = int(observed.get(RECORD_AGE_COUNT) or 0)
+        if records == 0:
+            return
+        with self._lock:
+            counts, total = self._series.setdefault(labels, ([0] * (len(LATENCY_BUCKETS_S) + 1), [0.0]))
+            below = 0
+            for point in RECORD_AGE_GRID_S:
+                at_most = int(observed.get(record_age_column(point)) or 0)
+                if at_most > below:
+                    counts[bisect.bisect_left(LATENCY_BUCKETS_S, point + batch_s)] += at_most - below
+                below = max(below, at_most)
+            counts[-1] += records - below  # older than the grid: above every bucket
+            total[0] += float(observed.get(RECORD_AGE_SUM_MS) or 0) / 1000 + records * batch_s
+
+    def collect(self) -> Iterator[HistogramMetricFamily]:
+        family = HistogramMetricFamily(LATENCY_NAME, LATENCY_DOC, labels=[*_JOB, "topic"])
+        with self._lock:
+            for labels, (counts, total) in sorted(self._series.items()):
+                cumulative, buckets = 0, []
+                for bound, count in zip((*LATENCY_BUCKETS_S, float("inf")), counts, strict=True):
+                    cumulative += count
+                    buckets.append(("+Inf" if bound == float("inf") else str(bound), cumulative))
+                family.add_metric(list(labels), buckets, total[0])
+        yield family
+
+
+_LATENCY = _RecordLatency()
+REGISTRY.register(_LATENCY)
+
+
+ALIASES_REFRESH_S = 10.0  # how often a process reads kafka.aliases for the live versions it exports
+
+
+class _LiveVersions(Collector):
+    """The live version of each dataset a job version of this process writes, by the alias registry: read in the
+    background every ALIASES_REFRESH_S by one open reader per Kafka (one offsets request while nothing moves), so
+    that a scrape never waits for Kafka; said as of the last read that succeeded. A cutover or a rollback is a
+    change of the dataset's series (PromQL `changes()` counts them)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._writers: dict[tuple[str, str], tuple[KappaSettings, str]] = {}  # (job, version) -> where, dataset
+        self._aliases: dict[str, Alias] = {}  # dataset -> its alias, as last read
+        self._reader: threading.Thread | None = None
+
+    def watch(self, job: str, version: str, settings: KappaSettings, dataset: str) -> None:
+        with self._lock:
+            self._writers[(job, version)] = (settings, dataset)
+            if self._reader is None:
+                self._reader = threading.Thread(target=self._read_forever, name="kappa-metrics-aliases", daemon=True)
+                self._reader.start()
+
+    def forget(self, job: str, version: str) -> None:
+        with self._lock:
+            self._writers.pop((job, version), None)
+
+    def _read_forever(self) -> None:
+        watches: dict[str, AliasWatch] = {}
+        while True:
+            with self._lock:
+                places = {settings.bootstrap: settings for settings, _dataset in self._writers.values()}
+            for bootstrap, settings in places.items():
+                try:
+                    watch = watches.get(bootstrap) or watches.setdefault(bootstrap, AliasWatch(settings))
+                    aliases = watch.all()
+                except (KappaError, KafkaException) as exc:  # the lag says Kafka is gone; the last read stands
+                    log.debug("could not read the aliases at %s: %s", bootstrap, exc)
+                    continue
+                with self._lock:
+                    self._aliases.update(aliases)
+            time.sleep(ALIASES_REFRESH_S)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        live = GaugeMetricFamily(
+            "kappa_dataset_live_version",
+            "The version the dataset's alias points at (readers read it)",
+            labels=["dataset"],
+        )
+        moved = GaugeMetricFamily(
+            "kappa_dataset_alias_moved_timestamp_seconds",
+            "When the dataset's alias last moved: its first version, a cutover, a rollback (Unix time)",
+            labels=["dataset"],
+        )
+        serving = GaugeMetricFamily(
+            "kappa_job_live",
+            "1 when the job version is its dataset's live version (readers read it), else 0",
+            labels=_JOB,
+        )
+        with self._lock:
+            for dataset in sorted({dataset for _settings, dataset in self._writers.values()}):
+                alias = self._aliases.get(dataset)
+                if alias is not None:
+                    live.add_metric([dataset], alias.version)
+                    moved.add_metric([dataset], alias.changed_at / 1000)
+            for (job, version), (_settings, dataset) in sorted(self._writers.items()):
+                alias = self._aliases.get(dataset)
+                serving.add_metric([job, version], int(alias is not None and str(alias.version) == version))
+        yield from (live, moved, serving)
+
+
+_LIVE_VERSIONS = _LiveVersions()
+REGISTRY.register(_LIVE_VERSIONS)
+
+
+def _unix_time(timestamp: Any) -> float | None:
+    """A progress event's `timestamp` (ISO 8601, UTC: when its batch was triggered) as Unix time."""
+    try:
+        return datetime.fromisoformat(str(timestamp)).timestamp()
+    except ValueError:
+        return None
+
+
 class JobMetrics:
     """The metrics of one job version in this process. `bootstrap`: the Kafka its lag is measured against when
     scraped (None: the lag its last batch's plan saw)."""
 
-    def __init__(self, job: str, version: int, bootstrap: str | None = None) -> None:
+    def __init__(self, job: str, version: int, bootstrap: str | None = None, available_now: bool = False) -> None:
         self.labels = {"job": job, "version": str(version)}
         self.bootstrap = bootstrap
+        self.available_now = available_now  # a replay or catch-up: its progress through its plan is a figure
         self.last_ends: dict[str, dict[int, int]] = {}  # topic -> partition -> the last batch's end offset
         self.planned_lag: dict[str, int] = {}  # topic -> offsets left behind when the last batch was planned
+        self._ends_seen: dict[tuple[str, int], EndOffsetsSeen] = {}
+        self._read_this_run = 0
         RUNNING.labels(**self.labels).set(0)
+        if available_now:
+            REPLAY_PROGRESS.labels(**self.labels).set(0)
         _LAG.jobs[(job, str(version))] = self
+
+    def writes(self, settings: KappaSettings, dataset: str) -> None:
+        """The version writes `dataset`: its live version (and whether it is this one) is exported from the alias
+        registry of `settings`' Kafka."""
+        _LIVE_VERSIONS.watch(self.labels["job"], self.labels["version"], settings, dataset)
+
+    def saw_end(self, topic: str, partition: int, when: float, end: int) -> None:
+        """Kafka's end offset of one input partition, as seen at `when` (a batch's plan, a scrape)."""
+        self._ends_seen.setdefault((topic, partition), EndOffsetsSeen()).saw(when, end)
+
+    def lag_seconds(self, topic: str, now: float) -> float:
+        """The age of the oldest record of `topic` the job has not read (its worst partition), by the ends seen."""
+        return max(
+            (
+                seen.age_s(self.last_ends.get(topic, {}).get(p, 0), now)
+                for (t, p), seen in list(self._ends_seen.items())
+                if t == topic
+            ),
+            default=0.0,
+        )
 
     def started(self) -> None:
         RUNNING.labels(**self.labels).set(1)
@@ -217,15 +445,32 @@ class JobMetrics:
         if written > 0:  # -1: a sink that does not count (foreachBatch)
             OUTPUT_ROWS.labels(**labels).inc(written)
         INPUT_RECORDS.labels(**labels).inc(int(progress.get("numInputRows", 0)))
+        planned_at = _unix_time(progress.get("timestamp"))
         for source in progress.get("sources", []):
             for topic, (read, behind) in source_offsets(source).items():
                 INPUT_OFFSETS.labels(**labels, topic=topic).inc(read)
                 self.planned_lag[topic] = behind
+                self._read_this_run += read
+            for topic, latest in _offsets(source.get("latestOffset")).items():
+                for partition, end in latest.items():
+                    if planned_at is not None:
+                        self.saw_end(topic, int(partition), planned_at, end)
             for topic, ends in _offsets(source.get("endOffset")).items():
                 self.last_ends[topic] = {int(p): offset for p, offset in ends.items()}
-        observed = (progress.get("observedMetrics") or {}).get(SIDE_ROWS_OBSERVED) or {}
-        for kind, rows in side_rows_by_kind(observed).items():
+                for number, offset in self.last_ends[topic].items():
+                    if (topic, number) in self._ends_seen:
+                        self._ends_seen[(topic, number)].read_up_to(offset)
+        if self.available_now:
+            left = sum(self.planned_lag.values())
+            done = self._read_this_run / (self._read_this_run + left) if self._read_this_run + left else 1.0
+            REPLAY_PROGRESS.labels(**labels).set(done)
+        observed_metrics = progress.get("observedMetrics") or {}
+        for kind, rows in side_rows_by_kind(observed_metrics.get(SIDE_ROWS_OBSERVED) or {}).items():
             SIDE_ROWS.labels(**labels, kind=kind).inc(rows)
+        for name, ages in observed_metrics.items():
+            if name.startswith(RECORD_AGE_OBSERVED) and isinstance(ages, dict):
+                topic = name[len(RECORD_AGE_OBSERVED) :]
+                _LATENCY.add((labels["job"], labels["version"], topic), ages, took_ms / 1000)
         operators = progress.get("stateOperators") or []
         STATE_ROWS.labels(**labels).set(sum(int(op.get("numRowsTotal", 0)) for op in operators))
         STATE_MEMORY.labels(**labels).set(sum(int(op.get("memoryUsedBytes", 0)) for op in operators))
@@ -236,10 +481,12 @@ class JobMetrics:
         RESTARTS.labels(**self.labels, service=service).inc()
 
     def stopped(self) -> None:
-        """The run ended: no lag is said for it any more (a stopped version's lag grows on purpose)."""
+        """The run ended: no lag is said for it any more (a stopped version's lag grows on purpose), nor whether
+        it is live."""
         RUNNING.labels(**self.labels).set(0)
         if _LAG.jobs.get((self.labels["job"], self.labels["version"])) is self:
             del _LAG.jobs[(self.labels["job"], self.labels["version"])]
+        _LIVE_VERSIONS.forget(self.labels["job"], self.labels["version"])
 
 
 def target_path(settings: KappaSettings, job: str, version: int) -> Path:

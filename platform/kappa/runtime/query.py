@@ -293,9 +293,10 @@ def _start_batch_function_query(
             if cached:
                 batch.unpersist()
 
+    # Dead letters and late records by kind, for the metrics (none counted with metrics off).
+    rows = observe_side_rows(plan.rows) if ctx.settings.metrics_enabled else plan.rows
     return (
-        observe_side_rows(plan.rows)  # dead letters and late records by kind, for the metrics
-        .writeStream.foreachBatch(run_batch)
+        rows.writeStream.foreachBatch(run_batch)
         .queryName(ctx.query_name())
         .option("checkpointLocation", ctx.checkpoint())
         .outputMode("update")

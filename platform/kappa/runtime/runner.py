@@ -21,7 +21,7 @@ from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings
 from kappa.kafka.clients import admin_client
 from kappa.runtime import start_point
-from kappa.runtime.binding import VersionBinding, deployment_topics, record_binding
+from kappa.runtime.binding import VersionBinding, dataset_of, deployment_topics, record_binding
 from kappa.runtime.declaration import JobContext, JobSpec, Starting, version_checkpoints
 from kappa.runtime.metrics import JobMetrics, publish_target, serve, withdraw_target
 from kappa.runtime.progress import ProgressHub, ProgressRecorder, checkpoint_offsets
@@ -265,9 +265,10 @@ def _run_until_stopped(
         starting=starting or Starting(),
         max_offsets_per_trigger=max_offsets_per_trigger or live_batch_bound(spec, available_now),
     )
-    metrics = JobMetrics(spec.name, context.version, settings.bootstrap)
+    metrics = JobMetrics(spec.name, context.version, settings.bootstrap, context.available_now)
     metrics_url = serve(settings)
     if metrics_url is not None:
+        metrics.writes(settings, dataset_of(spec))
         publish_target(settings, spec.name, context.version, metrics_url)
         if run_record is not None:
             run_record.serving(metrics_url)

@@ -29,6 +29,13 @@ from kappa.contracts.registry import Registry
 from kappa.contracts.schema_files import topic_value_schema
 from kappa.contracts.topic_declarations import Topic
 from kappa.core.errors import KappaError
+from kappa.core.observed import (
+    RECORD_AGE_COUNT,
+    RECORD_AGE_GRID_S,
+    RECORD_AGE_OBSERVED,
+    RECORD_AGE_SUM_MS,
+    record_age_column,
+)
 from kappa.core.settings import KappaSettings
 from kappa.spark.confluent_avro import DEAD_LETTER, RECORD, decode_confluent, encode_confluent, struct_for
 from kappa.spark.side_outputs import SIDE_KIND, side_records
@@ -131,6 +138,16 @@ def kafka_source(
     return reader.load()  # type: ignore[no-any-return]
 
 
+def observe_record_age(raw: DataFrame, topic: str) -> DataFrame:
+    """Raw Kafka rows, observed: per batch, how old its records were when the batch started, counted on the grid of
+    kappa.core.observed in the JVM as the batch reads them (no extra pass; the query's progress event carries the
+    counts). For a live query only: a replay's records are as old as its history."""
+    age_ms = F.unix_millis(F.current_timestamp()) - F.unix_millis(F.col("timestamp"))  # the batch's time, per batch
+    counts = [F.count(F.lit(1)).alias(RECORD_AGE_COUNT), F.sum(age_ms).alias(RECORD_AGE_SUM_MS)]
+    counts += [F.count_if(age_ms <= round(s * 1000)).alias(record_age_column(s)) for s in RECORD_AGE_GRID_S]
+    return raw.observe(f"{RECORD_AGE_OBSERVED}{topic}", *counts)
+
+
 def decode_topic(
     raw: DataFrame,
     reader_schema: dict[str, Any],
@@ -229,12 +246,14 @@ def read_topic(
     with_raw: bool = False,
     enforce_contract: bool = True,
     consumer_options: Mapping[str, str] | None = None,
+    observe_age: bool = False,
 ) -> DecodedTopic:
     """A declared topic, decoded into its declared schema from every writer version the registry knows.
 
     `enforce_contract`: records breaking the row-level expectations of the dataset's suite, if it has one,
     go to the dead letters (False: every decodable record is a record, e.g. to measure the contract).
     `consumer_options`: as `kafka_source` takes them (REAL_TIME_CONSUMER for a real-time query).
+    `observe_age`: count the records' ages per batch, for the metrics' latency (`observe_record_age`).
     """
     with Registry(settings.registry) as registry:
         writers = writer_schemas(registry, topic)
@@ -242,6 +261,8 @@ def read_topic(
         spark, settings, topic, streaming, starting_offsets, max_offsets_per_trigger, starting_timestamp_ms,
         consumer_options,
     )  # fmt: skip
+    if observe_age:
+        raw = observe_record_age(raw, topic.name)
     contract = topic_contract(settings, topic) if enforce_contract else None
     return decode_topic(
         raw, value_schema(settings, topic), writers, job, job_version, with_raw, contract,

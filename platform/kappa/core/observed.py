@@ -1,0 +1,24 @@
+"""What Spark counts in the JVM as each batch of a live query runs, for the metrics (Spark's observed metrics),
+named in one place: kappa.spark observes it, kappa.runtime.metrics reads it from the query's progress event.
+
+The age of each input record when its batch started: from the record's Kafka timestamp to the batch's timestamp
+(the instant Spark gives `current_timestamp()` in a micro-batch), counted on a grid of ages. The metrics add the
+batch's own duration, known once it commits, to make it the record's latency to the output's commit.
+"""
+
+from __future__ import annotations
+
+RECORD_AGE_OBSERVED = "kappa_record_age:"  # + the input topic's name: one observation per input
+RECORD_AGE_COUNT = "records"
+RECORD_AGE_SUM_MS = "age_sum_ms"
+# Ages in seconds; a record counts in the first cell (previous point, point] its age falls into. The grid steps
+# 1, 1.5, 2, 3, 5, 7.5 per decade: a record counted at its cell's upper point is at most 5/3 of its age (from 3 to 5).
+RECORD_AGE_GRID_S = (
+    0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5,
+    10.0, 15.0, 20.0, 30.0, 50.0, 75.0, 100.0, 150.0, 200.0, 300.0, 500.0, 750.0, 1000.0, 1500.0, 2000.0, 3000.0,
+)  # fmt: skip
+
+
+def record_age_column(point_s: float) -> str:
+    """The observed column counting the batch's records at most `point_s` seconds old."""
+    return f"age_le_{round(point_s * 1000)}ms"
