@@ -8,7 +8,7 @@
   restart is visible and auditable in the Runs page. The restart resumes from the version's checkpoint. A
   running one is observed: its consumer lag, rows and last batch, and from its metrics (kappa.runtime.metrics)
   the records it read, its records/s and p99 batch time since the previous tick, go on its output asset as an
-  AssetObservation whenever they change (the asset's metadata in the UI, plotted over time on its Plots tab),
+  AssetObservation whenever they change (the asset's metadata in the UI, plotted over time on its overview page),
   with `lag_alert` set and a warning in the tick's log when the lag reaches KAPPA_DEPLOY_LAG_ALERT.
 
 The sensor restarts through a run rather than in its own evaluation: a tick's work is not listed in the run

@@ -16,7 +16,8 @@ build on it, in this order, each starting from the version that is live and decl
    describe in prose are made here, on the copy; each deployment is stopped once the flow no longer needs it.
 3. The Dagster UI in a real browser (Debian's chromium, headless, driven by Playwright, which downloads no
    browser here): the asset graph, and a replay of the next version launched from the Launchpad. The run's
-   steps run the `kappa` CLI, so the test then asserts on what they did. Screenshots are kept in
+   steps run the `kappa` CLI, so the test then asserts on what they did; then the output asset's plots, drawn
+   from the health sensor's observations of the version gone live. Screenshots are kept in
    `build/test-artifacts/`.
 
 Each flow also passes run alone (`pytest -k`): it reads the live version instead of assuming one.
@@ -50,7 +51,7 @@ from kappa.lifecycle.lag import lag
 from kappa.runtime.readers import AliasConsumer
 from tests import oracles
 from tests.conftest import PORT_OFFSET
-from tests.integration.replay_pipeline import CONFIG, REPO, Deployment, deploy_copy, produce
+from tests.integration.replay_pipeline import CONFIG, REPO, Deployment, deploy_copy, produce, produce_clicks
 from tests.waiting import wait_until
 
 FIRST_PART = slice(0, 2200)  # the log when v1 goes live; the CLI flow adds the rest after its cutover
@@ -503,12 +504,29 @@ def browser() -> Iterator[object]:
 UI_WAIT_MS = 120_000
 
 
+def _plot_the_live_version(stack: KappaSettings, d: Deployment, dagster_home: Path) -> int:
+    """Tick the health sensor of the copy's code location 6 times, 5 s apart, on the UI's instance while 200
+    clicks arrive before each tick; how many ticks observed something."""
+    clicks = Topic(f"{d.prefix}clicks", 4, Cleanup.COMPACT, value_schema="clicks.avsc")
+    env = {**d.env, "DAGSTER_HOME": str(dagster_home), "PYTHONPATH": f"{d.code}{os.pathsep}{REPO}"}
+    command = [sys.executable, "-m", "tests.e2e.sensor_ticks", "--ticks", "6", "--every", "5"]
+    ticks = subprocess.Popen(command, cwd=d.code, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True)  # fmt: skip
+    for burst in range(6):
+        produce_clicks(stack, clicks, 200, seed=100 + burst)
+        time.sleep(5)
+    out = ticks.communicate(timeout=300)[0]
+    assert ticks.returncode == 0, out[-3000:]
+    return len(re.findall(r"tick \d+: [1-9]\d* observations", out))
+
+
 @pytest.mark.timeout(1500)
 def test_launch_a_replay_from_the_dagster_ui(
     stack: KappaSettings,
     pipeline: Deployment,
     dagster_ui: Callable[[Deployment], str],
     browser: object,
+    tmp_path: Path,
 ) -> None:
     from playwright.sync_api import Browser, expect
 
@@ -555,6 +573,18 @@ def test_launch_a_replay_from_the_dagster_ui(
         expect(ended.first).to_be_visible(timeout=900_000)
         page.screenshot(path=str(ARTIFACTS / "dagster-ui-replay-run.png"), full_page=True)
         expect(page.get_by_text("Success", exact=True).first).to_be_visible(timeout=1_000)
+
+        # The output asset's plots (its overview's metadata section): the health sensor's observations of the
+        # version now live, while clicks arrive in bursts (the test ticks the sensor every 5 s; its daemon does
+        # every 30 s).
+        plotted = _plot_the_live_version(stack, d, tmp_path / "dagster_home")
+        assert plotted >= 3, "the sensor observed the live version at fewer than 3 ticks"
+        page.goto(f"{url}/assets/kafka/{prefix}enriched_clicks", wait_until="networkidle")
+        page.get_by_role("button", name="Plots").click()  # the metadata section's table, drawn over time
+        plot = page.get_by_text("input_records_per_s").last
+        expect(plot).to_be_visible(timeout=UI_WAIT_MS)
+        plot.scroll_into_view_if_needed()
+        page.screenshot(path=str(ARTIFACTS / "dagster-ui-asset-plots.png"), full_page=True)
     finally:
         page.screenshot(path=str(ARTIFACTS / "dagster-ui-last.png"), full_page=True)
         deployments.stop_if_running(d.settings(stack), "enrich_clicks", new, timeout_s=30)  # its go-live
