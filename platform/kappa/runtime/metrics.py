@@ -200,9 +200,10 @@ class EndOffsetsSeen:
 
     def read_up_to(self, offset: int) -> None:
         """The job has read every record before `offset`: only the last end at or before it still dates one."""
-        reached = [i for i, (_when, end) in enumerate(self._seen) if end <= offset]
-        if reached:
-            del self._seen[: reached[-1]]
+        for i in range(len(self._seen) - 1, 0, -1):  # the last end at or before it (ends grow with time)
+            if self._seen[i][1] <= offset:
+                del self._seen[:i]
+                return
 
     def age_s(self, offset: int, now: float) -> float:
         """Seconds since the record at `offset` (the first the job has not read) was appended; 0 if the job had
@@ -288,8 +289,8 @@ class _RecordLatency(Collector):
         with self._lock:
             counts, total = self._series.setdefault(labels, ([0] * (len(LATENCY_BUCKETS_S) + 1), [0.0]))
             below = 0
-            for point in RECORD_AGE_GRID_S:
-                at_most = int(observed.get(record_age_column(point)) or 0)
+            for point, column in _AGE_COLUMNS:
+                at_most = int(observed.get(column) or 0)
                 if at_most > below:
                     counts[bisect.bisect_left(LATENCY_BUCKETS_S, point + batch_s)] += at_most - below
                 below = max(below, at_most)
@@ -308,6 +309,7 @@ class _RecordLatency(Collector):
         yield family
 
 
+_AGE_COLUMNS = tuple((point, record_age_column(point)) for point in RECORD_AGE_GRID_S)
 _LATENCY = _RecordLatency()
 REGISTRY.register(_LATENCY)
 
