@@ -13,15 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from kappa.core.errors import KappaError
 from kappa.core.observed import RECORD_AGE_GRID_S, record_age_column
 from kappa.core.settings import load_settings
-from kappa.runtime.metrics import (
-    REGISTRY,
-    EndOffsetsSeen,
-    JobMetrics,
-    publish_target,
-    source_offsets,
-    start_server,
-    withdraw_target,
-)
+from kappa.runtime.metrics import REGISTRY, JobMetrics, publish_target, start_server, withdraw_target
+from kappa.runtime.progress_offsets import EndOffsetsSeen, source_offsets
 
 
 def _value(name: str, **labels: str) -> float | None:

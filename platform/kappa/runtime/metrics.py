@@ -28,7 +28,6 @@ import os
 import threading
 import time
 from collections.abc import Iterator
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -48,8 +47,9 @@ from kappa.core.observed import (
     record_age_column,
 )
 from kappa.core.settings import KappaSettings
-from kappa.kafka.aliases import Alias, AliasWatch
 from kappa.runtime.declaration import version_name
+from kappa.runtime.live_versions import LiveVersions
+from kappa.runtime.progress_offsets import EndOffsetsSeen, offsets_of, source_offsets, unix_time
 
 log = logging.getLogger("kappa.metrics")
 
@@ -149,76 +149,7 @@ def start_server(host: str, port: int) -> str:
     return f"http://{host}:{server.server_port}/metrics"
 
 
-def _offsets(value: Any) -> dict[str, dict[str, int]]:
-    """A source's offsets in a progress (a JSON object, or its text): topic -> partition -> offset."""
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError:
-            return {}
-    if not isinstance(value, dict):
-        return {}
-    return {t: {p: int(o) for p, o in parts.items()} for t, parts in value.items() if isinstance(parts, dict)}
-
-
-def source_offsets(source: dict[str, Any]) -> dict[str, tuple[int, int]]:
-    """topic -> (offsets the batch read past, offsets it left behind: Kafka's latest, as Spark saw them when it
-    planned the batch, minus the batch's end), from one source of a progress. A topic whose latest offsets the
-    source did not report has no lag (0)."""
-    start, end = _offsets(source.get("startOffset")), _offsets(source.get("endOffset"))
-    latest = _offsets(source.get("latestOffset"))
-    found = {}
-    for topic, ends in end.items():
-        if topic not in start and len(end) == 1:  # a query's first batch has no start: its rows are the topic's
-            read = int(source.get("numInputRows", 0))
-        else:
-            read = sum(max(0, offset - start.get(topic, {}).get(p, offset)) for p, offset in ends.items())
-        behind = sum(max(0, offset - ends.get(p, 0)) for p, offset in latest.get(topic, {}).items())
-        found[topic] = (read, behind)
-    return found
-
-
 LAG_TIMEOUT_S = 2.0  # a scrape waits this long for Kafka's end offsets, once: then it says the planned lag
-END_OFFSETS_KEPT = 256  # per partition: the end offsets seen, to date the records not yet read
-
-
-class EndOffsetsSeen:
-    """One partition's end offsets as the job saw them over time (at its batches and at scrapes): when each record
-    not yet read was appended, interpolated, and so the age of the oldest one."""
-
-    def __init__(self) -> None:
-        self._seen: list[tuple[float, int]] = []  # (when, end offset), in time order
-
-    def saw(self, when: float, end: int) -> None:
-        at = bisect.bisect_right(self._seen, (when, end))
-        if at == len(self._seen) >= 2 and self._seen[-1][1] == self._seen[-2][1] == end:
-            # Still that end: its first sight dates the records before it, its last sight the next one.
-            self._seen[-1] = (when, end)
-        else:
-            self._seen.insert(at, (when, end))
-        del self._seen[:-END_OFFSETS_KEPT]
-
-    def read_up_to(self, offset: int) -> None:
-        """The job has read every record before `offset`: only the last end at or before it still dates one."""
-        for i in range(len(self._seen) - 1, 0, -1):  # the last end at or before it (ends grow with time)
-            if self._seen[i][1] <= offset:
-                del self._seen[:i]
-                return
-
-    def age_s(self, offset: int, now: float) -> float:
-        """Seconds since the record at `offset` (the first the job has not read) was appended; 0 if the job had
-        read everything at the last end seen. A record appended before the first end seen is dated there (its
-        age is at least that)."""
-        earlier: tuple[float, int] | None = None
-        for when, end in self._seen:
-            if end > offset:
-                if earlier is None:
-                    return max(0.0, now - when)
-                then, was = earlier
-                appended = then + (offset + 1 - was) / (end - was) * (when - then)
-                return max(0.0, now - appended)
-            earlier = (when, end)
-        return 0.0
 
 
 class _LiveLag(Collector):
@@ -314,86 +245,8 @@ _LATENCY = _RecordLatency()
 REGISTRY.register(_LATENCY)
 
 
-ALIASES_REFRESH_S = 10.0  # how often a process reads kafka.aliases for the live versions it exports
-
-
-class _LiveVersions(Collector):
-    """The live version of each dataset a job version of this process writes, by the alias registry: read in the
-    background every ALIASES_REFRESH_S by one open reader per Kafka (one offsets request while nothing moves), so
-    that a scrape never waits for Kafka; said as of the last read that succeeded. A cutover or a rollback is a
-    change of the dataset's series (PromQL `changes()` counts them)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._writers: dict[tuple[str, str], tuple[KappaSettings, str]] = {}  # (job, version) -> where, dataset
-        self._aliases: dict[str, Alias] = {}  # dataset -> its alias, as last read
-        self._reader: threading.Thread | None = None
-
-    def watch(self, job: str, version: str, settings: KappaSettings, dataset: str) -> None:
-        with self._lock:
-            self._writers[(job, version)] = (settings, dataset)
-            if self._reader is None:
-                self._reader = threading.Thread(target=self._read_forever, name="kappa-metrics-aliases", daemon=True)
-                self._reader.start()
-
-    def forget(self, job: str, version: str) -> None:
-        with self._lock:
-            self._writers.pop((job, version), None)
-
-    def _read_forever(self) -> None:
-        watches: dict[str, AliasWatch] = {}
-        while True:
-            with self._lock:
-                places = {settings.bootstrap: settings for settings, _dataset in self._writers.values()}
-            for bootstrap, settings in places.items():
-                try:
-                    watch = watches.get(bootstrap) or watches.setdefault(bootstrap, AliasWatch(settings))
-                    aliases = watch.all()
-                except (KappaError, KafkaException) as exc:  # the lag says Kafka is gone; the last read stands
-                    log.debug("could not read the aliases at %s: %s", bootstrap, exc)
-                    continue
-                with self._lock:
-                    self._aliases.update(aliases)
-            time.sleep(ALIASES_REFRESH_S)
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        live = GaugeMetricFamily(
-            "kappa_dataset_live_version",
-            "The version the dataset's alias points at (readers read it)",
-            labels=["dataset"],
-        )
-        moved = GaugeMetricFamily(
-            "kappa_dataset_alias_moved_timestamp_seconds",
-            "When the dataset's alias last moved: its first version, a cutover, a rollback (Unix time)",
-            labels=["dataset"],
-        )
-        serving = GaugeMetricFamily(
-            "kappa_job_live",
-            "1 when the job version is its dataset's live version (readers read it), else 0",
-            labels=_JOB,
-        )
-        with self._lock:
-            for dataset in sorted({dataset for _settings, dataset in self._writers.values()}):
-                alias = self._aliases.get(dataset)
-                if alias is not None:
-                    live.add_metric([dataset], alias.version)
-                    moved.add_metric([dataset], alias.changed_at / 1000)
-            for (job, version), (_settings, dataset) in sorted(self._writers.items()):
-                alias = self._aliases.get(dataset)
-                serving.add_metric([job, version], int(alias is not None and str(alias.version) == version))
-        yield from (live, moved, serving)
-
-
-_LIVE_VERSIONS = _LiveVersions()
+_LIVE_VERSIONS = LiveVersions(_JOB)
 REGISTRY.register(_LIVE_VERSIONS)
-
-
-def _unix_time(timestamp: Any) -> float | None:
-    """A progress event's `timestamp` (ISO 8601, UTC: when its batch was triggered) as Unix time."""
-    try:
-        return datetime.fromisoformat(str(timestamp)).timestamp()
-    except ValueError:
-        return None
 
 
 class JobMetrics:
@@ -447,17 +300,17 @@ class JobMetrics:
         if written > 0:  # -1: a sink that does not count (foreachBatch)
             OUTPUT_ROWS.labels(**labels).inc(written)
         INPUT_RECORDS.labels(**labels).inc(int(progress.get("numInputRows", 0)))
-        planned_at = _unix_time(progress.get("timestamp"))
+        planned_at = unix_time(progress.get("timestamp"))
         for source in progress.get("sources", []):
             for topic, (read, behind) in source_offsets(source).items():
                 INPUT_OFFSETS.labels(**labels, topic=topic).inc(read)
                 self.planned_lag[topic] = behind
                 self._read_this_run += read
-            for topic, latest in _offsets(source.get("latestOffset")).items():
+            for topic, latest in offsets_of(source.get("latestOffset")).items():
                 for partition, end in latest.items():
                     if planned_at is not None:
                         self.saw_end(topic, int(partition), planned_at, end)
-            for topic, ends in _offsets(source.get("endOffset")).items():
+            for topic, ends in offsets_of(source.get("endOffset")).items():
                 self.last_ends[topic] = {int(p): offset for p, offset in ends.items()}
                 for number, offset in self.last_ends[topic].items():
                     if (topic, number) in self._ends_seen:
