@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 
 from kappa.core.settings import load_settings
-from kappa.stack.local import prometheus_config
+from kappa.stack.prometheus import prometheus_config
 
 RULES = Path(__file__).resolve().parents[2] / "infra" / "prometheus" / "alerts.yml"
 PROMTOOL = shutil.which("promtool")  # Debian's prometheus package, installed by `make setup`

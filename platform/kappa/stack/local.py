@@ -32,6 +32,7 @@ from kappa.core.settings import KappaSettings, project_root
 from kappa.stack import process
 from kappa.stack.artifacts import ensure_jvm_artifacts
 from kappa.stack.java import stack_java
+from kappa.stack.prometheus import prometheus_argv, prometheus_healthy
 
 STATE_FILE = "stack.json"
 REGISTRY = "registry"
@@ -220,9 +221,7 @@ class LocalStack:
             ports={"client": client, "controller": controller},
             address=f"127.0.0.1:{client}",
         )
-        state.components[name] = comp
-        started.append(comp)
-        self._save_state(state)
+        self._add(state, comp, started)
         return comp
 
     def _wait_kafka(self, state: StackState) -> float:
@@ -287,10 +286,7 @@ class LocalStack:
             ports={"http": s.registry_port, "management": management},
             address=f"http://127.0.0.1:{s.registry_port}/apis/ccompat/v7",
         )
-        state.components[REGISTRY] = comp
-        started.append(comp)
-        self._save_state(state)
-        return comp
+        return self._add(state, comp, started)
 
     def _wait_registry(self, comp: Component) -> float:
         return process.wait_healthy(
@@ -303,42 +299,29 @@ class LocalStack:
         )
 
     def _start_prometheus(self, state: StackState, started: list[Component]) -> Component | None:
-        """Debian's Prometheus, scraping every job version's metrics through the target files their runs write
-        (kappa.runtime.metrics: file_sd, so a new deployment is found without a reload), with the alert rules."""
         if self._running(state, PROMETHEUS):
             return None
         s = self.settings
-        binary = shutil.which("prometheus")
-        if binary is None:
-            raise StackError("Prometheus is not installed: `make setup` installs Debian's package (apt-get install "
-                             "prometheus), or put a prometheus executable on PATH")  # fmt: skip
         self._check_ports({"prometheus": s.prometheus_port}, {"prometheus": "KAPPA_PROMETHEUS_PORT"})
         home = self.dir / PROMETHEUS
         home.mkdir(parents=True, exist_ok=True)
-        config = home / "prometheus.yml"
-        config.write_text(prometheus_config(s))
-        data = home / "data"
-        marker = f"--storage.tsdb.path={data}"  # inside the stack folder: no other process has it
-        argv = [
-            binary,
-            f"--config.file={config}",
-            marker,
-            f"--web.listen-address=127.0.0.1:{s.prometheus_port}",
-            "--storage.tsdb.retention.time=15d",
-            "--log.level=warn",
-        ]
+        argv, marker = prometheus_argv(s, home)
         log = home / "prometheus.log"
         pid = process.spawn(argv, marker, log, cwd=home)
         comp = Component(PROMETHEUS, pid, marker, str(log), {"http": s.prometheus_port},
                          f"http://127.0.0.1:{s.prometheus_port}")  # fmt: skip
-        state.components[PROMETHEUS] = comp
+        return self._add(state, comp, started)
+
+    def _add(self, state: StackState, comp: Component, started: list[Component]) -> Component:
+        """A component just spawned: in the state file at once, so that `down` finds it whatever happens next."""
+        state.components[comp.name] = comp
         started.append(comp)
         self._save_state(state)
         return comp
 
     def _wait_prometheus(self, comp: Component) -> float:
         return process.wait_healthy(
-            "prometheus", lambda: _prometheus_healthy(comp.address), comp.pid, comp.marker, Path(comp.log),
+            "prometheus", lambda: prometheus_healthy(comp.address), comp.pid, comp.marker, Path(comp.log),
             self.settings.startup_timeout_s,
         )  # fmt: skip
 
@@ -411,7 +394,7 @@ class LocalStack:
             return []
         bootstrap = ",".join(c.address for n, c in sorted(state.components.items()) if n not in SERVICES)
         kafka_ok = bool(bootstrap) and _safe(lambda: _kafka_healthy(bootstrap, state.brokers))
-        checks = {REGISTRY: _registry_healthy, PROMETHEUS: _prometheus_healthy}
+        checks = {REGISTRY: _registry_healthy, PROMETHEUS: prometheus_healthy}
         result = []
         for name, comp in sorted(state.components.items()):
             running = process.is_running(comp.pid, comp.marker)
@@ -509,28 +492,3 @@ def _kafka_healthy(bootstrap: str, brokers: int) -> bool:
 
 def _registry_healthy(url: str) -> bool:
     return httpx.get(f"{url}/subjects", timeout=3).status_code == 200
-
-
-def _prometheus_healthy(url: str) -> bool:
-    return httpx.get(f"{url}/-/ready", timeout=3).status_code == 200
-
-
-def prometheus_config(settings: KappaSettings) -> str:
-    """The stack's Prometheus configuration: the job versions' target files (file_sd), the alert rules.
-    honor_labels: a series' own `job` label (the platform's job) is kept, not renamed for the scrape job's."""
-    interval = f"{settings.prometheus_scrape_interval_s:g}s"
-    rules = [str(settings.prometheus_rules)] if settings.prometheus_rules else []
-    config = {
-        "global": {"scrape_interval": interval, "evaluation_interval": interval},
-        "rule_files": rules,
-        "scrape_configs": [
-            {
-                "job_name": "kappa",
-                "honor_labels": True,
-                "file_sd_configs": [
-                    {"files": [str(settings.deployments_path / "*.scrape.json")], "refresh_interval": interval}
-                ],
-            }
-        ],
-    }
-    return json.dumps(config, indent=2) + "\n"  # JSON is YAML
