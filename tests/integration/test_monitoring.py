@@ -6,7 +6,8 @@ The job (raw_clicks, on the session's broker, from this test's copy of jobs/) is
 at most 100 records every second while clicks arrive at about 250 a second. The rules are the repo's, with their
 durations shortened (minutes of `for:` and window are what wakes a human, not what a test waits). Once the alert
 fires, the producer stops; the job catches up, and Prometheus' own answers are compared with what the test
-produced: the records counter equals the clicks produced, the lag returns to 0, the Delta table holds them all.
+produced: the records counter equals the records produced (the clicks and one poison record, counted as one dead
+letter of its reason), the lag returns to 0 in offsets and in seconds, the Delta table holds every click.
 """
 
 import contextlib
@@ -26,7 +27,7 @@ from deltalake import DeltaTable
 
 from jobs.catalog import CLICKS
 from kappa.core.settings import KappaSettings
-from kappa.kafka.clients import produce_all
+from kappa.kafka.clients import Outgoing, produce_all
 from kappa.runtime.metrics import target_path
 from kappa.stack import LocalStack
 from kappa.stack.local import PROMETHEUS
@@ -79,7 +80,8 @@ def _firing(base: str, name: str) -> list[dict[str, Any]]:
 def test_prometheus_scrapes_a_running_job_and_its_falling_behind_alert_fires(
     stack: KappaSettings, tmp_path: Path
 ) -> None:
-    pipeline = deploy_copy(stack, tmp_path / "pipeline", f"mon{time.monotonic_ns() % 10**8}_")
+    pipeline = deploy_copy(stack, tmp_path / "pipeline", f"mon{time.monotonic_ns() % 10**8}_",
+                           env={"KAPPA_METRICS_RECORD_LATENCY": "true"})  # fmt: skip
     declaration = "raw_clicks/declaration.py"
     pipeline.edit(declaration, 'freshness="1 minute"', 'freshness="2 seconds"')  # a batch every second
     pipeline.edit(declaration, "max_batch_records=500_000", "max_batch_records=100")  # of 100 records at most
@@ -101,6 +103,7 @@ def test_prometheus_scrapes_a_running_job_and_its_falling_behind_alert_fires(
 
     clicks = dataclasses.replace(CLICKS, name=f"{pipeline.prefix}{CLICKS.name}")
     encoded, _ids = encode_clicks(settings, clicks, MAX_CLICKS, first=0)
+    poison = Outgoing(b"poison", b"\x17\x99\x03")  # not Confluent-framed: one dead letter, not a row
     job = pipeline.popen("jobs", "run", "raw_clicks")
     output: list[str] = []
     threading.Thread(target=lambda: output.extend(job.stdout or []), daemon=True).start()
@@ -119,6 +122,7 @@ def test_prometheus_scrapes_a_running_job_and_its_falling_behind_alert_fires(
     try:
         wait_until(lambda: target_path(settings, "raw_clicks", 1).exists(), 180, "the run's scrape target",
                    log=output)  # fmt: skip
+        produce_all(settings, clicks.name, [poison])
         producer.start()
         wait_until(lambda: _firing(base, "KappaJobFallingBehind"), 180, "the falling-behind alert fires", log=output)
         [alert] = _firing(base, "KappaJobFallingBehind")
@@ -131,19 +135,22 @@ def test_prometheus_scrapes_a_running_job_and_its_falling_behind_alert_fires(
         assert not producer.is_alive()
         assert 1000 < sent < MAX_CLICKS
         # It catches up: Prometheus sees every produced record read (and its latency), each offset past, nothing
-        # left behind, in offsets or in seconds.
+        # left behind, in offsets or in seconds; the poison record as one dead letter of its reason.
+        records = sent + 1
         wait_until(
             lambda: (
-                _value(base, f"sum(kappa_job_input_records_total{{{selector}}})") == sent
-                and _value(base, f"sum(kappa_job_record_latency_seconds_count{{{selector}}})") == sent
+                _value(base, f"sum(kappa_job_input_records_total{{{selector}}})") == records
+                and _value(base, f"sum(kappa_job_record_latency_seconds_count{{{selector}}})") == records
                 and _value(base, f"max(kappa_job_consumer_lag_offsets{{{selector}}})") == 0
                 and _value(base, f"max(kappa_job_consumer_lag_seconds{{{selector}}})") == 0
             ),
             300,
-            f"Prometheus sees all {sent} clicks read and no lag",
+            f"Prometheus sees all {records} records read and no lag",
             log=output,
         )
-        assert _value(base, f'sum(kappa_job_input_offsets_total{{{selector}, topic="{clicks.name}"}})') == sent
+        assert _value(base, f'sum(kappa_job_input_offsets_total{{{selector}, topic="{clicks.name}"}})') == records
+        assert _value(base, f"sum by (kind) (kappa_job_side_rows_total{{{selector}}})") == 1
+        assert _value(base, f'sum(kappa_job_side_rows_total{{{selector}, kind="not-confluent-framed"}})') == 1
         assert _value(base, f"max(kappa_job_running{{{selector}}})") == 1
         assert _value(base, f"max(kappa_job_live{{{selector}}})") == 1  # its dataset's live version
         assert _value(base, 'max(up{job="kappa", kappa_version="raw_clicks.v1"})') == 1

@@ -174,9 +174,9 @@ def test_record_latency_adds_the_batch_duration_to_each_observed_age() -> None:
     def bucket(le: str) -> float | None:
         return _value("kappa_job_record_latency_seconds_bucket", **series, le=le)
 
-    # Each record at its grid cell's upper point plus 1.5 s: 0.01 + 1.5 and 0.05 + 1.5 -> <= 2; 1.0 + 1.5 -> <= 3;
-    # 15 + 1.5 -> <= 20; 7201.5 -> above every bucket.
-    assert [bucket(le) for le in ("1.0", "2.0", "3.0", "10.0", "20.0", "3600.0", "+Inf")] == [0, 2, 3, 3, 4, 4, 5]
+    # Each record at its grid cell's upper point plus 1.5 s: 0.05 + 1.5 (twice) -> <= 2; 1.0 + 1.5 -> <= 3;
+    # 20 + 1.5 -> <= 30; 7201.5 -> above every bucket.
+    assert [bucket(le) for le in ("1.0", "2.0", "3.0", "20.0", "30.0", "3600.0", "+Inf")] == [0, 2, 3, 3, 4, 4, 5]
     assert _value("kappa_job_record_latency_seconds_count", **series) == 5
     assert _value("kappa_job_record_latency_seconds_sum", **series) == pytest.approx(7212.44 + 5 * 1.5)
 

@@ -150,6 +150,11 @@ class KappaSettings(BaseSettings):
 
     # --- metrics (kappa.runtime.metrics: each job process's /metrics, in the Prometheus format) ----------
     metrics_enabled: bool = Field(True, description="serve each job process's metrics at /metrics")
+    metrics_record_latency: bool = Field(
+        False,
+        description="count each live record's latency in the JVM (kappa_job_record_latency_seconds); measured to "
+        "double a live job's planning time per batch (docs/metrics.md), so off unless asked for",
+    )
     metrics_host: str = Field("127.0.0.1", description="address the metrics server listens on (0.0.0.0: all)")
     metrics_port: int = Field(
         0, ge=0, le=65535, description="its port; 0: a free port per process, named in the run record"

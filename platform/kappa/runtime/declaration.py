@@ -371,8 +371,10 @@ class JobContext:
             max_offsets_per_trigger=self.max_offsets_per_trigger,
             with_raw=with_raw,
             consumer_options=REAL_TIME_CONSUMER if real_time else None,
-            # The live latency of kappa.runtime.metrics: not of a replay's history, nor with metrics off.
-            observe_age=self.settings.metrics_enabled and not (self.available_now or real_time),
+            # The live latency of kappa.runtime.metrics, when asked for: not of a replay's history.
+            observe_age=self.settings.metrics_enabled
+            and self.settings.metrics_record_latency
+            and not (self.available_now or real_time),
         )
 
     def read_lookup(self, topic: Topic) -> DataFrame:

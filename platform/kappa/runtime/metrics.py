@@ -87,7 +87,7 @@ LAG_SECONDS_DOC = (
 LATENCY_NAME = "kappa_job_record_latency_seconds"  # a histogram of counts observed in the JVM (_RecordLatency)
 LATENCY_DOC = (
     "From each input record's Kafka timestamp to the commit of the live batch that read it (counted on a grid of "
-    "ages, a record's age counted at most 5/3 as high; records a rule holds in state wait longer for their output)"
+    "ages, a record's age counted at most twice as high; records a rule holds in state wait longer for their output)"
 )
 LATENCY_BUCKETS_S = (0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 900.0, 3600.0)
 REPLAY_PROGRESS = Gauge(

@@ -142,10 +142,17 @@ def observe_record_age(raw: DataFrame, topic: str) -> DataFrame:
     """Raw Kafka rows, observed: per batch, how old its records were when the batch started, counted on the grid of
     kappa.core.observed in the JVM as the batch reads them (no extra pass; the query's progress event carries the
     counts). For a live query only: a replay's records are as old as its history."""
-    age_ms = F.unix_millis(F.current_timestamp()) - F.unix_millis(F.col("timestamp"))  # the batch's time, per batch
+    # The age once per record, in a column the counts compare: a streaming query plans its whole tree again at
+    # every batch, so each expression of the observation costs every batch its planning.
+    age_ms = F.col(_AGE_MS)
     counts = [F.count(F.lit(1)).alias(RECORD_AGE_COUNT), F.sum(age_ms).alias(RECORD_AGE_SUM_MS)]
     counts += [F.count_if(age_ms <= round(s * 1000)).alias(record_age_column(s)) for s in RECORD_AGE_GRID_S]
-    return raw.observe(f"{RECORD_AGE_OBSERVED}{topic}", *counts)
+    now = F.unix_millis(F.current_timestamp())  # the batch's time, in a micro-batch
+    aged = raw.withColumn(_AGE_MS, now - F.unix_millis(F.col("timestamp")))
+    return aged.observe(f"{RECORD_AGE_OBSERVED}{topic}", *counts).drop(_AGE_MS)
+
+
+_AGE_MS = "kappa_record_age_ms"
 
 
 def decode_topic(
