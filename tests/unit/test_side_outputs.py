@@ -1,9 +1,11 @@
 """Where a side row goes: a dead letter to its input's `.dlq`, a late record to the output's `.late`, whatever late
 kind the job's rule names (the platform knows only its own kinds)."""
 
+from datetime import UTC, datetime
+
 from pyspark.sql import SparkSession
 
-from kappa.contracts.dead_letter_format import DeadLetterKind, dlq_topic, late_topic
+from kappa.contracts.dead_letter_format import H_TIME, DeadLetterKind, dlq_topic, late_topic
 from kappa.spark.side_outputs import SIDE_SCHEMA, side_records
 
 
@@ -35,3 +37,14 @@ def test_a_dead_letter_goes_to_its_inputs_dlq_and_any_other_kind_to_the_outputs_
     assert {r["key"].decode(): r["topic"] for r in table.collect()} == {
         key: dlq_topic(topic) for key, (topic, _) in kinds.items()
     }
+
+
+def test_a_side_record_is_stamped_with_the_wall_clock_when_it_is_computed(spark: SparkSession) -> None:
+    rows = spark.createDataFrame(
+        [("not-confluent-framed", None, b"k", b"v", "clicks", 0, 1, None, None, None)], SIDE_SCHEMA
+    )
+    before = datetime.now(UTC).replace(microsecond=0)  # the header has milliseconds; compare to the second
+    [record] = side_records(rows, "a_job", 1, inputs=("clicks",)).collect()
+    after = datetime.now(UTC)
+    stamped = datetime.fromisoformat({h.key: h.value.decode() for h in record["headers"]}[H_TIME])
+    assert before <= stamped <= after

@@ -1,8 +1,8 @@
 """What Spark counts in the JVM as each batch of a live query runs, for the metrics (Spark's observed metrics),
 named in one place: kappa.spark observes it, kappa.runtime.metrics reads it from the query's progress event.
 
-The age of each input record when its batch started: from the record's Kafka timestamp to the batch's timestamp
-(the instant Spark gives `current_timestamp()` in a micro-batch), counted on a grid of ages. The metrics add the
+The age of each input record when its batch read it: from the record's Kafka timestamp to the wall clock then
+(kappa.spark.clock), counted on a grid of ages. The metrics add the
 batch's own duration, known once it commits, to make it the record's latency to the output's commit.
 """
 

@@ -37,6 +37,7 @@ from kappa.contracts.dead_letter_format import (
     late_topic,
 )
 from kappa.contracts.expectations import kept_in_order
+from kappa.spark.clock import wall_clock_ms
 
 # The side columns, as Spark DDL (a stateful rule's output schema ends with them) and by name.
 SIDE_SCHEMA = (
@@ -119,7 +120,7 @@ def side_record_columns(
         kafka_header(H_SOURCE_TIMESTAMP, F.unix_millis(F.col("side_timestamp"))),
         kafka_header(H_JOB, F.lit(job)),
         kafka_header(H_JOB_VERSION, F.lit(str(job_version))),
-        kafka_header(H_TIME, F.date_format(F.current_timestamp(), "yyyy-MM-dd'T'HH:mm:ss.SSSXXX")),
+        kafka_header(H_TIME, F.date_format(F.timestamp_millis(wall_clock_ms()), "yyyy-MM-dd'T'HH:mm:ss.SSSXXX")),
         kafka_header(H_CONTRACT_BROKEN, F.col("side_broken")),
         kafka_header(H_CONTRACT_SUITE, F.col("side_suite")),
     )

@@ -37,6 +37,7 @@ from kappa.core.observed import (
     record_age_column,
 )
 from kappa.core.settings import KappaSettings
+from kappa.spark.clock import wall_clock_ms
 from kappa.spark.confluent_avro import DEAD_LETTER, RECORD, decode_confluent, encode_confluent, struct_for
 from kappa.spark.side_outputs import SIDE_KIND, side_records
 
@@ -139,7 +140,7 @@ def kafka_source(
 
 
 def observe_record_age(raw: DataFrame, topic: str) -> DataFrame:
-    """Raw Kafka rows, observed: per batch, how old its records were when the batch started, counted on the grid of
+    """Raw Kafka rows, observed: per batch, how old its records were when the batch read them, counted on the grid of
     kappa.core.observed in the JVM as the batch reads them (no extra pass; the query's progress event carries the
     counts). For a live query only: a replay's records are as old as its history."""
     # The age once per record, in a column the counts compare: a streaming query plans its whole tree again at
@@ -147,8 +148,7 @@ def observe_record_age(raw: DataFrame, topic: str) -> DataFrame:
     age_ms = F.col(_AGE_MS)
     counts = [F.count(F.lit(1)).alias(RECORD_AGE_COUNT), F.sum(age_ms).alias(RECORD_AGE_SUM_MS)]
     counts += [F.count_if(age_ms <= round(s * 1000)).alias(record_age_column(s)) for s in RECORD_AGE_GRID_S]
-    now = F.unix_millis(F.current_timestamp())  # the batch's time, in a micro-batch
-    aged = raw.withColumn(_AGE_MS, now - F.unix_millis(F.col("timestamp")))
+    aged = raw.withColumn(_AGE_MS, wall_clock_ms() - F.unix_millis(F.col("timestamp")))
     return aged.observe(f"{RECORD_AGE_OBSERVED}{topic}", *counts).drop(_AGE_MS)
 
 
