@@ -13,7 +13,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from kappa.core.errors import KappaError
 from kappa.core.observed import RECORD_AGE_GRID_S, record_age_column
 from kappa.core.settings import load_settings
-from kappa.runtime.metrics import REGISTRY, JobMetrics, publish_target, start_server, withdraw_target
+from kappa.runtime.metrics import (
+    REGISTRY,
+    JobMetrics,
+    publish_target,
+    start_server,
+    version_url,
+    withdraw_target,
+)
 from kappa.runtime.progress_offsets import EndOffsetsSeen, source_offsets
 
 
@@ -112,14 +119,39 @@ def test_the_server_exposes_the_registry_and_a_busy_port_is_named() -> None:
             start_server("127.0.0.1", port)
 
 
+def test_each_version_has_its_own_address_on_a_server_of_several() -> None:
+    """The job host serves several versions from one server, and Prometheus scrapes each version's target: each
+    target reads that version's series alone (and those of no version), so each series is counted once."""
+    first, second = f"job_{uuid.uuid4().hex[:8]}", f"job_{uuid.uuid4().hex[:8]}"
+    JobMetrics(first, 1).batch(_progress(0, None, {"clicks": {"0": 3}}, {"clicks": {"0": 3}}, rows=3))
+    JobMetrics(second, 2).batch(_progress(0, None, {"clicks": {"0": 7}}, {"clicks": {"0": 7}}, rows=7))
+    url = start_server("127.0.0.1", 0)
+
+    def records(address: str) -> dict[tuple[str, str], float]:
+        with urllib.request.urlopen(address, timeout=10) as response:
+            families = text_string_to_metric_families(response.read().decode())
+        return {
+            (s.labels["job"], s.labels["version"]): s.value
+            for family in families
+            for s in family.samples
+            if s.name == "kappa_job_input_records_total" and s.labels["job"] in (first, second)
+        }
+
+    assert records(url) == {(first, "1"): 3, (second, "2"): 7}
+    assert version_url(url, first, 1) == f"{url}/{first}.v1"
+    assert records(version_url(url, first, 1)) == {(first, "1"): 3}
+    assert records(version_url(url, second, 2)) == {(second, "2"): 7}
+    assert records(version_url(url, second, 1)) == {}  # a version the process does not run: no series
+
+
 def test_a_run_publishes_its_scrape_target_for_file_sd_and_withdraws_it(tmp_path: Path) -> None:
     settings = load_settings(state_dir=tmp_path)
-    publish_target(settings, "sessionize", 4, "http://127.0.0.1:40123/metrics")
+    publish_target(settings, "sessionize", 4, "http://127.0.0.1:40123/metrics/sessionize.v4")
     path = settings.deployments_path / "sessionize.v4.scrape.json"
     assert json.loads(path.read_text()) == [
         {
             "targets": ["127.0.0.1:40123"],
-            "labels": {"__metrics_path__": "/metrics", "kappa_version": "sessionize.v4"},
+            "labels": {"__metrics_path__": "/metrics/sessionize.v4", "kappa_version": "sessionize.v4"},
         }
     ]
     withdraw_target(settings, "sessionize", 4)

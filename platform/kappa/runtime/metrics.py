@@ -13,10 +13,13 @@ prometheus_client rather than Spark's own Prometheus servlet: Spark's names carr
 figures (restarts after a lost service, the version a query runs).
 
 One HTTP server per process, on `KAPPA_METRICS_HOST`:`KAPPA_METRICS_PORT` (port 0: a free port, chosen per
-process, so that every deployment of one machine can serve); its address goes into each run's record (for `kappa
-jobs status`) and into a scrape target file beside it, `<deployments_dir>/<job>.v<N>.scrape.json`, in Prometheus'
-file_sd format: a Prometheus that watches `*.scrape.json` finds every running version without a reload. The job
-host serves all its jobs from one server (their target files name the same address: Prometheus scrapes it once).
+process, so that every deployment of one machine can serve): `/metrics` has every series of the process,
+`/metrics/<job>.v<N>` those of one version (and those of no version: the datasets'). The version's address goes
+into its run's record (for `kappa jobs status` and `kappa top`) and into a scrape target file beside it,
+`<deployments_dir>/<job>.v<N>.scrape.json`, in Prometheus' file_sd format: a Prometheus that watches
+`*.scrape.json` finds every running version without a reload. A target per version, each reading its own path:
+the job host serves several versions from one server, and Prometheus scrapes each target (its labels differ), so
+targets reading the whole process would count each series once per version the host runs.
 """
 
 from __future__ import annotations
@@ -31,10 +34,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 
 from kappa.contracts.dead_letter_format import SIDE_ROWS_OBSERVED, side_rows_by_kind
@@ -140,13 +145,55 @@ def serve(settings: KappaSettings) -> str | None:
 def start_server(host: str, port: int) -> str:
     """A metrics server of the process's registry on host:port (0: a free port); its /metrics address."""
     try:
-        server, _thread = start_http_server(port, host, registry=REGISTRY)
+        server = make_server(host, port, _app, ThreadingWSGIServer, handler_class=_Quiet)
     except OSError as exc:
         raise KappaError(
             f"cannot serve metrics on {host}:{port} ({exc.strerror or exc}): set KAPPA_METRICS_PORT to a free "
             "port, or to 0 for any free port (KAPPA_METRICS_ENABLED=false: no metrics)"
         ) from None
+    threading.Thread(target=server.serve_forever, name="kappa-metrics", daemon=True).start()
     return f"http://{host}:{server.server_port}/metrics"
+
+
+def version_url(url: str, job: str, version: int) -> str:
+    """The address of one version's series on the process's metrics server at `url`."""
+    return f"{url}/{version_name(job, version)}"
+
+
+class _OneVersion(Collector):
+    """The registry's series of one job version, and those of no version (each dataset's live version)."""
+
+    def __init__(self, job: str, version: str) -> None:
+        self.job, self.version = job, version
+
+    def collect(self) -> Iterator[Metric]:
+        for family in REGISTRY.collect():
+            kept = Metric(family.name, family.documentation, family.type, family.unit)
+            kept.samples = [
+                s
+                for s in family.samples
+                if s.labels.get("job", self.job) == self.job and s.labels.get("version", self.version) == self.version
+            ]
+            if kept.samples:
+                yield kept
+
+
+_whole = make_wsgi_app(REGISTRY)
+
+
+def _app(environ: dict[str, Any], start_response: Any) -> Any:
+    """`/metrics`: the process's series; `/metrics/<job>.v<N>`: one version's (version_url)."""
+    path = environ.get("PATH_INFO", "")
+    if path.startswith("/metrics/"):
+        job, dot_v, version = path.removeprefix("/metrics/").rpartition(".v")
+        if job and dot_v and version.isdigit():
+            return make_wsgi_app(_OneVersion(job, version))(environ, start_response)  # type: ignore[arg-type]
+    return _whole(environ, start_response)
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # a scrape every few seconds is no news
+        pass
 
 
 LAG_TIMEOUT_S = 2.0  # a scrape waits this long for Kafka's end offsets, once: then it says the planned lag

@@ -61,7 +61,7 @@ class RunRecord:
     last_batch: LastBatch | None = None
     rows: int = 0  # the output query's input rows over every run of the version
     last_error: str | None = None
-    metrics_url: str | None = None  # where the run's process serves its metrics (kappa.runtime.metrics)
+    metrics_url: str | None = None  # where the run's process serves this version's metrics (kappa.runtime.metrics)
 
 
 SUFFIX = ".run.json"

@@ -23,7 +23,7 @@ from kappa.kafka.clients import admin_client
 from kappa.runtime import start_point
 from kappa.runtime.binding import VersionBinding, dataset_of, deployment_topics, record_binding
 from kappa.runtime.declaration import JobContext, JobSpec, Starting, version_checkpoints
-from kappa.runtime.metrics import JobMetrics, publish_target, serve, withdraw_target
+from kappa.runtime.metrics import JobMetrics, publish_target, serve, version_url, withdraw_target
 from kappa.runtime.progress import ProgressHub, ProgressRecorder, checkpoint_offsets
 from kappa.runtime.query import QueryControl, QueryEnd, WriterWatch, start_query
 from kappa.runtime.run_record import RunRecorder
@@ -266,9 +266,10 @@ def _run_until_stopped(
         max_offsets_per_trigger=max_offsets_per_trigger or live_batch_bound(spec, available_now),
     )
     metrics = JobMetrics(spec.name, context.version, settings.bootstrap, context.available_now)
-    metrics_url = serve(settings)
-    if metrics_url is not None:
+    process_url = serve(settings)
+    if process_url is not None:
         metrics.writes(settings, dataset_of(spec))
+        metrics_url = version_url(process_url, spec.name, context.version)  # the host serves several versions
         publish_target(settings, spec.name, context.version, metrics_url)
         if run_record is not None:
             run_record.serving(metrics_url)
