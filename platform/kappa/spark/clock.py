@@ -22,4 +22,4 @@ def wall_clock_ms() -> Column:
     jvm = SparkContext._jvm
     if jvm is None:
         raise KappaError("the wall clock column needs a running Spark session")
-    return Column(jvm.io.kappa.operators.WallClock.column())  # type: ignore[operator]
+    return Column(jvm.io.kappa.operators.WallClock.column())
