@@ -40,10 +40,7 @@ from tests.waiting import wait_until
 @pytest.fixture
 def pipeline(stack: KappaSettings, tmp_path: Path, unique_name: Callable[[str], str]) -> Deployment:
     """This test's copy of the pipeline: its topics (and schemas) set up, its own Delta and checkpoints."""
-    # Its metrics count each record's latency too (off by default: docs/metrics.md says what it costs).
-    return deploy_copy(
-        stack, tmp_path / "pipeline", unique_name("jr") + "_", env={"KAPPA_METRICS_RECORD_LATENCY": "true"}
-    )
+    return deploy_copy(stack, tmp_path / "pipeline", unique_name("jr") + "_")
 
 
 def _clicks_of(d: Deployment) -> Topic:

@@ -1,6 +1,6 @@
 """Monitoring as an on-call engineer gets it: `kappa up --monitoring` adds Debian's Prometheus to the running
-stack; it finds a job run by the target file the run writes (no reload), scrapes its metrics, and the alert rules
-of infra/prometheus/alerts.yml fire when the job falls behind.
+stack; it finds a job deployed with `kappa jobs start` by the target file the run writes (no reload), scrapes its
+metrics, and the alert rules of infra/prometheus/alerts.yml fire when the job falls behind.
 
 The job (raw_clicks, on the session's broker, from this test's copy of jobs/) is made slow on purpose: batches of
 at most 100 records every second while clicks arrive at about 250 a second. The rules are the repo's, with their
@@ -8,13 +8,14 @@ durations shortened (minutes of `for:` and window are what wakes a human, not wh
 fires, the producer stops; the job catches up, and Prometheus' own answers are compared with what the test
 produced: the records counter equals the records produced (the clicks and one poison record, counted as one dead
 letter of its reason), the lag returns to 0 in offsets and in seconds, the Delta table holds every click.
+Beside it, sessions_table idles in the same job host, as a deployed pipeline's jobs share one: Prometheus scrapes
+each version's target, and still counts each series once. `kappa jobs stop` ends both and withdraws the targets.
 """
 
 import contextlib
 import dataclasses
 import fcntl
 import re
-import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -28,6 +29,7 @@ from deltalake import DeltaTable
 from jobs.catalog import CLICKS
 from kappa.core.settings import KappaSettings
 from kappa.kafka.clients import Outgoing, produce_all
+from kappa.lifecycle.state_files import paths
 from kappa.runtime.metrics import target_path
 from kappa.stack import LocalStack
 from kappa.stack.local import PROMETHEUS
@@ -70,6 +72,17 @@ def _value(base: str, promql: str) -> float | None:
     return float(result[0]["value"][1]) if result else None
 
 
+def _series(base: str, promql: str) -> list[dict[str, str]]:
+    """An instant query's series, by their labels."""
+    answer = httpx.get(f"{base}/api/v1/query", params={"query": promql}, timeout=10).json()
+    assert answer["status"] == "success", answer
+    return [r["metric"] for r in answer["data"]["result"]]
+
+
+def _targets_up(base: str) -> set[str]:
+    return {s["kappa_version"] for s in _series(base, 'up{job="kappa"} == 1')}
+
+
 def _firing(base: str, name: str) -> list[dict[str, Any]]:
     alerts = httpx.get(f"{base}/api/v1/alerts", timeout=10).json()["data"]["alerts"]
     return [a for a in alerts if a["labels"]["alertname"] == name and a["state"] == "firing"]
@@ -80,8 +93,7 @@ def _firing(base: str, name: str) -> list[dict[str, Any]]:
 def test_prometheus_scrapes_a_running_job_and_its_falling_behind_alert_fires(
     stack: KappaSettings, tmp_path: Path
 ) -> None:
-    pipeline = deploy_copy(stack, tmp_path / "pipeline", f"mon{time.monotonic_ns() % 10**8}_",
-                           env={"KAPPA_METRICS_RECORD_LATENCY": "true"})  # fmt: skip
+    pipeline = deploy_copy(stack, tmp_path / "pipeline", f"mon{time.monotonic_ns() % 10**8}_")
     declaration = "raw_clicks/declaration.py"
     pipeline.edit(declaration, 'freshness="1 minute"', 'freshness="2 seconds"')  # a batch every second
     pipeline.edit(declaration, "max_batch_records=500_000", "max_batch_records=100")  # of 100 records at most
@@ -104,9 +116,12 @@ def test_prometheus_scrapes_a_running_job_and_its_falling_behind_alert_fires(
     clicks = dataclasses.replace(CLICKS, name=f"{pipeline.prefix}{CLICKS.name}")
     encoded, _ids = encode_clicks(settings, clicks, MAX_CLICKS, first=0)
     poison = Outgoing(b"poison", b"\x17\x99\x03")  # not Confluent-framed: one dead letter, not a row
-    job = pipeline.popen("jobs", "run", "raw_clicks")
-    output: list[str] = []
-    threading.Thread(target=lambda: output.extend(job.stdout or []), daemon=True).start()
+    # Deployed as a user deploys them: both jobs are queries of one job host, which serves their metrics from one
+    # server (sessions_table idles: its input, the copy's sessions, stays empty).
+    for job in ("raw_clicks", "sessions_table"):
+        started = pipeline.kappa("jobs", "start", job)
+        assert f"{job} v1: started" in started.stdout, started.stdout
+    _, output = paths(settings, "raw_clicks", 1)  # the deployment's log
     sent = 0
     stop = threading.Event()
 
@@ -120,8 +135,10 @@ def test_prometheus_scrapes_a_running_job_and_its_falling_behind_alert_fires(
     producer = threading.Thread(target=produce, daemon=True)
     selector = 'job="raw_clicks", version="1"'
     try:
-        wait_until(lambda: target_path(settings, "raw_clicks", 1).exists(), 180, "the run's scrape target",
-                   log=output)  # fmt: skip
+        wait_until(lambda: _targets_up(base) == {"raw_clicks.v1", "sessions_table.v1"}, 180,
+                   "Prometheus scrapes both versions' targets", log=output)  # fmt: skip
+        instances = {s["instance"] for s in _series(base, 'up{job="kappa"}')}
+        assert len(instances) == 1, f"one process serves both versions: {instances}"
         produce_all(settings, clicks.name, [poison])
         producer.start()
         wait_until(lambda: _firing(base, "KappaJobFallingBehind"), 180, "the falling-behind alert fires", log=output)
@@ -164,13 +181,14 @@ def test_prometheus_scrapes_a_running_job_and_its_falling_behind_alert_fires(
         assert row[1:3] == ["1", "running"]
         assert row[4] == "0"  # lag
         assert row[-3] == "0"  # restarts
-        job.send_signal(signal.SIGTERM)
-        job.wait(timeout=120)
+        for job in ("raw_clicks", "sessions_table"):
+            stopped = pipeline.kappa("jobs", "stop", job)
+            assert f"{job} v1: stopped" in stopped.stdout, stopped.stdout
     finally:
         stop.set()
-        if job.poll() is None:
-            job.kill()
+        for job in ("raw_clicks", "sessions_table"):  # whatever happened, no deployment outlives the test
+            pipeline.kappa("jobs", "stop", job, check=False)
         with _stack_file(settings):
             monitored.stop_component(PROMETHEUS)
-    assert job.returncode == 0, "".join(output[-40:])
-    assert not target_path(settings, "raw_clicks", 1).exists()  # a clean stop withdraws the target
+    for job in ("raw_clicks", "sessions_table"):
+        assert not target_path(settings, job, 1).exists()  # a clean stop withdraws the target
