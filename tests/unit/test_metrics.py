@@ -127,14 +127,14 @@ def test_each_version_has_its_own_address_on_a_server_of_several() -> None:
     JobMetrics(second, 2).batch(_progress(0, None, {"clicks": {"0": 7}}, {"clicks": {"0": 7}}, rows=7))
     url = start_server("127.0.0.1", 0)
 
-    def records(address: str) -> dict[tuple[str, str], float]:
+    def records(address: str, name: str = "kappa_job_input_records_total") -> dict[tuple[str, str], float]:
         with urllib.request.urlopen(address, timeout=10) as response:
             families = text_string_to_metric_families(response.read().decode())
         return {
             (s.labels["job"], s.labels["version"]): s.value
             for family in families
             for s in family.samples
-            if s.name == "kappa_job_input_records_total" and s.labels["job"] in (first, second)
+            if s.name == name and s.labels["job"] in (first, second)
         }
 
     assert records(url) == {(first, "1"): 3, (second, "2"): 7}
@@ -142,6 +142,9 @@ def test_each_version_has_its_own_address_on_a_server_of_several() -> None:
     assert records(version_url(url, first, 1)) == {(first, "1"): 3}
     assert records(version_url(url, second, 2)) == {(second, "2"): 7}
     assert records(version_url(url, second, 1)) == {}  # a version the process does not run: no series
+    lag = "kappa_job_consumer_lag_offsets"  # computed when scraped: for the scraped version alone
+    assert records(url, lag) == {(first, "1"): 0, (second, "2"): 0}
+    assert records(version_url(url, second, 2), lag) == {(second, "2"): 0}
 
 
 def test_a_run_publishes_its_scrape_target_for_file_sd_and_withdraws_it(tmp_path: Path) -> None:

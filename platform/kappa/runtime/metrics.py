@@ -167,7 +167,12 @@ class _OneVersion(Collector):
         self.job, self.version = job, version
 
     def collect(self) -> Iterator[Metric]:
-        for family in REGISTRY.collect():
+        _LAG.scraping.version = (self.job, self.version)
+        try:
+            families = list(REGISTRY.collect())
+        finally:
+            _LAG.scraping.version = None
+        for family in families:
             kept = Metric(family.name, family.documentation, family.type, family.unit)
             kept.samples = [
                 s
@@ -208,13 +213,19 @@ class _LiveLag(Collector):
         self.jobs: dict[tuple[str, str], JobMetrics] = {}
         self._lock = threading.Lock()  # one scrape at a time uses the consumers
         self._consumers: dict[str, Consumer] = {}
+        self.scraping = threading.local()  # `.version`: (job, version) while a scrape of one version collects
+
+    def _scraped(self) -> list[JobMetrics]:
+        """The versions this scrape asks for: one version's target asks Kafka for that version's offsets only."""
+        version: tuple[str, str] | None = getattr(self.scraping, "version", None)
+        return [m for key, m in list(self.jobs.items()) if version is None or key == version]
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         offsets = GaugeMetricFamily(LAG_NAME, LAG_DOC, labels=[*_JOB, "topic"])
         seconds = GaugeMetricFamily(LAG_SECONDS_NAME, LAG_SECONDS_DOC, labels=[*_JOB, "topic"])
         with self._lock:
             reachable = True  # one wait for a Kafka that does not answer per scrape, not one per partition
-            for metrics in list(self.jobs.values()):
+            for metrics in self._scraped():
                 ends, planned = metrics.last_ends, metrics.planned_lag
                 for topic in sorted(set(ends) | set(planned)):
                     lag = None
