@@ -111,34 +111,35 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     (REPORTS / "durations.tsv").write_text("\n".join(lines) + "\n")
 
 
-# Test files longest first (seconds in CI, from build/test-reports/durations.tsv), so the workers finish
+# Test files longest first (seconds in CI at 49944be, from its slowest durations), so the workers finish
 # together: a worker takes its next file while it still has two tests to go, so a file handed out late must be
 # short. The outage tests mostly wait (a broker is down for two minutes in each): early, they overlap the other
 # workers' busiest files. Files not listed (all under 20 s) follow in collection order.
 LONGEST_FIRST = (
-    "e2e/test_replay_lifecycle.py",  # 610
-    "e2e/test_cascade_replay.py",  # 585
-    "e2e/test_outages.py",  # 351
-    "e2e/test_stack_lifecycle.py",  # 325
-    "integration/test_kappa_promise.py",  # 305
-    "integration/test_job_runner.py",  # 135
-    "e2e/test_demo.py",  # 130
-    "integration/test_views_jobs.py",  # 120
-    "e2e/test_tutorial.py",  # 95
-    "integration/test_job_host.py",  # 100
-    "integration/test_monitoring.py",  # 97
-    "unit/test_page_stats_transforms.py",  # 75
-    "integration/test_exactly_once_delta.py",  # 75
+    "e2e/test_replay_lifecycle.py",  # 1,300 (its module's pipeline, then three flows on it)
+    "e2e/test_cascade_replay.py",  # 820
+    "e2e/test_outages.py",  # 440
+    "integration/test_kappa_promise.py",  # 480
+    "e2e/test_stack_lifecycle.py",  # 440
+    "integration/test_exactly_once_delta.py",  # 325
+    "e2e/test_tutorial.py",  # 280
+    "e2e/test_demo.py",  # 270
+    "integration/test_views_jobs.py",  # 240
+    "integration/test_job_runner.py",  # 220
+    "integration/test_job_host.py",  # 210
+    "integration/test_monitoring.py",  # 130
+    "unit/test_page_stats_transforms.py",  # 125
+    "integration/test_replay_protocol.py",  # 110
+    "integration/test_deployments.py",  # 85
+    "unit/test_decoding_is_total.py",  # 70
+    "integration/test_dagster_materialize.py",  # 65
     "integration/test_operators_differential.py",  # 60
     "integration/test_readers.py",  # 55
-    "integration/test_dagster_materialize.py",  # 55
-    "integration/test_deployments.py",  # 40
+    "integration/test_enrich_clicks_job.py",  # 50
     "integration/test_aliases.py",  # 35
     "integration/test_realtime_lane.py",  # 30
     "integration/test_python_keyed_rule.py",  # 30
-    "integration/test_enrich_clicks_job.py",  # 30
     "integration/test_view_operators_differential.py",  # 30
-    "unit/test_decoding_is_total.py",  # 30
     "integration/test_sessionize_job.py",  # 25
     "e2e/test_bad_setup.py",  # 20
     "integration/test_replay_horizon.py",  # 20
