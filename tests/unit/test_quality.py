@@ -257,14 +257,27 @@ def test_validate_table_names_a_missing_table(tmp_path: Path) -> None:
         validate_table(str(tmp_path / "nothing"), suite)
 
 
-def test_results_keep_the_suite_names_of_expectations_that_differ_only_in_mostly() -> None:
+@pytest.mark.parametrize("engine", ["pandas", "spark"])
+def test_results_keep_the_suite_names_of_expectations_that_differ_only_in_mostly(
+    spark: SparkSession, engine: str
+) -> None:
+    """On Spark, GX judges every expectation without counts first, then counts and samples what failed or may fail
+    on some rows (`mostly`): the report has the same failures, counts and samples as pandas' single pass."""
     between = {"column": "x", "min_value": 0, "max_value": 10}
     suite = Suite.from_dict({"name": "t", "expectations": [
         {"type": "expect_column_values_to_be_between", "kwargs": between, "meta": {"name": "x in range"}},
         {"type": "expect_column_values_to_be_between", "kwargs": between | {"mostly": 0.5},
          "meta": {"name": "x mostly in range"}},
+        {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "x"}, "meta": {"name": "x given"}},
+        {"type": "expect_table_row_count_to_be_between", "kwargs": {"min_value": 1}, "meta": {"name": "rows"}},
     ]})  # fmt: skip
-    report = validate_dataframe(pd.DataFrame({"x": [1, 2, 3, 50]}), suite)
+    rows = pd.DataFrame({"x": [1, 2, 3, 50]})
+    report = validate_dataframe(rows if engine == "pandas" else spark.createDataFrame(rows), suite)
+    assert [r.name for r in report.results] == ["x in range", "x mostly in range", "x given", "rows"]  # suite order
     assert report.failed == ["x in range"]
-    assert [r.name for r in report.results if r.success] == ["x mostly in range"]
-    assert report.result("x in range").unexpected_count == 1
+    assert not report.success
+    assert [r.name for r in report.results if r.success] == ["x mostly in range", "x given", "rows"]
+    assert report.result("rows").observed_value == 4  # an aggregate: its observed value is what it reports
+    assert (report.result("x in range").unexpected_count, report.result("x in range").samples) == (1, (50,))
+    assert report.result("x mostly in range").unexpected_count == 1  # allowed to fail on some rows: counted
+    assert report.result("x given").unexpected_count == (0 if engine == "pandas" else None)  # passed: not counted

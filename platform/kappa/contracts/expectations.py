@@ -378,7 +378,52 @@ _POSITION = "kappa_position"
 
 def validate_dataframe(frame: DataFrame | pd.DataFrame, suite: Suite) -> QualityReport:
     """Run the whole suite through Great Expectations on a Spark or pandas DataFrame (ephemeral context: no
-    files written). A Spark frame is cached for the run (GX computes its metrics in several Spark jobs)."""
+    files written). A Spark frame is cached for the run (GX computes its metrics in several Spark jobs).
+
+    On Spark, GX first judges the row-by-row (map) rules that must hold on every row with result format
+    BOOLEAN_ONLY: a few bundled aggregations, where SUMMARY's counts and samples cost two Spark jobs more per rule.
+    Those that failed run again with SUMMARY, with the rest of the suite (aggregates, `mostly` rules); a passing
+    map rule's counts are not given (it had no unexpected row). Pandas runs once, with SUMMARY: no job to save."""
+    every = list(range(len(suite.expectations)))
+    if _is_pandas(frame):
+        return _report(suite, _run_gx(frame, suite, every, "SUMMARY"))
+    cache_here = not getattr(frame, "is_cached", False)  # a caller's cache is the caller's
+    if cache_here:
+        frame.persist()
+    try:
+        strict = [i for i in every if _strict_map_rule(suite.expectations[i])]
+        results = _run_gx(frame, suite, strict, "BOOLEAN_ONLY") if strict else {}
+        again = sorted({i for i in strict if not results[i].success} | (set(every) - set(strict)))
+        if again:
+            results |= _run_gx(frame, suite, again, "SUMMARY")
+    finally:
+        if cache_here:
+            frame.unpersist()
+    return _report(suite, results)
+
+
+def _strict_map_rule(expectation: Expectation) -> bool:
+    """A rule GX checks row by row (a map metric), which must hold on every row: it passes with no unexpected row."""
+    # Lazy: Great Expectations takes seconds to import; only a contract check needs it.
+    from great_expectations.expectations.registry import get_expectation_impl
+
+    try:
+        implementation = get_expectation_impl(expectation.type)
+    except Exception:  # an unknown type: GX reports it in its result, with SUMMARY like any other
+        return False
+    return getattr(implementation, "map_metric", None) is not None and float(expectation.kwargs.get("mostly", 1)) >= 1
+
+
+def _report(suite: Suite, results: Mapping[int, ExpectationResult]) -> QualityReport:
+    """The results in suite order; the suite passes when each of its expectations does."""
+    ordered = tuple(results[i] for i in sorted(results))
+    return QualityReport(suite.name, all(r.success for r in ordered), ordered)
+
+
+def _run_gx(
+    frame: DataFrame | pd.DataFrame, suite: Suite, positions: Sequence[int], result_format: str
+) -> dict[int, ExpectationResult]:
+    """Some of the suite's expectations (by position) through GX, with this result format: results by position."""
     gx = _gx()
     # Lazy: Great Expectations takes seconds to import; only a contract check needs it.
     from great_expectations.core import ExpectationSuite
@@ -386,55 +431,49 @@ def validate_dataframe(frame: DataFrame | pd.DataFrame, suite: Suite) -> Quality
 
     context = gx.get_context(mode="ephemeral")
     context.variables.progress_bars = ProgressBarsConfig(globally=False)
+    expectations = suite.expectations
     gx_suite = ExpectationSuite(
         name=suite.name,
         expectations=[
-            {"type": e.type, "kwargs": dict(e.kwargs), "meta": {**e.meta, _POSITION: i}}
-            for i, e in enumerate(suite.expectations)
+            {
+                "type": expectations[i].type,
+                "kwargs": dict(expectations[i].kwargs),
+                "meta": {**expectations[i].meta, _POSITION: i},
+            }
+            for i in positions
         ],
     )
     label = f"kappa_{uuid.uuid4().hex[:8]}"
-    spark_frame = not _is_pandas(frame)
-    source = context.data_sources.add_spark(label) if spark_frame else context.data_sources.add_pandas(label)
+    source = context.data_sources.add_pandas(label) if _is_pandas(frame) else context.data_sources.add_spark(label)
     batch = (
         source.add_dataframe_asset(label)
         .add_batch_definition_whole_dataframe(label)
         .get_batch(batch_parameters={"dataframe": frame})
     )
-    cache_here = spark_frame and not getattr(frame, "is_cached", False)  # a caller's cache is the caller's
-    if cache_here:
-        frame.persist()
-    try:
-        outcome = batch.validate(
-            gx_suite, result_format={"result_format": "SUMMARY", "partial_unexpected_count": SAMPLES}
-        )
-    finally:
-        if cache_here:
-            frame.unpersist()
-    results = []
+    outcome = batch.validate(
+        gx_suite, result_format={"result_format": result_format, "partial_unexpected_count": SAMPLES}
+    )
+    results = {}
     for r in outcome.results:
         config = r.expectation_config
         position = (config.meta or {}).get(_POSITION)  # GX reorders results; the meta comes back as given
-        expectation = suite.expectations[position] if isinstance(position, int) else None
+        if not isinstance(position, int):
+            raise KappaError(f"Great Expectations returned a result of suite {suite.name} that names no expectation")
+        expectation = expectations[position]
         info = r.exception_info or {}
-        error = info.get("exception_message") if info.get("raised_exception") else None
         detail = r.result or {}
-        results.append(
-            ExpectationResult(
-                name=expectation.name if expectation else f"{config.type}(?)",
-                type=config.type,
-                kwargs=expectation.kwargs if expectation else dict(config.kwargs),
-                success=bool(r.success),
-                unexpected_count=detail.get("unexpected_count"),
-                unexpected_percent=detail.get("unexpected_percent"),
-                observed_value=detail.get("observed_value"),
-                samples=tuple(detail.get("partial_unexpected_list") or ()),
-                error=error,
-            )
+        results[position] = ExpectationResult(
+            name=expectation.name,
+            type=config.type,
+            kwargs=expectation.kwargs,
+            success=bool(r.success),
+            unexpected_count=detail.get("unexpected_count"),
+            unexpected_percent=detail.get("unexpected_percent"),
+            observed_value=detail.get("observed_value"),
+            samples=tuple(detail.get("partial_unexpected_list") or ()),
+            error=info.get("exception_message") if info.get("raised_exception") else None,
         )
-    order = {e.name: i for i, e in enumerate(suite.expectations)}
-    results.sort(key=lambda r: order.get(r.name, len(order)))
-    return QualityReport(suite.name, bool(outcome.success), tuple(results))
+    return results
 
 
 def _is_pandas(frame: object) -> bool:
