@@ -87,17 +87,23 @@ def reconcile(new: DataFrame, live: DataFrame, keys: list[str]) -> dict[str, Any
             rows = joined.where(where).select(*keys, *[F.col(f"{c}.{side}").alias(c) for c in values])
             return [r.asDict(recursive=True) for r in rows.limit(SAMPLES).collect()]
 
-        changed = [
-            {**{k: r[k] for k in keys}, **{c: r[c].asDict() for c in values if r[c]["live"] != r[c]["new"]}}
-            for r in joined.where(F.col("changed")).limit(SAMPLES).collect()
-        ]
+        def changed() -> list[dict[str, Any]]:
+            return [
+                {**{k: r[k] for k in keys}, **{c: r[c].asDict() for c in values if r[c]["live"] != r[c]["new"]}}
+                for r in joined.where(F.col("changed")).limit(SAMPLES).collect()
+            ]
+
+        found = {
+            name: int(counts[name]) for name in ("rows_new", "rows_live", "only_in_new", "only_in_live", "changed")
+        }
+        # A kind with no keys has no samples to look for: each look is a Spark job.
         return {
             "keys": keys,
-            **{name: int(counts[name]) for name in ("rows_new", "rows_live", "only_in_new", "only_in_live", "changed")},
+            **found,
             "samples": {
-                "only_in_new": sample(F.col("in_new") & ~F.col("in_live"), "new"),
-                "only_in_live": sample(F.col("in_live") & ~F.col("in_new"), "live"),
-                "changed": changed,
+                "only_in_new": sample(F.col("in_new") & ~F.col("in_live"), "new") if found["only_in_new"] else [],
+                "only_in_live": sample(F.col("in_live") & ~F.col("in_new"), "live") if found["only_in_live"] else [],
+                "changed": changed() if found["changed"] else [],
             },
         }
     finally:
