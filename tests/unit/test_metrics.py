@@ -3,6 +3,7 @@ the exposition a scraper reads (pure logic and a loopback HTTP server; the integ
 
 import json
 import socket
+import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
@@ -142,6 +143,9 @@ def test_each_version_has_its_own_address_on_a_server_of_several() -> None:
     assert records(version_url(url, first, 1)) == {(first, "1"): 3}
     assert records(version_url(url, second, 2)) == {(second, "2"): 7}
     assert records(version_url(url, second, 1)) == {}  # a version the process does not run: no series
+    with pytest.raises(urllib.error.HTTPError) as mistyped:  # never the whole process under a version's name
+        records(f"{url}/{first}.1")
+    assert mistyped.value.code == 404
     lag = "kappa_job_consumer_lag_offsets"  # computed when scraped: for the scraped version alone
     assert records(url, lag) == {(first, "1"): 0, (second, "2"): 0}
     assert records(version_url(url, second, 2), lag) == {(second, "2"): 0}

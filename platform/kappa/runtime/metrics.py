@@ -193,6 +193,9 @@ def _app(environ: dict[str, Any], start_response: Any) -> Any:
         job, dot_v, version = path.removeprefix("/metrics/").rpartition(".v")
         if job and dot_v and version.isdigit():
             return make_wsgi_app(_OneVersion(job, version))(environ, start_response)  # type: ignore[arg-type]
+        # A mistyped target must not be served the whole process: its series would be counted twice.
+        start_response("404 Not Found", [("Content-Type", "text/plain")])
+        return [f"{path}: not a job version's address (/metrics/<job>.v<N>)\n".encode()]
     return _whole(environ, start_response)
 
 
