@@ -235,7 +235,7 @@ def add_jobs_commands(sub: Any) -> None:
         if name == "restart":
             p.add_argument("--reason", default=None, help="recorded as the deployment's last exit reason")
         if name != "stop":
-            p.add_argument("--wait", type=float, default=5.0, help="seconds to watch it for an early exit")
+            p.add_argument("--wait", type=float, default=5.0, help="seconds at most to watch it for an early exit")
     host = jobs_sub.add_parser(
         "host", help="run the shared deployments in one Spark application (started by `kappa jobs start`)"
     )

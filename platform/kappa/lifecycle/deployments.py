@@ -71,6 +71,7 @@ from kappa.lifecycle.state_files import (
 from kappa.lifecycle.wrapper import launch_env
 from kappa.runtime import run_record
 from kappa.runtime.binding import deployed_job
+from kappa.runtime.run_record import RunState
 from kappa.stack import process
 
 
@@ -248,7 +249,8 @@ def restart(
 
 def confirm_running(deployment: Deployment, seconds: float) -> None:
     """Watch a new deployment for a few seconds: a bad setting or an unreachable Kafka ends it at once, and the
-    command that started it says so instead of reporting a start."""
+    command that started it says so instead of reporting a start. A run whose query has started is past both
+    (the record was reset at this start): the watch ends there, sooner when the job host is already warm."""
     deadline = time.monotonic() + seconds
     while True:
         state = state_of(deployment)
@@ -257,7 +259,7 @@ def confirm_running(deployment: Deployment, seconds: float) -> None:
                 f"{deployment.job} v{deployment.version} exited at once: {state.exit_reason} "
                 f"(log: {deployment.log_file})"
             )
-        if time.monotonic() >= deadline:
+        if time.monotonic() >= deadline or (state.run is not None and state.run.state is RunState.RUNNING):
             return
         time.sleep(0.5)
 
