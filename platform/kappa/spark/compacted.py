@@ -13,7 +13,6 @@ from pyspark.sql import functions as F
 from kappa.contracts.registry import Registry
 from kappa.contracts.topic_declarations import Topic
 from kappa.core.settings import KappaSettings
-from kappa.spark.side_outputs import SIDE_KIND
 from kappa.spark.topic_io import DELETED, decode_topic, kafka_source, value_schema, writer_schemas
 
 
@@ -33,15 +32,13 @@ def latest_per_key(
         raw, value_schema(settings, topic), writers, job="reader", job_version=0,
         key_field=topic.key_field, deletes=topic.deletes,
     )  # fmt: skip
-    # The records and the tombstones from one read of the topic (a union of `records` and `tombstones` read it twice).
-    deleted = F.col(DELETED) if topic.deletes else F.lit(False)
-    everything = decoded.rows.where(F.col(SIDE_KIND).isNull()).select(*decoded.fields, deleted.alias("_deleted"))
+    everything = decoded.changes  # records and tombstones from one read of the topic
     if written_until_ms is not None:
         everything = everything.where(F.col("kafka_timestamp") <= F.timestamp_millis(F.lit(written_until_ms)))
     # A key lives in one partition; its last record in log order wins.
     latest = Window.partitionBy("key").orderBy(F.col("kafka_partition").desc(), F.col("kafka_offset").desc())
     return (
         everything.withColumn("_rank", F.row_number().over(latest))
-        .where((F.col("_rank") == 1) & ~F.col("_deleted"))
-        .drop("_rank", "_deleted")
+        .where((F.col("_rank") == 1) & ~F.col(DELETED))
+        .drop("_rank", DELETED)
     )

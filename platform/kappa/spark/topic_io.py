@@ -70,12 +70,16 @@ class DecodedTopic:
     deletes: bool  # the topic declares deletes: `rows` has the DELETED column
 
     @property
+    def changes(self) -> DataFrame:
+        """Every record that keeps its contract and every tombstone, in one view of `rows`: the record columns and
+        `deleted` (false throughout where the topic declares no deletes). A reader that needs both reads Kafka once."""
+        deleted = F.col(DELETED) if self.deletes else F.lit(False)
+        return self.rows.where(F.col(SIDE_KIND).isNull()).select(*self.fields, deleted.alias(DELETED))
+
+    @property
     def records(self) -> DataFrame:
         """The decoded records that keep their contract: one row each."""
-        kept = self.rows.where(F.col(SIDE_KIND).isNull())
-        if self.deletes:
-            kept = kept.where(~F.col(DELETED))
-        return kept.select(*self.fields)
+        return self.changes.where(~F.col(DELETED)).drop(DELETED)
 
     @property
     def dead_letters(self) -> DataFrame:
@@ -86,9 +90,7 @@ class DecodedTopic:
     @property
     def tombstones(self) -> DataFrame:
         """key and Kafka position of the deletes of a compacted topic (empty where the topic declares none)."""
-        if not self.deletes:
-            return self.rows.where(F.lit(False)).select("key", *KAFKA_META)
-        return self.rows.where(F.col(DELETED)).select("key", *KAFKA_META)
+        return self.changes.where(F.col(DELETED)).select("key", *KAFKA_META)
 
 
 def value_schema(settings: KappaSettings, topic: Topic) -> dict[str, Any]:
