@@ -25,7 +25,6 @@ Each flow also passes run alone (`pytest -k`): it reads the live version instead
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -33,6 +32,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
@@ -521,15 +521,15 @@ def _plot_the_live_version(stack: KappaSettings, d: Deployment, dagster_home: Pa
     return len(re.findall(r"tick \d+: [1-9]\d* observations", out))
 
 
-def _run_status(url: str, run_id: str) -> str | None:
-    """A Dagster run's status (SUCCESS, FAILURE, STARTED, ...) through the webserver's GraphQL API."""
-    query = {"query": f'{{ runOrError(runId: "{run_id}") {{ ... on Run {{ status }} }} }}'}
-    request = urllib.request.Request(
-        f"{url}/graphql", data=json.dumps(query).encode(), headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(request, timeout=30) as response:
-        status = json.load(response)["data"]["runOrError"].get("status")
-    return str(status) if status else None
+def _run_ended(url: str, run_id: str) -> bool:
+    """Whether a Dagster run has ended, asked of the webserver's GraphQL API."""
+    from dagster import DagsterRunStatus
+    from dagster_graphql import DagsterGraphQLClient
+
+    address = urllib.parse.urlsplit(url)
+    client = DagsterGraphQLClient(address.hostname or "127.0.0.1", port_number=address.port, timeout=30)
+    ended = (DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED)
+    return client.get_run_status(run_id) in ended
 
 
 @pytest.mark.timeout(1500)
@@ -584,7 +584,7 @@ def test_launch_a_replay_from_the_dagster_ui(
         run_page = page.url
         run_id = run_page.rstrip("/").split("/")[-1]
         page.goto("about:blank")
-        wait_until(lambda: _run_status(url, run_id) in ("SUCCESS", "FAILURE", "CANCELED"), timeout_s=900,
+        wait_until(lambda: _run_ended(url, run_id), timeout_s=900,
                    what=f"the Dagster run {run_id} ends", interval_s=2)  # fmt: skip
         page.goto(run_page, wait_until="networkidle")
         ended = page.get_by_text("Success", exact=True).or_(page.get_by_text("Failure", exact=True))
