@@ -19,9 +19,12 @@ def test_unarmed_and_armed_plans_are_read_from_the_environment(monkeypatch: pyte
     assert (plan.point, plan.batch) == (FaultPoint.BETWEEN_WRITES, 3)
     monkeypatch.setenv(KILL_AT, "after-writes")
     assert FaultPlan.from_environment().batch == 1
+    monkeypatch.setenv(KILL_AT, "after-writes:2@page_stats_v1")
+    plan = FaultPlan.from_environment()
+    assert (plan.point, plan.batch, plan.query) == (FaultPoint.AFTER_WRITES, 2, "page_stats_v1")
 
 
-@pytest.mark.parametrize("armed", ["inside-merge:2", "after-writes:two"])
+@pytest.mark.parametrize("armed", ["inside-merge:2", "after-writes:two", "after-writes:x@q"])
 def test_a_bad_plan_names_the_points(monkeypatch: pytest.MonkeyPatch, armed: str) -> None:
     monkeypatch.setenv(KILL_AT, armed)
     with pytest.raises(KappaError, match="before-writes, between-writes, after-writes"):
@@ -44,3 +47,20 @@ print("not reached", flush=True)
     assert run.returncode == -9
     assert run.stdout == "alive\n"
     assert run.stderr == "fault point: SIGKILL at between-writes of q batch 9 (#2 here): what it did\n"
+
+
+def test_a_plan_for_one_query_counts_that_query_s_batches_only() -> None:
+    script = """
+from kappa.runtime.faults import FaultPlan, FaultPoint
+plan = FaultPlan(FaultPoint.AFTER_WRITES, 2, "views_v1")
+for batch_id in range(5):
+    plan.reached(FaultPoint.AFTER_WRITES, "topics_v1", batch_id)  # another job of the same process
+plan.reached(FaultPoint.AFTER_WRITES, "views_v1", 3)
+print("alive", flush=True)
+plan.reached(FaultPoint.AFTER_WRITES, "views_v1", 4)
+print("not reached", flush=True)
+"""
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert run.returncode == -9
+    assert run.stdout == "alive\n"
+    assert run.stderr == "fault point: SIGKILL at after-writes of views_v1 batch 4 (#2 here)\n"

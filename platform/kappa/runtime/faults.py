@@ -5,13 +5,13 @@ inside a batch: before its writes, between a table job's two writes (its side ro
 yet merged) and after its writes (everything written, the checkpoint not yet told: the restarted job runs the
 same batch id again). The runtime passes each of them in every batch; a test arms one for a process with
 
-    KAPPA_TEST_KILL_AT=<point>:<n>      e.g. KAPPA_TEST_KILL_AT=between-writes:2
+    KAPPA_TEST_KILL_AT=<point>:<n>[@<query>]      e.g. KAPPA_TEST_KILL_AT=between-writes:2@page_stats_v1
 
 and the process sends itself SIGKILL the n-th time one of its batches reaches that point (1: the first), after
 one line on stderr that says where. Between writes counts only batches with table rows to write: a batch of dead
 letters alone has no second write to come. Unarmed (always, outside the tests), a point costs one comparison. A
-job host runs many jobs in one process: armed, the first to reach the point kills them all (tests arm single-job
-processes only).
+process that runs several jobs (a job host) counts the batches of the query named after `@` only, and its death
+is every job's: the others die wherever they are, as they would with the machine.
 """
 
 from __future__ import annotations
@@ -38,10 +38,12 @@ class FaultPoint(StrEnum):
 
 @dataclass
 class FaultPlan:
-    """Where this process dies, if anywhere: the `batch`-th time a batch reaches `point`."""
+    """Where this process dies, if anywhere: the `batch`-th time a batch (of the query `query`, if named) reaches
+    `point`."""
 
     point: FaultPoint | None = None
     batch: int = 0
+    query: str | None = None
     _seen: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -50,12 +52,13 @@ class FaultPlan:
         armed = os.environ.get(KILL_AT, "").strip()
         if not armed:
             return cls()
-        point, _, number = armed.partition(":")
+        where, _, query = armed.partition("@")
+        point, _, number = where.partition(":")
         try:
-            return cls(FaultPoint(point), int(number or "1"))
+            return cls(FaultPoint(point), int(number or "1"), query.strip() or None)
         except ValueError:
             choices = ", ".join(p.value for p in FaultPoint)
-            raise KappaError(f"{KILL_AT}={armed}: expected <point>:<n>, a point among {choices}") from None
+            raise KappaError(f"{KILL_AT}={armed}: expected <point>:<n>[@<query>], a point among {choices}") from None
 
     def reached(
         self,
@@ -67,7 +70,7 @@ class FaultPlan:
     ) -> None:
         """A batch reached `point`: die here if it is the plan's point and the n-th time the process reached it
         (`counts`, asked only then, says whether this batch counts; `detail` says what the batch had done)."""
-        if point is not self.point or (counts is not None and not counts()):
+        if point is not self.point or self.query not in (None, query) or (counts is not None and not counts()):
             return
         with self._lock:
             self._seen += 1
