@@ -27,8 +27,10 @@ from kappa.core.settings import KappaSettings, load_settings
 # KAPPA_TEST_PORT_OFFSET shifts them (and the stack's folder) so a second checkout can test at the same time.
 PORT_OFFSET = int(os.environ.get("KAPPA_TEST_PORT_OFFSET", "0"))
 # Every Spark driver a test starts is short-lived: C1-only JIT and the serial collector start it with about half
-# the CPU (measured: 24 s against 44-57 s for enrich_clicks over 3,000 clicks). Answers do not depend on them.
-SHORT_RUN_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+# the CPU (measured: 24 s against 44-57 s for enrich_clicks over 3,000 clicks). Answers do not depend on them. C1's
+# code cache (48 MB by default) is too small for a job host: five queries fill it in a minute, and then the JVM
+# runs interpreted (a view's batch of 500 rows took 30-60 s) or dies.
+SHORT_RUN_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=240m"
 LONG_RUN_JVM = "-XX:+UseSerialGC"  # the test process's own session (the `spark` fixture)
 TEST_PORTS = {
     "kafka_port": 19092 + PORT_OFFSET,
