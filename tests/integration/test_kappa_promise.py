@@ -11,18 +11,20 @@ Dead letters: undecodable records the test puts into every job's inputs, each kn
 come back as a dead letter of that job, once in the replay and at least once live (a batch run again after a
 crash sends its side records again), and nothing else may.
 
-Live: all five jobs run continuously at once, each in its own process (each with a freshness of 2 seconds: a batch
-every second, so many batches wherever the clicks fall), while the generator produces (so clicks, late profile
-versions and enrich_clicks' corrections reach each job interleaved, as in production). Each job dies by SIGKILL
-at a fault point inside one of its first batches (kappa.runtime.faults: the topic jobs after their Kafka write and
-before the checkpoint knows, so the batch runs again; page_stats and the sessions table between a view's two writes, its
-dead letters sent and its table not merged; user_activity after its merge) and is restarted from its checkpoint
-while the first half of the log is produced; the second half comes once the restarted enrich_clicks has caught up,
-so it is read as it is produced. Then the jobs are stopped in pipeline order, each when it has read its inputs to
-their end. Replay: each job in one availableNow run into its own outputs.
+Live: all five jobs run continuously in one process, as the job host runs deployments (one Spark application,
+each job a query of its own with a freshness of 2 seconds: a batch every second, so many batches wherever the
+clicks fall), while the generator produces (so clicks, late profile versions and enrich_clicks' corrections reach
+each job interleaved, as in production). The process dies by SIGKILL five times, each time at a fault point inside
+a batch of the next job in pipeline order (kappa.runtime.faults: the topic jobs after their Kafka write and before
+the checkpoint knows, so the batch runs again; page_stats and the sessions table between a view's two writes, its
+dead letters sent and its table not merged; user_activity after its merge), and every other job dies with it
+wherever it is, as with a lost machine; each start resumes every job from its checkpoint and gets the next slice
+of the log's first half. The second half comes once the last start's enrich_clicks has caught up, so it is read as
+it is produced. Then the jobs are stopped in pipeline order, each when it has read its inputs to their end.
+Replay: each job in one availableNow run into its own outputs.
 
 Size: KAPPA_TEST_PROMISE_EVENTS clicks (CI's default below); `make soak` runs 200,000. The generator spreads them
-over PRODUCE_S + LIVE_PART_S seconds at most, so the live jobs see many batches whatever the size.
+over len(KILLS) * CHUNK_S + LIVE_PART_S seconds at most, so the live jobs see many batches whatever the size.
 """
 
 from __future__ import annotations
@@ -83,7 +85,6 @@ CONFIG = StreamConfig(
     events=EVENTS, users=max(100, EVENTS // 25), seed=31, late_share=0.01, late_by_ms=150 * 60_000,
     profile_change_share=0.02,
 )  # fmt: skip
-PRODUCE_S = 25.0  # the first half of the log over this long, at most (as fast as it can, for a large size)
 SCALE = max(1.0, EVENTS / 50_000)  # waits grow with the size of the run
 # The log reaches the live jobs in two parts: the first while they start and are killed and restarted, the
 # second over LIVE_PART_S once the restarted enrich_clicks has caught up, so that it reads clicks and late profile
@@ -101,18 +102,18 @@ PAGE_GAP_MS = PAGE_STATS.settings_as(PageStatsSettings).gap_minutes * MINUTE_MS
 # The jobs after enrich_clicks, in pipeline order; each reads what the one before produced.
 DOWNSTREAM = (SESSIONIZE, PAGE_STATS, USER_ACTIVITY, SESSIONS_TABLE)
 PIPELINE = (ENRICH, *DOWNSTREAM)
-# Where each job dies, and in which batch: (point, n) of KAPPA_TEST_KILL_AT. After writes, the second batch (a
-# job's batches run when its inputs grew: the first half of the log, and the poison that drips into the live
-# topics). Between writes, the first batch with table rows: the only one sure to come while the first half is
-# read (the second half comes once every job has died; on a slow machine enrich_clicks, restarted, read the first
-# half in one batch, and page_stats saw rows in one batch only).
-KILLS = {
-    ENRICH.name: (FaultPoint.AFTER_WRITES, 2),  # in Kafka, not in the checkpoint: the batch runs again
-    SESSIONIZE.name: (FaultPoint.AFTER_WRITES, 2),
-    PAGE_STATS.name: (FaultPoint.BETWEEN_WRITES, 1),  # its dead letters sent, its table not merged
-    USER_ACTIVITY.name: (FaultPoint.AFTER_WRITES, 2),  # merged, not in the checkpoint: Delta skips the batch id
-    SESSIONS_TABLE.name: (FaultPoint.BETWEEN_WRITES, 1),
-}
+# Where the host dies, at each of its starts: in which job's batch, at which point, and the how-manieth such batch
+# of that job in this start of the host (kappa.runtime.faults). After writes: the second batch (a job's batches run
+# when its inputs grew: the part of the log produced in this start, and the poison that drips into the live topics).
+# Between writes: the first batch with table rows.
+KILLS = (
+    (ENRICH, FaultPoint.AFTER_WRITES, 2),  # in Kafka, not in the checkpoint: the batch runs again
+    (SESSIONIZE, FaultPoint.AFTER_WRITES, 2),
+    (PAGE_STATS, FaultPoint.BETWEEN_WRITES, 1),  # its dead letters sent, its table not merged
+    (USER_ACTIVITY, FaultPoint.AFTER_WRITES, 2),  # merged, not in the checkpoint: Delta skips the batch id
+    (SESSIONS_TABLE, FaultPoint.BETWEEN_WRITES, 1),
+)
+CHUNK_S = 6.0  # each start of the host gets a slice of the log's first part, over this long
 EDGE_HOUR = (int(START.timestamp() * 1000) + 2 * 3_600_000) // 3_600_000 * 3_600_000
 # A value no decoder accepts: its first byte is not the Confluent wire format's magic byte (0).
 POISON = b"\x07not an Avro record of any registered schema"
@@ -154,22 +155,31 @@ SESSION_FIELDS = ("session_id", "start_time", "end_time", "clicks", "distinct_pa
                   "segment")  # fmt: skip
 
 
-class Job:
-    """A pipeline job in its own process, its output lines collected as they come."""
+class Host:
+    """The pipeline's jobs in one process, as the job host runs them (one Spark application), its output lines
+    collected as they come."""
 
-    def __init__(self, args: list[str], env: dict[str, str]) -> None:
-        command = [sys.executable, "-m", "tests.integration.pipeline_driver", *args]
-        self.process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    def __init__(
+        self, jobs: tuple[JobSpec, ...], bindings: dict[str, str], env: dict[str, str], log_file: Path
+    ) -> None:
+        # A batch every second, views too: many batches, each cut where the clicks happen to be.
+        command = [sys.executable, "-m", "tests.integration.pipeline_driver", ",".join(j.name for j in jobs),
+                   json.dumps(bindings), "--freshness", "2 seconds"]  # fmt: skip
+        self.process = subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, text=True)  # fmt: skip
         self.lines: queue.Queue[str] = queue.Queue()
         self.log: list[str] = []
-        self.pump = threading.Thread(target=self._pump, daemon=True)
+        self.pump = threading.Thread(target=self._pump, args=(log_file,), daemon=True)
         self.pump.start()
 
-    def _pump(self) -> None:
+    def _pump(self, log_file: Path) -> None:
         assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.log.append(line)
-            self.lines.put(line)
+        with log_file.open("w") as kept:  # the whole output, for a failure's reader
+            for line in self.process.stdout:
+                kept.write(line)
+                kept.flush()
+                self.log.append(line)
+                self.lines.put(line)
 
     def wait_for(self, predicate: Callable[[str], bool], timeout_s: float) -> str:
         deadline = time.monotonic() + timeout_s
@@ -184,22 +194,40 @@ class Job:
                 return line
         raise AssertionError(f"no such line within {timeout_s:.0f} s; last output:\n{''.join(self.log[-30:])}")
 
+    def started(self, jobs: tuple[JobSpec, ...], timeout_s: float, or_killed: bool = False) -> None:
+        """Every job's query started (or, `or_killed`, the process met its fault point first)."""
+        waiting = {f"query {j.name}_v{j.version} started" for j in jobs}
+
+        def news(line: str) -> bool:
+            return any(w in line for w in waiting) or (or_killed and line.startswith("fault point:"))
+
+        while waiting:
+            line = self.wait_for(news, timeout_s)
+            if line.startswith("fault point:"):
+                self.lines.put(line)  # for killed_by_its_fault_point
+                return
+            waiting = {w for w in waiting if w not in line}
+
     def killed_by_its_fault_point(self, timeout_s: float) -> str:
-        """The job killed itself at its armed fault point: -> the line that says where."""
+        """The process killed itself at its armed fault point: -> the line that says where."""
         line = self.wait_for(lambda line: line.startswith("fault point: SIGKILL"), timeout_s)
         assert self.process.wait(timeout=60) == -signal.SIGKILL, "".join(self.log[-30:])
         return line.strip()
 
+    def stop(self, job: JobSpec, timeout_s: float) -> None:
+        """Stop one job after its current batch: its thread ends, the others run on."""
+        assert self.process.stdin is not None
+        self.process.stdin.write(f"stop {job.name}\n")
+        self.process.stdin.flush()
+        self.wait_for(lambda line: line.startswith(f"STOPPED {job.name} "), timeout_s)
+
     def finish(self, timeout_s: float) -> None:
+        """Every job stopped: the process ends, with status 0."""
         code = self.process.wait(timeout=timeout_s)
         self.pump.join(timeout=30)  # the pump ends at the end of the output: every line is in the log
-        assert not self.pump.is_alive(), "the job's output did not end with its process"
+        assert not self.pump.is_alive(), "the host's output did not end with its process"
         assert code == 0, "".join(self.log[-40:])
-
-    def stop(self, timeout_s: float) -> None:
-        """SIGTERM: the runner finishes its batch and exits 0."""
-        self.process.send_signal(signal.SIGTERM)
-        self.finish(timeout_s)
+        assert not [line for line in self.log if line.startswith("FAILED ")], "".join(self.log[-40:])
 
 
 class Poison:
@@ -385,16 +413,11 @@ def test_live_with_kills_inside_batches_and_replay_both_equal_the_independent_an
     live = stack.model_copy(update={"checkpoint_root": str(tmp_path / "live" / "cp"),
                                     "delta_root": str(tmp_path / "live" / "delta")})  # fmt: skip
 
-    # (a) Live: every job at once, as deployed, while the generator produces; each armed to die in its 2nd batch.
-    def live_job(spec: JobSpec, **armed: str) -> Job:
-        env = stack_env(stack, KAPPA_CHECKPOINT_ROOT=str(tmp_path / "live" / "cp"),
-                        KAPPA_DELTA_ROOT=str(tmp_path / "live" / "delta"), **armed)  # fmt: skip
-        # A batch every second, views too: many batches, each cut where the clicks happen to be.
-        return Job([spec.name, json.dumps(bindings("live")), "--freshness", "2 seconds"], env)
-
-    jobs = {s.name: live_job(s, **{KILL_AT: "{}:{}".format(*KILLS[s.name])}) for s in PIPELINE}
-    for spec in PIPELINE:
-        jobs[spec.name].wait_for(lambda line: "started" in line, timeout_s=300 * SCALE)
+    # (a) Live: every job at once in one host, as deployed, while the generator produces; the host dies once in a
+    # batch of each job in turn (and every other job with it, wherever it was), and starts again from the jobs'
+    # checkpoints.
+    env = stack_env(stack, KAPPA_CHECKPOINT_ROOT=str(tmp_path / "live" / "cp"),
+                    KAPPA_DELTA_ROOT=str(tmp_path / "live" / "delta"))  # fmt: skip
     # Poison drips into each live intermediate topic once its job has written to it, so the batches the views die
     # in carry dead letters too (the fault point's line counts them).
     stop_dripping = threading.Event()
@@ -415,29 +438,36 @@ def test_live_with_kills_inside_batches_and_replay_both_equal_the_independent_an
 
     dripper = threading.Thread(target=drip, daemon=True)
     dripper.start()
-    producer = threading.Thread(
-        target=generate,
-        args=(stack, CONFIG, topics["clicks"], topics["profiles"]),
-        kwargs={"rate": SPLIT / PRODUCE_S, "progress": None, "emissions": slice(0, SPLIT)},
-    )
-    producer.start()
     kills = []
-    for spec in PIPELINE:  # downstream jobs get their first rows only once enrich_clicks has written some
-        kills.append(jobs[spec.name].killed_by_its_fault_point(timeout_s=600 * SCALE))
-        jobs[spec.name] = live_job(spec)
-    print("\n".join(kills))  # where each job died: the test's log shows it
-    for spec, line in zip(PIPELINE, kills, strict=True):
-        assert f"at {KILLS[spec.name][0]} of {spec.name}_v{spec.version}" in line, line
-        if KILLS[spec.name][0] is FaultPoint.BETWEEN_WRITES:  # a batch with table rows (only such batches count)
+    chunk = -(-SPLIT // len(KILLS))
+    for i, (spec, point, number) in enumerate(KILLS):
+        armed = env | {KILL_AT: f"{point}:{number}@{spec.name}_v{spec.version}"}
+        host = Host(PIPELINE, bindings("live"), armed, tmp_path / f"host-{i + 1}.log")
+        host.started(PIPELINE, timeout_s=300 * SCALE, or_killed=True)
+        # This start's slice of the log's first part: the armed job's batches get rows while it runs.
+        part = slice(i * chunk, min(SPLIT, (i + 1) * chunk))
+        producer = threading.Thread(
+            target=generate,
+            args=(stack, CONFIG, topics["clicks"], topics["profiles"]),
+            kwargs={"rate": chunk / CHUNK_S, "progress": None, "emissions": part},
+        )
+        producer.start()
+        kills.append(host.killed_by_its_fault_point(timeout_s=600 * SCALE))
+        producer.join(timeout=600 * SCALE)
+        assert not producer.is_alive(), "the generator did not finish"
+    print("\n".join(kills))  # where the host died: the test's log shows it
+    for (spec, point, _number), line in zip(KILLS, kills, strict=True):
+        assert f"at {point} of {spec.name}_v{spec.version}" in line, line
+        if point is FaultPoint.BETWEEN_WRITES:  # a batch with table rows (only such batches count)
             assert not line.endswith(" 0 rows unwritten"), line
-    producer.join(timeout=600 * SCALE)
-    assert not producer.is_alive(), "the generator did not finish"
+    host = Host(PIPELINE, bindings("live"), env, tmp_path / "host-last.log")
+    host.started(PIPELINE, timeout_s=300 * SCALE)
     enrich_inputs = list(ENRICH.bound(bindings("live")).inputs)
     wait_until(
         lambda: _caught_up(stack, f"kappa.{ENRICH.name}.v{ENRICH.version}", enrich_inputs),
         timeout_s=900 * SCALE,
         what="the restarted enrich_clicks reads the first part of the log",
-        log=jobs[ENRICH.name].log,
+        log=host.log,
     )
     rest = generate(stack, CONFIG, topics["clicks"], topics["profiles"], rate=(EVENTS - SPLIT) / LIVE_PART_S,
                     progress=None, emissions=slice(SPLIT, None))  # fmt: skip
@@ -449,20 +479,18 @@ def test_live_with_kills_inside_batches_and_replay_both_equal_the_independent_an
         raise drip_failed[0]
     assert len(poison.sent[topics["enriched_live"].name]) > 10, "the drip ran while the jobs did"
     # Stopped in pipeline order, each once it has read its inputs to their end: then its output is final, and
-    # so are the next job's inputs. Its queries run before it is asked to stop (a SIGTERM while Python still
-    # imports would kill the restarted job instead of stopping it).
+    # so are the next job's inputs.
     for spec in PIPELINE:
-        job = jobs[spec.name]
-        job.wait_for(lambda line: "started" in line, timeout_s=300 * SCALE)
         inputs = list(spec.bound(bindings("live")).inputs)
         group = f"kappa.{spec.name}.v{spec.version}"
         wait_until(
             lambda group=group, inputs=inputs: _caught_up(stack, group, inputs),  # type: ignore[misc]
             timeout_s=900 * SCALE,
             what=f"{spec.name} reads its inputs to their end",
-            log=job.log,
+            log=host.log,
         )
-        job.stop(timeout_s=180)
+        host.stop(spec, timeout_s=180)
+    host.finish(timeout_s=180)
     live_dead_letters_end = {
         t: _end_offset(stack, dead_letters_of(topics[t]).name) for t in ("clicks", "profiles")
     }  # enrich_clicks' live and replay runs share their inputs' dead-letter topics: the replay's come after

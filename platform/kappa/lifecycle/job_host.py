@@ -96,9 +96,7 @@ def serve(settings: KappaSettings, code: str) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
-    if settings.spark_master == "local[*]":
-        settings = settings.model_copy(update={"spark_master": f"local[{SLOTS_PER_CORE * (os.cpu_count() or 1)}]"})
-    spark = get_spark(settings, "kappa-jobs", {"spark.scheduler.mode": "FAIR"})
+    settings, spark = host_session(settings)
     signal.signal(signal.SIGINT, on_signal)  # the SparkContext set its own
     runs: dict[str, _Run] = {}
     begun: set[tuple[str, tuple[str, int]]] = set()  # (deployment, start) run: a failed run waits for a restart
@@ -132,6 +130,19 @@ def serve(settings: KappaSettings, code: str) -> int:
     return 0
 
 
+def host_session(settings: KappaSettings) -> tuple[KappaSettings, SparkSession]:
+    """The host's one Spark application, and the settings its jobs run with: on this machine, SLOTS_PER_CORE task
+    slots per core; FAIR scheduling between the pools of its jobs (in_pool_of)."""
+    if settings.spark_master == "local[*]":
+        settings = settings.model_copy(update={"spark_master": f"local[{SLOTS_PER_CORE * (os.cpu_count() or 1)}]"})
+    return settings, get_spark(settings, "kappa-jobs", {"spark.scheduler.mode": "FAIR"})
+
+
+def in_pool_of(spark: SparkSession, job: str) -> None:
+    """The queries this thread starts run their Spark jobs in `job`'s FAIR pool."""
+    spark.sparkContext.setLocalProperty("spark.scheduler.pool", job)
+
+
 def _start(settings: KappaSettings, spark: SparkSession, deployment: Deployment, ending: _Ending) -> _Run:
     stop = threading.Event()
     thread = threading.Thread(
@@ -159,8 +170,7 @@ def _run(
     status = 0
     try:
         log.info("starting %s in the job host (pid %d)", deployment.name, os.getpid())
-        # A query's Spark jobs run in the pool of the thread that starts it (FAIR: one pool per job).
-        spark.sparkContext.setLocalProperty("spark.scheduler.pool", deployment.job)
+        in_pool_of(spark, deployment.job)  # a query's Spark jobs run in the pool of the thread that starts it
         holder = f"{deployment.name} in the job host"
         with (
             checkpoint_lock(settings, deployment.job, deployment.version, holder),
