@@ -29,6 +29,7 @@ over len(KILLS) * CHUNK_S + LIVE_PART_S seconds at most, so the live jobs see ma
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -165,8 +166,9 @@ class Host:
         # A batch every second, views too: many batches, each cut where the clicks happen to be.
         command = [sys.executable, "-m", "tests.integration.pipeline_driver", ",".join(j.name for j in jobs),
                    json.dumps(bindings), "--freshness", "2 seconds"]  # fmt: skip
+        # Its own process group: once the host's Python is dead, its JVM goes too (killed_by_its_fault_point).
         self.process = subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=subprocess.STDOUT, text=True)  # fmt: skip
+                                        stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
         self.lines: queue.Queue[str] = queue.Queue()
         self.log: list[str] = []
         self.pump = threading.Thread(target=self._pump, args=(log_file,), daemon=True)
@@ -212,6 +214,10 @@ class Host:
         """The process killed itself at its armed fault point: -> the line that says where."""
         line = self.wait_for(lambda line: line.startswith("fault point: SIGKILL"), timeout_s)
         assert self.process.wait(timeout=60) == -signal.SIGKILL, "".join(self.log[-30:])
+        # The JVM dies with it, as with a lost machine: alone, it would run on for a moment, its queries failing,
+        # beside the next start of the host.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
         return line.strip()
 
     def stop(self, job: JobSpec, timeout_s: float) -> None:
