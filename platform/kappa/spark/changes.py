@@ -12,15 +12,6 @@ from collections.abc import Sequence
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from kappa.spark.side_outputs import SIDE_COLUMNS, SIDE_KIND
-from kappa.spark.topic_io import DecodedTopic
-
-
-def with_tombstones(decoded: DecodedTopic, key: str) -> DataFrame:
-    """A compacted topic's changes (batch reads): records with `deleted` false, tombstones with `deleted` true,
-    their key in `key` and every value column null. The job's query gets the same rows from the runtime."""
-    return changes_with_key(decoded.rows.where(F.col(SIDE_KIND).isNull()).drop(*SIDE_COLUMNS), key)
-
 
 def changes_with_key(changes: DataFrame, key: str) -> DataFrame:
     """Rows of a topic that declares deletes (records, and tombstones with only `key` set): the key field

@@ -7,12 +7,13 @@ sequence of updates that led there (a live run re-emits corrections a replay nev
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from kappa.contracts.registry import Registry
 from kappa.contracts.topic_declarations import Topic
 from kappa.core.settings import KappaSettings
+from kappa.spark.changes import last_per_key
 from kappa.spark.topic_io import DELETED, decode_topic, kafka_source, value_schema, writer_schemas
 
 
@@ -32,13 +33,8 @@ def latest_per_key(
         raw, value_schema(settings, topic), writers, job="reader", job_version=0,
         key_field=topic.key_field, deletes=topic.deletes,
     )  # fmt: skip
-    everything = decoded.changes  # records and tombstones from one read of the topic
+    changes = decoded.changes  # records and tombstones from one read of the topic
     if written_until_ms is not None:
-        everything = everything.where(F.col("kafka_timestamp") <= F.timestamp_millis(F.lit(written_until_ms)))
-    # A key lives in one partition; its last record in log order wins.
-    latest = Window.partitionBy("key").orderBy(F.col("kafka_partition").desc(), F.col("kafka_offset").desc())
-    return (
-        everything.withColumn("_rank", F.row_number().over(latest))
-        .where((F.col("_rank") == 1) & ~F.col(DELETED))
-        .drop("_rank", DELETED)
-    )
+        changes = changes.where(F.col("kafka_timestamp") <= F.timestamp_millis(F.lit(written_until_ms)))
+    latest = last_per_key(changes, ["key"])  # a key lives in one partition; its last record in log order wins
+    return latest.where(~F.col(DELETED)).drop(DELETED) if topic.deletes else latest

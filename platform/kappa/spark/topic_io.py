@@ -71,15 +71,16 @@ class DecodedTopic:
 
     @property
     def changes(self) -> DataFrame:
-        """Every record that keeps its contract and every tombstone, in one view of `rows`: the record columns and
-        `deleted` (false throughout where the topic declares no deletes). A reader that needs both reads Kafka once."""
-        deleted = F.col(DELETED) if self.deletes else F.lit(False)
-        return self.rows.where(F.col(SIDE_KIND).isNull()).select(*self.fields, deleted.alias(DELETED))
+        """Every record that keeps its contract and, on a topic that declares deletes, every tombstone, in one
+        view of `rows`: the record columns, and `deleted` where the topic declares deletes (a topic without
+        deletes has no tombstones: its changes are its records). A reader that needs both reads Kafka once."""
+        kept = self.rows.where(F.col(SIDE_KIND).isNull())
+        return kept.select(*self.fields, DELETED) if self.deletes else kept.select(*self.fields)
 
     @property
     def records(self) -> DataFrame:
         """The decoded records that keep their contract: one row each."""
-        return self.changes.where(~F.col(DELETED)).drop(DELETED)
+        return self.changes.where(~F.col(DELETED)).drop(DELETED) if self.deletes else self.changes
 
     @property
     def dead_letters(self) -> DataFrame:
@@ -90,6 +91,8 @@ class DecodedTopic:
     @property
     def tombstones(self) -> DataFrame:
         """key and Kafka position of the deletes of a compacted topic (empty where the topic declares none)."""
+        if not self.deletes:
+            return self.rows.where(F.lit(False)).select("key", *KAFKA_META)
         return self.changes.where(F.col(DELETED)).select("key", *KAFKA_META)
 
 
