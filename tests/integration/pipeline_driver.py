@@ -7,9 +7,9 @@ would, in a process of their own.
 The stack's settings come from the environment (KAPPA_*). One job runs as `kappa jobs run` runs it and prints
 `DONE <job> ...` at its end. Several run as the job host runs its deployments (kappa.lifecycle.job_host): one Spark
 application, each job in a thread of its own and in its own FAIR pool; a line `stop <job>` on standard input stops
-that job after its current batch (SIGTERM: all of them), `STOPPED <job> ...` says it stopped, and the process ends
-once every job has. The tests kill this process with SIGKILL in the middle of a run (kappa.runtime.faults) and
-start it again.
+that job after its current batch (SIGTERM, or the end of standard input: all of them), `STOPPED <job> ...` says it
+stopped, and the process ends once every job has. Armed by a test (kappa.runtime.faults), the process kills itself
+with SIGKILL in the middle of a run, and the test starts it again.
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--max-offsets", type=int)
     parser.add_argument("--freshness", help="the job's freshness in a continuous run (its trigger: half of it)")
     args = parser.parse_args(argv)
+    if "," in args.jobs and (args.available_now or args.max_offsets):
+        parser.error("--available-now and --max-offsets are for one job; several run continuously")
     configure_logging()
     specs = [get_job(name).bound(json.loads(args.bindings)) for name in args.jobs.split(",")]
     if args.freshness:
@@ -76,6 +78,7 @@ def _host(specs: list[JobSpec], settings: KappaSettings) -> int:
             verb, _, job = line.strip().partition(" ")
             if verb == "stop" and job in stops:
                 stops[job].set()
+        stop_all(signal.SIGTERM, None)  # the test that started us is gone: nothing runs unwatched
 
     threading.Thread(target=read_stops, daemon=True).start()
     threads = [threading.Thread(target=run, args=(spec,), name=f"job-{spec.name}") for spec in specs]

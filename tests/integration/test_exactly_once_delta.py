@@ -13,12 +13,9 @@ Then a last run drains the log (in the test's own Spark session).
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import random
 import re
-import signal
 import subprocess
 import sys
 import uuid
@@ -135,14 +132,9 @@ def test_sigkills_inside_the_views_batches_neither_lose_nor_double(
 
     killed: list[tuple[str, int]] = []  # (point, batch id) of each kill, from the job's own line
     for point, number in KILLS:
-        # Its own process group: once the driver is dead, its JVM goes too, as with a lost machine (alone, the
-        # JVM would end by itself a moment later, maybe while the next run starts).
-        with subprocess.Popen(command, env=env | {KILL_AT: f"{point}:{number}"}, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, start_new_session=True) as job:  # fmt: skip
-            out, err = job.communicate(timeout=600)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(job.pid, signal.SIGKILL)
-        run = subprocess.CompletedProcess(command, job.returncode, out, err)
+        # Returns once the driver's JVM is gone too (it shares the output pipes, and ends when its driver does).
+        run = subprocess.run(command, env=env | {KILL_AT: f"{point}:{number}"}, capture_output=True, text=True,
+                             timeout=600)  # fmt: skip
         assert run.returncode == -9, f"not killed at {point}:\n{run.stdout[-2000:]}{run.stderr[-2000:]}"
         [line] = [m for m in map(KILLED.match, run.stderr.splitlines()) if m]
         print(line.group(0))

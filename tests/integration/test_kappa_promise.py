@@ -41,7 +41,7 @@ import threading
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -189,7 +189,7 @@ class Host:
             try:
                 line = self.lines.get(timeout=1)
             except queue.Empty:
-                if self.process.poll() is not None:
+                if not self.pump.is_alive():  # the output ended, and every line of it was seen
                     break
                 continue
             if predicate(line):
@@ -199,12 +199,13 @@ class Host:
     def started(self, jobs: tuple[JobSpec, ...], timeout_s: float, or_killed: bool = False) -> None:
         """Every job's query started (or, `or_killed`, the process met its fault point first)."""
         waiting = {f"query {j.name}_v{j.version} started" for j in jobs}
+        deadline = time.monotonic() + timeout_s
 
         def news(line: str) -> bool:
             return any(w in line for w in waiting) or (or_killed and line.startswith("fault point:"))
 
         while waiting:
-            line = self.wait_for(news, timeout_s)
+            line = self.wait_for(news, max(1.0, deadline - time.monotonic()))
             if line.startswith("fault point:"):
                 self.lines.put(line)  # for killed_by_its_fault_point
                 return
@@ -216,9 +217,19 @@ class Host:
         assert self.process.wait(timeout=60) == -signal.SIGKILL, "".join(self.log[-30:])
         # The JVM dies with it, as with a lost machine: alone, it would run on for a moment, its queries failing,
         # beside the next start of the host.
+        self.kill()
+        assert not [f for f in self.log if f.startswith("FAILED ")], "".join(self.log[-40:])  # no job ended early
+        return line.strip()
+
+    def kill(self) -> None:
+        """Whatever is left of the process group (its JVM), at once."""
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)
-        return line.strip()
+        self.process.wait(timeout=60)
+        self.pump.join(timeout=30)  # the output ends with the group: every line is in the log
+        assert self.process.stdin is not None
+        with contextlib.suppress(OSError):
+            self.process.stdin.close()
 
     def stop(self, job: JobSpec, timeout_s: float) -> None:
         """Stop one job after its current batch: its thread ends, the others run on."""
@@ -380,10 +391,20 @@ def topics(avro_topic: Callable[..., Topic], stack: KappaSettings) -> dict[str, 
     return made
 
 
+@pytest.fixture
+def hosts() -> Iterator[list[Host]]:
+    """The hosts a test starts: whatever a failed test left running is killed (the hosts have process groups of
+    their own, out of reach of pytest's)."""
+    started: list[Host] = []
+    yield started
+    for host in started:
+        host.kill()
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(int(1800 * SCALE))
 def test_live_with_kills_inside_batches_and_replay_both_equal_the_independent_answer(
-    stack: KappaSettings, spark: SparkSession, topics: dict[str, Topic], tmp_path: Path
+    stack: KappaSettings, spark: SparkSession, topics: dict[str, Topic], hosts: list[Host], tmp_path: Path
 ) -> None:
     def bindings(run: str) -> dict[str, str]:
         return {
@@ -449,6 +470,7 @@ def test_live_with_kills_inside_batches_and_replay_both_equal_the_independent_an
     for i, (spec, point, number) in enumerate(KILLS):
         armed = env | {KILL_AT: f"{point}:{number}@{spec.name}_v{spec.version}"}
         host = Host(PIPELINE, bindings("live"), armed, tmp_path / f"host-{i + 1}.log")
+        hosts.append(host)
         host.started(PIPELINE, timeout_s=300 * SCALE, or_killed=True)
         # This start's slice of the log's first part: the armed job's batches get rows while it runs.
         part = slice(i * chunk, min(SPLIT, (i + 1) * chunk))
@@ -467,6 +489,7 @@ def test_live_with_kills_inside_batches_and_replay_both_equal_the_independent_an
         if point is FaultPoint.BETWEEN_WRITES:  # a batch with table rows (only such batches count)
             assert not line.endswith(" 0 rows unwritten"), line
     host = Host(PIPELINE, bindings("live"), env, tmp_path / "host-last.log")
+    hosts.append(host)
     host.started(PIPELINE, timeout_s=300 * SCALE)
     enrich_inputs = list(ENRICH.bound(bindings("live")).inputs)
     wait_until(

@@ -68,8 +68,9 @@ class FaultPlan:
         detail: Callable[[], str] | None = None,
         counts: Callable[[], bool] | None = None,
     ) -> None:
-        """A batch reached `point`: die here if it is the plan's point and the n-th time the process reached it
-        (`counts`, asked only then, says whether this batch counts; `detail` says what the batch had done)."""
+        """A batch of `query` reached `point`: die here if it is the plan's point (and query, if it names one) and
+        the n-th time a batch reached it in this process (`counts`, asked only then, says whether this batch
+        counts; `detail` says what the batch had done)."""
         if point is not self.point or self.query not in (None, query) or (counts is not None and not counts()):
             return
         with self._lock:
