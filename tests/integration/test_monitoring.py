@@ -42,14 +42,18 @@ PROMETHEUS_PORT = 19090 + PORT_OFFSET  # beside the session stack's ports
 RULES = Path(__file__).resolve().parents[2] / "infra" / "prometheus" / "alerts.yml"
 RATE_PER_S = 250  # clicks produced while the job reads at most 100 a second
 MAX_CLICKS = 30_000  # encoded before the run; the alert fires long before they run out
+LAG_THRESHOLD = 300  # the falling-behind alert's, shortened for the test (1,000 in the repo's rules)
 
 
 def _shortened_rules(to: Path) -> Path:
-    """The repo's alert rules with a test's durations: `for:` 5 s, windows of 15 s, a lag threshold of 300."""
+    """The repo's alert rules with a test's durations: `for:` 5 s, windows of 15 s, a lag threshold of
+    LAG_THRESHOLD."""
     text = RULES.read_text()
     text, windows = re.subn(r"\[(5|10)m\]", "[15s]", text)
     text, fors = re.subn(r"for: \d+m", "for: 5s", text)
-    text, thresholds = re.subn(r"kappa_job_consumer_lag_offsets > 1000", "kappa_job_consumer_lag_offsets > 300", text)
+    text, thresholds = re.subn(
+        r"kappa_job_consumer_lag_offsets > 1000", f"kappa_job_consumer_lag_offsets > {LAG_THRESHOLD}", text
+    )
     assert (windows, thresholds, fors) == (3, 1, 6), "the rules changed: change this test with them"
     to.write_text(text)
     return to
@@ -150,7 +154,9 @@ def test_prometheus_scrapes_a_running_job_and_its_falling_behind_alert_fires(
         stop.set()
         producer.join(timeout=30)
         assert not producer.is_alive()
-        assert 1000 < sent < MAX_CLICKS
+        # Fired on a lag it could have: more sent than the threshold (a count of clicks, not of seconds: on a
+        # loaded machine the producer sends its 250 a second late), and before the clicks ran out.
+        assert LAG_THRESHOLD < sent < MAX_CLICKS
         # It catches up: Prometheus sees every produced record read (and its latency), each offset past, nothing
         # left behind, in offsets or in seconds; the poison record as one dead letter of its reason.
         records = sent + 1
