@@ -1,22 +1,37 @@
 """Bad records go to <topic>.dlq with their reasons; counts reconcile; `kappa dlq` inspects and replays."""
 
+import argparse
+import uuid
 from collections.abc import Callable
 from datetime import UTC
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.clickstream.generator import Click
+from kappa.cli.dlq import cmd_dlq_inspect
 from kappa.contracts.avro_serde import AvroDecoder, AvroEncoder
-from kappa.contracts.dead_letter_format import H_JOB, H_JOB_VERSION, H_SOURCE_OFFSET, H_SOURCE_TOPIC, DeadLetterKind
+from kappa.contracts.dead_letter_format import (
+    H_JOB,
+    H_JOB_VERSION,
+    H_KIND,
+    H_MESSAGE,
+    H_SOURCE_OFFSET,
+    H_SOURCE_PARTITION,
+    H_SOURCE_TIMESTAMP,
+    H_SOURCE_TOPIC,
+    DeadLetterKind,
+)
 from kappa.contracts.registry import Registry, value_subject
 from kappa.contracts.schema_files import topic_value_schema
-from kappa.contracts.topic_declarations import Topic
+from kappa.contracts.topic_declarations import SIDE_RETENTION_MS, Cleanup, Topic, dead_letters_of
 from kappa.contracts.wire_format import WireFormatError, frame
 from kappa.core.settings import KappaSettings
-from kappa.kafka.clients import Outgoing, produce_all
+from kappa.kafka.clients import Outgoing, admin_client, produce_all
+from kappa.kafka.topic_admin import apply
 from kappa.ops import dlq
 from kappa.runtime import DeltaTable, JobContext, JobPlan, JobSpec
 from kappa.runtime.runner import run_job
@@ -118,3 +133,76 @@ def test_python_decoder_names_each_failure(stack: KappaSettings, avro_topic: Cal
             with pytest.raises(WireFormatError) as err:
                 decoder.decode(value)
             assert err.value.kind is kind, value
+
+
+def _delete_before(stack: KappaSettings, topic: str, offset: int) -> int:
+    """What time retention does to a partition's oldest segments, now: the records before `offset` deleted (the log
+    start offset advanced). Returns the new log start offset."""
+    admin = admin_client(stack)  # held until answered: a collected client cancels its requests
+    [future] = admin.delete_records([TopicPartition(topic, 0, offset)]).values()
+    return int(future.result(timeout=30).low_watermark)
+
+
+def _records(stack: KappaSettings, topic: str) -> list[tuple[bytes | None, bytes | None, int]]:
+    """(key, value, timestamp) of every record of a one-partition topic, in offset order."""
+    consumer = Consumer({"bootstrap.servers": stack.bootstrap, "group.id": f"probe-{uuid.uuid4().hex[:8]}"})
+    try:
+        start, end = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        consumer.assign([TopicPartition(topic, 0, start)])
+        found: list[tuple[bytes | None, bytes | None, int]] = []
+        while len(found) < end - start:
+            message = consumer.poll(10)
+            assert message is not None, f"{topic}: read {len(found)} of {end - start}"
+            assert message.error() is None, message.error()
+            found.append((message.key(), message.value(), message.timestamp()[1]))
+        return found
+    finally:
+        consumer.close()
+
+
+def test_inspect_and_replay_show_what_retention_kept(
+    stack: KappaSettings, unique_name: Callable[[str], str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = Topic(unique_name("retained"), partitions=1, cleanup=Cleanup.DELETE)
+    letters_topic = dead_letters_of(source)  # the declared side topic: 30 days, cleanup=delete
+    apply(admin_client(stack), [source, letters_topic])
+
+    def letter(i: int) -> Outgoing:  # the i-th bad record, at offset 100 + i of the source, as a job reports it
+        headers = {
+            H_KIND: DeadLetterKind.UNDECODABLE, H_MESSAGE: f"bad {i}", H_SOURCE_TOPIC: source.name,
+            H_SOURCE_PARTITION: "0", H_SOURCE_OFFSET: str(100 + i), H_SOURCE_TIMESTAMP: str(1767225600000 + 1000 * i),
+            H_JOB: "retention_test", H_JOB_VERSION: "1",
+        }  # fmt: skip
+        return Outgoing(f"k{i}".encode(), f"v{i}".encode(), headers=[(k, v.encode()) for k, v in headers.items()])
+
+    produce_all(stack, letters_topic.name, [letter(i) for i in range(10)])  # at dlq offsets 0..9, in order
+    assert _delete_before(stack, letters_topic.name, 4) == 4  # letters 0..3 gone, as retention would remove them
+
+    report = dlq.inspect(stack, source.name, samples=10)
+    assert (report.total, report.records) == (6, 6)
+    kept = sorted(int(d.source[2]) for samples in report.samples.values() for d in samples)
+    assert kept == [100 + i for i in range(4, 10)]  # exactly the letters produced after the deleted ones
+    assert report.log_starts == {0: 4}
+    assert report.retention_ms == SIDE_RETENTION_MS
+
+    capsys.readouterr()
+    cmd_dlq_inspect(stack, argparse.Namespace(topic=source.name, samples=3))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"{letters_topic.name}: 6 bad record(s), 6 dead letter(s), reported by retention_test 6"
+    assert lines[1] == (
+        "older dead letters were deleted by the topic's retention (30 days): the log starts at offset 4 of partition 0"
+    )
+
+    # Replay re-injects what remains, with its original keys, values and timestamps, and nothing deleted.
+    assert dlq.replay(stack, source.name) == (6, 0)
+    assert _records(stack, source.name) == [
+        (f"k{i}".encode(), f"v{i}".encode(), 1767225600000 + 1000 * i) for i in range(4, 10)
+    ]
+
+    # Two more letters, deleted before any replay read them: its progress (offset 10) is now before the log start.
+    produce_all(stack, letters_topic.name, [letter(10), letter(11)])
+    assert _delete_before(stack, letters_topic.name, 12) == 12  # the whole partition: nothing left to wait for
+    assert dlq.replay(stack, source.name) == (0, 0)
+    emptied = dlq.inspect(stack, source.name)
+    assert (emptied.total, emptied.log_starts) == (0, {0: 12})
+    assert len(_records(stack, source.name)) == 6

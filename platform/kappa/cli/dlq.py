@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from kappa.contracts.topic_declarations import DAY_MS, HOUR_MS
 from kappa.core.settings import KappaSettings
 from kappa.ops import dlq
 
@@ -13,11 +14,25 @@ def cmd_dlq_inspect(settings: KappaSettings, args: argparse.Namespace) -> int:
     report = dlq.inspect(settings, args.topic, samples=args.samples)
     jobs = ", ".join(f"{job} {n}" for job, n in sorted(report.by_job.items()))
     print(f"{report.topic}: {report.records} bad record(s), {report.total} dead letter(s), reported by {jobs or '-'}")
+    if report.log_starts:
+        # Counts of what remains must not read as everything ever dead-lettered.
+        starts = ", ".join(f"offset {start} of partition {p}" for p, start in report.log_starts.items())
+        retention = _retention(report.retention_ms)
+        print(f"older dead letters were deleted by the topic's retention{retention}: the log starts at {starts}")
     for kind, count in report.by_kind.most_common():
         print(f"  {kind:<24} {count}")
         for letter in report.samples.get(kind, []):
             print(f"      {dlq.describe(letter)}")
     return 0
+
+
+def _retention(ms: int | None) -> str:
+    if ms is None or ms < 0:  # unknown, or none by time (retention.bytes or a delete-records request did it)
+        return ""
+    for unit, name in ((DAY_MS, "day"), (HOUR_MS, "hour")):
+        if ms % unit == 0:
+            return f" ({ms // unit} {name}{'s' if ms != unit else ''})"
+    return f" ({ms} ms)"
 
 
 def cmd_dlq_replay(settings: KappaSettings, args: argparse.Namespace) -> int:

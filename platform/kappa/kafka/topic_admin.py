@@ -90,6 +90,12 @@ def describe(admin: AdminClient, topics: Sequence[Topic]) -> list[TopicState]:
     return states
 
 
+def topic_configs(admin: AdminClient, topic: str) -> dict[str, str]:
+    """One topic's configs as the brokers have them (unset ones left out), declared or not."""
+    [future] = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)]).values()
+    return {k: v.value for k, v in future.result(timeout=15).items() if v.value is not None}
+
+
 def apply(admin: AdminClient, topics: Iterable[Topic], force_partitions: bool = False) -> list[TopicChange]:
     """Create missing topics, repair drifted configs, add partitions; report every topic's outcome.
 

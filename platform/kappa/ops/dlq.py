@@ -21,7 +21,8 @@ from kappa.contracts.dead_letter_format import (
 )
 from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings
-from kappa.kafka.clients import Outgoing, produce_all
+from kappa.kafka.clients import Outgoing, admin_client, produce_all
+from kappa.kafka.topic_admin import topic_configs
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,10 @@ class Inspection:
     by_kind: Counter[str] = field(default_factory=Counter)  # distinct records per error kind
     by_job: Counter[str] = field(default_factory=Counter)  # letters per reporting job
     samples: dict[str, list[DeadLetter]] = field(default_factory=dict)
+    # Partition -> its log start offset, where it is above 0: retention deleted the letters before it, so the
+    # counts above are of what remains.
+    log_starts: dict[int, int] = field(default_factory=dict)
+    retention_ms: int | None = None  # the topic's retention.ms, asked only when something was deleted
 
 
 def _consumer(settings: KappaSettings, group: str | None) -> Consumer:
@@ -64,8 +69,9 @@ def _consumer(settings: KappaSettings, group: str | None) -> Consumer:
     return Consumer(config)
 
 
-def _read_until_end(consumer: Consumer, topic: str, from_committed: bool) -> list[DeadLetter]:
-    """Everything in `topic` up to its end as of now (from the group's committed offsets, or the start)."""
+def _read_until_end(consumer: Consumer, topic: str, from_committed: bool) -> tuple[list[DeadLetter], dict[int, int]]:
+    """Everything `topic` still holds up to its end as of now (from the group's committed offsets, or the start),
+    and each partition's log start offset (above 0 once retention deleted its oldest records)."""
     try:
         metadata = consumer.list_topics(topic, timeout=15)
     except KafkaException as exc:
@@ -73,12 +79,15 @@ def _read_until_end(consumer: Consumer, topic: str, from_committed: bool) -> lis
     if topic not in metadata.topics or metadata.topics[topic].error is not None:
         raise KappaError(f"dead-letter topic {topic} does not exist (`kappa topics apply` creates it)")
     partitions = [TopicPartition(topic, p) for p in metadata.topics[topic].partitions]
-    ends = {tp.partition: consumer.get_watermark_offsets(tp, timeout=15)[1] for tp in partitions}
+    watermarks = {tp.partition: consumer.get_watermark_offsets(tp, timeout=15) for tp in partitions}
+    log_starts = {p: low for p, (low, _) in watermarks.items()}
+    ends = {p: high for p, (_, high) in watermarks.items()}
+    # From the log start, not 0: a partition that retention emptied (start == end) has nothing to wait for.
+    starts = dict(log_starts)
     if from_committed:
-        starts = {tp.partition: tp.offset for tp in consumer.committed(partitions, timeout=15)}
-        assigned = [TopicPartition(topic, p, starts[p] if starts[p] >= 0 else 0) for p in ends]
-    else:
-        assigned = [TopicPartition(topic, p, 0) for p in ends]
+        for tp in consumer.committed(partitions, timeout=15):
+            starts[tp.partition] = max(tp.offset, starts[tp.partition])  # a negative offset: none committed
+    assigned = [TopicPartition(topic, p, starts[p]) for p in ends]
     consumer.assign(assigned)
     pending = {tp.partition for tp in assigned if tp.offset < ends[tp.partition]}
     letters: list[DeadLetter] = []
@@ -94,7 +103,7 @@ def _read_until_end(consumer: Consumer, topic: str, from_committed: bool) -> lis
         letters.append(DeadLetter(_raw(msg.key()), _raw(msg.value()), headers, partition, offset))
         if offset + 1 >= ends[partition]:
             pending.discard(partition)
-    return letters
+    return letters, log_starts
 
 
 def _text(value: str | bytes | None) -> str:
@@ -108,10 +117,13 @@ def _raw(value: str | bytes | None) -> bytes | None:
 def inspect(settings: KappaSettings, topic: str, samples: int = 3) -> Inspection:
     consumer = _consumer(settings, group=None)
     try:
-        letters = _read_until_end(consumer, dlq_topic(topic), from_committed=False)
+        letters, log_starts = _read_until_end(consumer, dlq_topic(topic), from_committed=False)
     finally:
         consumer.close()
     report = Inspection(dlq_topic(topic), total=len(letters))
+    report.log_starts = {p: start for p, start in sorted(log_starts.items()) if start > 0}
+    if report.log_starts:
+        report.retention_ms = _retention_ms(settings, report.topic)
     seen: set[tuple[str, str, str]] = set()
     for letter in letters:
         report.by_job[letter.headers.get(H_JOB, "?")] += 1
@@ -124,6 +136,15 @@ def inspect(settings: KappaSettings, topic: str, samples: int = 3) -> Inspection
         if len(kept) < samples:
             kept.append(letter)
     return report
+
+
+def _retention_ms(settings: KappaSettings, topic: str) -> int | None:
+    """The topic's retention.ms as the broker has it; None if it cannot say (the inspection stands without it)."""
+    try:
+        value = topic_configs(admin_client(settings), topic).get("retention.ms")
+    except KafkaException:
+        return None
+    return int(value) if value is not None and value.lstrip("-").isdigit() else None
 
 
 def describe(letter: DeadLetter) -> str:
@@ -154,13 +175,14 @@ def replay(settings: KappaSettings, topic: str, kind: str | None = None) -> tupl
 
     Progress is the consumer group `kappa-dlq-replay-<topic>-<kind or all>`: offsets are committed only after
     every record was acknowledged, so a crash re-sends at most the last batch (harmless: topics are compacted
-    by key) and a second replay sends nothing already sent. Returns (replayed, skipped by kind filter).
+    by key) and a second replay sends nothing already sent. Letters that retention deleted before a replay
+    read them are gone: it re-injects what the topic still holds. Returns (replayed, skipped by kind filter).
     """
     # One progress record per filter: replaying one kind now must not mark the other kinds as done.
     group = f"kappa-dlq-replay-{topic}-{kind or 'all'}"
     consumer = _consumer(settings, group=group)
     try:
-        letters = _read_until_end(consumer, dlq_topic(topic), from_committed=True)
+        letters, _ = _read_until_end(consumer, dlq_topic(topic), from_committed=True)
         # Each bad record once, however many jobs reported it.
         unique = list({d.source: d for d in reversed(letters)}.values())[::-1]
         chosen = [d for d in unique if kind is None or d.kind == kind]
