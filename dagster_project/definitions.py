@@ -10,6 +10,7 @@ from dagster import Definitions, PipesSubprocessClient
 
 from dagster_project.assets import build_assets
 from dagster_project.checks import quality_checks
+from dagster_project.maintenance import maintenance_definitions
 from dagster_project.operations import operations_definitions
 from dagster_project.replay import replay_definitions
 from dagster_project.replay_checks import replay_asset_checks
@@ -34,11 +35,14 @@ def build_definitions(
         topics = find_catalog(jobs).topics
     job_assets, sources = build_assets(jobs, topics)
     op_jobs, sensors = operations_definitions(jobs)
+    maintain_jobs, schedules = maintenance_definitions(jobs)
     return Definitions(
         assets=[*job_assets, *sources],
         # data_contract on Delta outputs; replay_quality and replay_reconciliation on every output
         asset_checks=[*quality_checks(jobs), *replay_asset_checks(jobs)],
-        jobs=[*op_jobs, *replay_definitions(jobs)],  # stop_/restart_ and replay_/rollback_/retire_<job>
+        # stop_/restart_ and replay_/rollback_/retire_<job>; maintain_<table> on its schedule
+        jobs=[*op_jobs, *replay_definitions(jobs), *maintain_jobs],
+        schedules=schedules,
         sensors=sensors,
         resources={
             "kappa": kappa or KappaResource(),

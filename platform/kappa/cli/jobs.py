@@ -16,7 +16,8 @@ from kappa.core.settings import KappaSettings
 from kappa.lifecycle import deployments, job_host, launchers
 from kappa.lifecycle.lag import UnknownInputsError, lag, last_batch
 from kappa.lifecycle.launchers import job_pid
-from kappa.lifecycle.state_files import Deployment, DeploymentState, Health, checkpoint_lock
+from kappa.lifecycle.log_rotation import LogRotation
+from kappa.lifecycle.state_files import Deployment, DeploymentState, Health, checkpoint_lock, paths
 from kappa.lifecycle.wrapper import watch_wrapper, wrapper_gone
 from kappa.ops import scaffold
 from kappa.runtime.binding import deployed_job, ensure_live
@@ -61,6 +62,9 @@ def cmd_jobs_run(settings: KappaSettings, args: argparse.Namespace) -> int:
         ensure_live(settings, spec, version)
         # A deployment's run stops when its wrapper is gone, as at SIGTERM: nothing writes unsupervised.
         watch = watch_wrapper(lambda: os.kill(os.getpid(), signal.SIGTERM))
+        if watch is not None:  # a deployment's own process, whose output goes to its log (wrapper.spawn): rotated
+            _, log_file = paths(settings, args.job, version)
+            stack.callback(LogRotation.of(settings, lambda: [log_file]).stop)
         report = run_job(
             spec,
             settings,

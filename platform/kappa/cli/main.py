@@ -10,6 +10,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from kappa.cli.delta_tables import add_tables_commands
 from kappa.cli.demo import add_demo_command, add_generate_command
 from kappa.cli.dlq import add_dlq_commands
 from kappa.cli.jobs import add_jobs_commands
@@ -35,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_generate_command(sub)
     add_produce_command(sub)
     add_replay_commands(sub)
+    add_tables_commands(sub)
     add_demo_command(sub)
     return parser
 

@@ -184,6 +184,36 @@ class KappaSettings(BaseSettings):
         10_000, ge=0, description="a cutover is refused while a version to go live is more records than this behind"
     )
 
+    # --- day two: what keeps a pipeline that runs for weeks bounded (docs/operations.md) ----------------
+    delta_file_retention_hours: float = Field(
+        168.0,
+        gt=0,
+        description="how long a Delta table keeps the files a newer version replaced before `kappa tables maintain` "
+        "vacuums them (delta.deletedFileRetentionDuration): longer than any reader's query or follower's pause",
+    )
+    delta_log_retention_hours: float = Field(
+        168.0,
+        gt=0,
+        description="how long a Delta table keeps its log, so its time travel (delta.logRetentionDuration; "
+        "Delta's default 30 days is 518,400 commits of a 5 s cadence)",
+    )
+    delta_compact_min_files: int = Field(
+        50,
+        ge=2,
+        description="small files in a table (or a partition) at which its writer compacts them after a commit "
+        "(Delta's auto compaction, spark.databricks.delta.autoCompact.minNumFiles)",
+    )
+    streaming_batches_retained: int = Field(
+        20,
+        ge=2,
+        description="micro-batches whose offsets, commits and state versions a checkpoint keeps "
+        "(spark.sql.streaming.minBatchesToRetain; Spark's default: 100). A restart needs only the last",
+    )
+    log_max_mb: float = Field(
+        50.0, gt=0, description="a deployment's or the job host's log is rotated when it grows past this size"
+    )
+    log_keep: int = Field(5, ge=1, description="rotated logs kept (gzipped) per log file")
+
     @model_validator(mode="after")
     def _derive(self) -> KappaSettings:
         # Absolute: the stack's services run in their own folders, where a relative path means something else.
@@ -205,6 +235,12 @@ class KappaSettings(BaseSettings):
                 f"KAPPA_DEPLOY_LAUNCHER=spark-submit submits jobs to a cluster, but KAPPA_SPARK_MASTER is "
                 f"{self.spark_master!r}: set it to spark://host:port, k8s://https://host:port or yarn "
                 "(or use the default launcher, subprocess, for a local master)"
+            )
+        if self.delta_log_retention_hours < self.delta_file_retention_hours:
+            raise ValueError(
+                f"KAPPA_DELTA_LOG_RETENTION_HOURS ({self.delta_log_retention_hours:g}) is shorter than "
+                f"KAPPA_DELTA_FILE_RETENTION_HOURS ({self.delta_file_retention_hours:g}): a table's log must "
+                "remember the files it replaced for as long as they are kept (Delta refuses the table otherwise)"
             )
         if self.profile is Profile.CLUSTER:
             missing = [n for n in ("bootstrap_servers", "registry_url") if getattr(self, n) is None]

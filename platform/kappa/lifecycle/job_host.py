@@ -17,7 +17,7 @@ sensor or `kappa jobs restart` does, and records why. A host ended from outside 
 which it watches) stops every job after its current batch, each recorded as ended by that (status 2), so that
 `status` says why they no longer run and nothing runs unsupervised. Each query's batches run in a FAIR scheduler
 pool named after its job, so a view's long batch does not hold the stateful jobs' short ones behind it. The host
-ends HOST_IDLE_S after its last job.
+ends HOST_IDLE_S after its last job. It rotates its own log and its jobs' (kappa.lifecycle.log_rotation).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings
 from kappa.lifecycle.exits import record_exit
 from kappa.lifecycle.host_registry import HOST_IDLE_S, hosted, idle_host_ends
+from kappa.lifecycle.log_rotation import LogRotation
 from kappa.lifecycle.state_files import Deployment, checkpoint_lock, consumer_group, output_query
 from kappa.lifecycle.wrapper import watch_wrapper, wrapper_gone
 from kappa.runtime.binding import deployed_job, ensure_live
@@ -98,6 +99,9 @@ def serve(settings: KappaSettings, code: str) -> int:
         signal.signal(sig, on_signal)
     settings, spark = host_session(settings)
     signal.signal(signal.SIGINT, on_signal)  # the SparkContext set its own
+    host_log = settings.deployments_path / f"host-{code}.log"  # as host_registry.ensure_host names it
+    # Its own log and its jobs', as their state files say at each check (a job started later is rotated too).
+    rotation = LogRotation.of(settings, lambda: [host_log, *(d.log_path for d in hosted(settings, me))])
     runs: dict[str, _Run] = {}
     begun: set[tuple[str, tuple[str, int]]] = set()  # (deployment, start) run: a failed run waits for a restart
     idle_since = time.monotonic()
@@ -127,6 +131,7 @@ def serve(settings: KappaSettings, code: str) -> int:
         for run in runs.values():
             run.thread.join()
         spark.stop()
+        rotation.stop()  # after a rotation under way, if any: its copy is then complete and named
     return 0
 
 

@@ -166,6 +166,14 @@ def locked(settings: KappaSettings, job: str, version: int) -> contextlib.Abstra
     return flocked(settings.deployments_path / f"{version_name(job, version)}.lock")
 
 
+class CheckpointInUseError(KappaError):
+    """A version's checkpoint lock is held: `holder` says by whom."""
+
+    def __init__(self, job: str, version: int, holder: str) -> None:
+        super().__init__(f"the checkpoint of {job} v{version} is in use by {holder}")
+        self.holder = holder
+
+
 @contextlib.contextmanager
 def checkpoint_lock(settings: KappaSettings, job: str, version: int, holder: str) -> Iterator[None]:
     """One writer per checkpoint. Held for their whole run by whatever runs a version's queries (`kappa jobs run`
@@ -179,7 +187,7 @@ def checkpoint_lock(settings: KappaSettings, job: str, version: int, holder: str
         except BlockingIOError:
             lock.seek(0)
             held_by = lock.read().strip() or "another process"
-            raise KappaError(f"the checkpoint of {job} v{version} is in use by {held_by}") from None
+            raise CheckpointInUseError(job, version, held_by) from None
         lock.seek(0)
         lock.truncate()
         lock.write(f"{holder} (pid {os.getpid()}, since {now_iso()})")

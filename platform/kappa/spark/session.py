@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from kappa.core.errors import StackError
 from kappa.core.settings import KappaSettings
 from kappa.spark.class_archive import java_options, usable_archive
+from kappa.spark.delta_upkeep import session_conf as delta_upkeep_conf
 from kappa.spark.driver_files import log4j_config_path, prepare_driver_files, scratch_folder, use_scratch_folder
 from kappa.stack.artifacts import artifacts_present
 from kappa.stack.java import spark_java, spark_java_path
@@ -100,7 +101,9 @@ def spark_conf(settings: KappaSettings, app_name: str) -> dict[str, str]:
     ]
     # A local session stays on loopback (Spark would otherwise pick the first non-loopback interface).
     only_local = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
-    return (only_local if local else {}) | {
+    # New tables' retention and auto compaction (kappa.spark.delta_upkeep), under the session's own settings.
+    base = (only_local if local else {}) | delta_upkeep_conf(settings)
+    return base | {
         "spark.master": settings.spark_master,
         "spark.app.name": app_name,
         "spark.jars": ",".join(str(j) for j in jars),
@@ -133,6 +136,9 @@ def spark_conf(settings: KappaSettings, app_name: str) -> dict[str, str]:
         # A stateful batch commits its RocksDB state as a changelog of what changed, not a checkpoint of the store
         # (Spark's default copies the store's new files at every commit); a snapshot follows every few batches.
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+        # A checkpoint keeps this many batches' offsets, commits and state versions, and drops the older ones
+        # (a restart needs the last): what bounds a checkpoint folder of a job that runs for weeks.
+        "spark.sql.streaming.minBatchesToRetain": str(settings.streaming_batches_retained),
         # file:// paths (checkpoints, local Delta tables) through the platform's local file system: Hadoop's runs
         # `chmod` after every file it creates and `readlink` for every rename's status check, a process each
         # (io.kappa.fs, in the operators' jar).
