@@ -21,7 +21,7 @@ export UV_COMPILE_BYTECODE := 1
 DAGSTER_HOME ?= $(CURDIR)/.state/dagster
 DAGSTER_PORT ?= 3000
 
-.PHONY: help setup system-packages demo test test-quick test-unit test-integration test-e2e soak lint docs format up down status topics dagster bench-avro bench-pipeline bench-contracts bench-live bench-replay bench-cascade ci clean
+.PHONY: help setup system-packages demo test test-quick test-unit test-integration test-e2e soak soak-live lint docs format up down status topics dagster bench-avro bench-pipeline bench-contracts bench-live bench-replay bench-cascade ci clean
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-18s %s\n", $$1, $$2}'
@@ -65,6 +65,9 @@ test-e2e: setup ## the CLI and whole flows, each stack on its own ports
 
 soak: setup ## the Kappa-promise test at 200,000 events (CI runs it at 8,000): live with kills = replay = the independent answer
 	KAPPA_TEST_PROMISE_EVENTS=$(or $(EVENTS),200000) $(PYTEST) tests/integration/test_kappa_promise.py
+
+soak-live: setup ## day two: the deployed pipeline at 1,000 clicks/s for 60 min, tables maintained: batch p99, files, checkpoints, RSS every 5 min
+	$(UV) run --frozen python -m tests.benchmarks.bench_soak $(BENCH_ARGS)
 
 lint: setup ## ruff, ruff format --check, mypy, the import layers (no cycle), and the schemas against their git history
 	$(UV) run --frozen ruff check .

@@ -97,4 +97,9 @@ def cli_env(settings: KappaSettings) -> dict[str, str]:
         KAPPA_SPARK_MASTER=settings.spark_master,
         KAPPA_SPARK_POLLING_DELAY_MS=str(settings.spark_polling_delay_ms),
         KAPPA_SPARK_UI=str(settings.spark_ui).lower(),
+        # Day two: what the soak shortens so that weeks of growth show in an hour (make soak-live).
+        KAPPA_DELTA_FILE_RETENTION_HOURS=str(settings.delta_file_retention_hours),
+        KAPPA_DELTA_LOG_RETENTION_HOURS=str(settings.delta_log_retention_hours),
+        KAPPA_DELTA_COMPACT_MIN_FILES=str(settings.delta_compact_min_files),
+        KAPPA_STREAMING_BATCHES_RETAINED=str(settings.streaming_batches_retained),
     )
