@@ -180,6 +180,9 @@ def settings(tmp_path_factory: pytest.TempPathFactory, state_dir: Path) -> Kappa
         checkpoint_root=str(base / "checkpoints"),
         spark_shuffle_partitions=2,
         spark_driver_java_options=SHORT_RUN_JVM,
+        # Tests read a run's whole offset log as their oracle's input (each batch's answer, the partitions of batch
+        # 0): keep Spark's 100 batches in the session's runs (deployed runs keep the platform's 20).
+        streaming_batches_retained=100,
     )
 
 

@@ -1057,7 +1057,8 @@ def main() -> None:
         kappa(settings, "topics", "apply")
         produce_profiles(settings, args.users)
         pipeline = Pipeline.of(settings, jobs)
-        chosen: dict[str, Any] = {"deploy_launcher": Launcher(args.launcher)}
+        # The page_stats path is timed from its offset log: keep every batch of the run (the platform keeps 20).
+        chosen: dict[str, Any] = {"deploy_launcher": Launcher(args.launcher), "streaming_batches_retained": 100_000}
         if args.polling_delay_ms is not None:
             chosen["spark_polling_delay_ms"] = args.polling_delay_ms
         if args.task_cpu:
