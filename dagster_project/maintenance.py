@@ -1,5 +1,6 @@
 """The Delta tables' upkeep, scheduled where an operator looks for it: a `maintain_<table>` job and an hourly
-schedule of it (running by default) for each table a job writes.
+schedule of it (running by default) for each table a job writes, each at its own minute (one maintenance JVM at a
+time beside the pipeline).
 
 A run is `kappa tables maintain <table> --json` in a subprocess (Spark never runs in Dagster's process): every
 version of the table on disk compacted, unless its writer runs and compacts it itself, and vacuumed after the
@@ -27,7 +28,12 @@ from dagster_project.resources import KappaResource
 from kappa.runtime.declaration import JobSpec
 from kappa.runtime.outputs import output_of
 
-EVERY_HOUR = "23 * * * *"  # off the hour, when other schedules start
+FIRST_MINUTE, MINUTES_APART = 23, 11  # off the hour, when other schedules start; tables' runs apart
+
+
+def hourly_at(index: int) -> str:
+    """The cron of the index-th table's schedule: hourly, each table at its own minute."""
+    return f"{(FIRST_MINUTE + MINUTES_APART * index) % 60} * * * *"
 
 
 def maintain_job_name(table: str) -> str:
@@ -50,7 +56,9 @@ def _maintain_job(spec: JobSpec) -> JobDefinition:
         if done.returncode != 0:
             raise Failure(f"kappa tables maintain {table} failed: {done.stderr.strip()[-2000:]}")
         lines = done.stdout.strip().splitlines()
-        for version in json.loads(lines[-1]) if lines and lines[-1].startswith("[") else []:
+        if not lines or not lines[-1].startswith("["):
+            raise Failure(f"kappa tables maintain {table} printed no report: {done.stdout.strip()[-2000:]!r}")
+        for version in json.loads(lines[-1]):
             after = version["after"]
             context.log.info(
                 f"{table} v{version['version']}: {after['data_files']} data files, {after['log_files']} log files"
@@ -61,8 +69,8 @@ def _maintain_job(spec: JobSpec) -> JobDefinition:
                 "data_files": after["data_files"],
                 "data_bytes": after["data_bytes"],
                 "log_files": after["log_files"],
+                "data_files_before": version["before"]["data_files"],
                 "compacted_files": version["compacted_files"],
-                "vacuumed_files": version["before"]["data_files"] - after["data_files"],
             }
             context.log_event(
                 AssetObservation(asset_key=output_key(spec), description="table maintenance", metadata=metadata)
@@ -76,11 +84,11 @@ def _maintain_job(spec: JobSpec) -> JobDefinition:
 
 
 def maintenance_definitions(jobs: Mapping[str, JobSpec]) -> tuple[list[JobDefinition], list[ScheduleDefinition]]:
-    """(maintain_<table> for every Delta table a job writes, an hourly schedule of each)."""
+    """(maintain_<table> for every Delta table a job writes, an hourly schedule of each at its own minute)."""
     writers = [spec for spec in jobs.values() if output_of(spec.output).storage == "delta"]
     op_jobs = [_maintain_job(spec) for spec in writers]
     schedules = [
-        ScheduleDefinition(job=j, cron_schedule=EVERY_HOUR, default_status=DefaultScheduleStatus.RUNNING)
-        for j in op_jobs
+        ScheduleDefinition(job=j, cron_schedule=hourly_at(i), default_status=DefaultScheduleStatus.RUNNING)
+        for i, j in enumerate(op_jobs)
     ]
     return op_jobs, schedules

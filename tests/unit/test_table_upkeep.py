@@ -46,25 +46,31 @@ def test_the_log_must_outlive_the_files_it_remembers() -> None:
     assert load_settings(delta_file_retention_hours=24, delta_log_retention_hours=24).delta_log_retention_hours == 24
 
 
-def test_the_spark_session_carries_the_upkeep_settings(tmp_path: Path) -> None:
+def test_the_spark_session_carries_the_upkeep_settings() -> None:
     from kappa.spark.session import spark_conf
 
-    settings = load_settings(streaming_batches_retained=7, delta_compact_min_files=11)
+    settings = load_settings(streaming_batches_retained=7, delta_compact_min_files=11, delta_file_retention_hours=5)
     conf = spark_conf(settings, "t")
     assert conf["spark.sql.streaming.minBatchesToRetain"] == "7"
     assert conf["spark.databricks.delta.autoCompact.minNumFiles"] == "11"
+    assert conf["spark.databricks.delta.autoCompact.enabled"] == "true"  # tables created before the platform set it
+    assert conf["spark.databricks.delta.properties.defaults.deletedFileRetentionDuration"] == "interval 18000 seconds"
 
 
 def test_each_delta_table_has_a_maintenance_job_on_a_running_hourly_schedule() -> None:
     assert TABLES, "the pipeline writes Delta tables: the check below is not vacuous"
     schedules = {s.job_name: s for s in defs.schedules or []}  # type: ignore[union-attr]
+    minutes = []
     for table in TABLES:
         name = maintain_job_name(table)
         assert defs.get_job_def(name).name == name
         schedule = schedules[name]
-        assert schedule.cron_schedule == "23 * * * *"
+        minute, *every = str(schedule.cron_schedule).split()
+        assert every == ["*", "*", "*", "*"]  # hourly
+        minutes.append(int(minute))
         assert schedule.default_status is DefaultScheduleStatus.RUNNING
     assert set(schedules) == {maintain_job_name(t) for t in TABLES}  # and no topic gets one
+    assert len(set(minutes)) == len(TABLES)  # each at its own minute: one maintenance JVM at a time
 
 
 def test_maintenance_finds_every_version_on_disk_and_refuses_an_unknown_table(tmp_path: Path) -> None:
@@ -102,3 +108,35 @@ def test_one_line_per_table_says_what_maintenance_did() -> None:
     )
     running = Maintained("page_stats", 2, "/d", before, after, 0, (), "page_stats v2 in the job host", 1.0)
     assert describe(running).endswith("; its writer compacts (page_stats v2 in the job host); vacuumed")
+
+
+def test_maintenance_compacts_only_what_no_writer_runs_or_is_due_to(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from kappa.lifecycle.maintenance import _unless_running
+    from kappa.lifecycle.state_files import Deployment, checkpoint_lock, save
+
+    settings = load_settings(deployments_dir=tmp_path)
+    with _unless_running(settings, "page_stats", 1) as writer:  # never deployed: maintenance holds the lock
+        assert writer is None
+        with (
+            pytest.raises(KappaError, match=r"in use by `kappa tables maintain`"),
+            checkpoint_lock(settings, "page_stats", 1, "a catch-up"),
+        ):
+            pass
+    with (
+        checkpoint_lock(settings, "page_stats", 1, "page_stats.v1 in the job host"),  # a writer runs
+        _unless_running(settings, "page_stats", 1) as writer,
+    ):
+        assert writer is not None
+        assert writer.startswith("page_stats.v1 in the job host")
+    # Deployed to run but down (crashed): its writer, so that the sensor's restart finds the lock free.
+    deployed = Deployment("page_stats", 1, 4242, ["kappa"], "shared", "2026-11-27T00:00:00Z", str(tmp_path / "l"))
+    save(settings, deployed)
+    with _unless_running(settings, "page_stats", 1) as writer:
+        assert writer == "page_stats v1, deployed to run"
+        with checkpoint_lock(settings, "page_stats", 1, "the sensor's restart"):
+            pass  # free
+    save(settings, replace(deployed, desired="stopped"))
+    with _unless_running(settings, "page_stats", 1) as writer:
+        assert writer is None

@@ -184,12 +184,13 @@ class KappaSettings(BaseSettings):
         10_000, ge=0, description="a cutover is refused while a version to go live is more records than this behind"
     )
 
-    # --- day two: what keeps a pipeline that runs for weeks bounded (docs/operations.md) ----------------
+    # --- day two: what keeps a pipeline that runs for weeks bounded (README, "Day two") ------------------
     delta_file_retention_hours: float = Field(
         168.0,
         gt=0,
         description="how long a Delta table keeps the files a newer version replaced before `kappa tables maintain` "
-        "vacuums them (delta.deletedFileRetentionDuration): longer than any reader's query or follower's pause",
+        "vacuums them (delta.deletedFileRetentionDuration): longer than any reader's query, a follower's pause, "
+        "a replay's verification and a writer's longest batch",
     )
     delta_log_retention_hours: float = Field(
         168.0,
@@ -210,7 +211,7 @@ class KappaSettings(BaseSettings):
         "(spark.sql.streaming.minBatchesToRetain; Spark's default: 100). A restart needs only the last",
     )
     log_max_mb: float = Field(
-        50.0, gt=0, description="a deployment's or the job host's log is rotated when it grows past this size"
+        50.0, gt=0, description="a deployment's or the job host's log is rotated when it grows past this size (MiB)"
     )
     log_keep: int = Field(5, ge=1, description="rotated logs kept (gzipped) per log file")
 

@@ -4,9 +4,10 @@ its writer.
 
 A version's writer holds its checkpoint lock for as long as it runs (kappa.lifecycle.state_files.checkpoint_lock).
 Maintenance takes the same lock: held, it compacts the table (OPTIMIZE, a commit) and gives it the platform's
-properties it lacks; refused, the writer runs and compacts its own table after its commits (auto compaction), so
-maintenance only vacuums, which commits no data change. While maintenance holds a lock, a start of that version is
-refused with the lock's holder named, and the health sensor starts it again at its next tick.
+properties it lacks or holds with other values; refused, or the version deployed to run (even while it is down:
+the health sensor's restart must find the lock free), the writer compacts its own table after its commits (auto
+compaction), so maintenance only vacuums, which commits no data change. While maintenance holds a lock (a version
+nobody deployed to run), a `kappa jobs run` or replay catch-up of it is refused with the holder named.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings
-from kappa.lifecycle.state_files import CheckpointInUseError, checkpoint_lock
+from kappa.lifecycle.state_files import CheckpointInUseError, checkpoint_lock, load
 from kappa.runtime.declaration import JobSpec
 from kappa.runtime.outputs import output_of
 
@@ -67,7 +68,7 @@ class Maintained:
     before: OnDisk
     after: OnDisk
     compacted_files: int  # small files compacted into larger ones (0 while the writer runs: it compacts)
-    properties_set: tuple[str, ...]  # declared properties the table lacked (created before they were declared)
+    properties_set: tuple[str, ...]  # declared properties the table lacked or held otherwise (set now)
     writer: str | None  # the running writer that holds the version (then vacuumed only); None: none ran
     seconds: float
 
@@ -117,9 +118,16 @@ def maintain(
                 compacted, properties = upkeep.compacted_files, upkeep.properties_set
             vacuum(spark, path)
         result = Maintained(
-            output.name, version, path, before, OnDisk.of(path), compacted, properties, writer,
-            round(time.monotonic() - began, 1),
-        )  # fmt: skip
+            table=output.name,
+            version=version,
+            path=path,
+            before=before,
+            after=OnDisk.of(path),
+            compacted_files=compacted,
+            properties_set=properties,
+            writer=writer,
+            seconds=round(time.monotonic() - began, 1),
+        )
         on_table(result)
         done.append(result)
     return done
@@ -127,7 +135,13 @@ def maintain(
 
 @contextmanager
 def _unless_running(settings: KappaSettings, job: str, version: int) -> Iterator[str | None]:
-    """Hold the version's checkpoint lock if no writer does: yields None then, else the lock's holder."""
+    """Hold the version's checkpoint lock if no writer runs or is due: yields None then, else who writes. A
+    deployment that should run counts as its writer even while it is down (crashed): the health sensor's
+    restart must find the lock free, never refused by maintenance."""
+    deployment = load(settings, job, version)
+    if deployment is not None and deployment.desired == "running":
+        yield f"{job} v{version}, deployed to run"
+        return
     with contextlib.ExitStack() as held:
         holder = None
         try:
