@@ -202,8 +202,15 @@ def test_run_available_now_then_continuous_learning_a_schema_until_ctrl_c_mid_ba
         )
         assert _count(stack, dlq) == 0
         # Its metrics (at the address its record names) count what this run read: 500 + 300 records, the topic's
-        # offsets past by as many, none left behind, and its query running.
-        scraped = _metrics(live_record.metrics_url, JOB.name)
+        # offsets past by as many, none left behind, and its query running. A batch is counted when it ends, after
+        # its Delta commit (and the compaction Delta may run after it): the rows can be read a moment before.
+        url = live_record.metrics_url
+        wait_until(
+            lambda: _metrics(url, JOB.name).get(("kappa_job_input_records_total", "")) == 800,
+            timeout_s=60,
+            what="the run's metrics count the batch that wrote the last rows, once it ended",
+        )
+        scraped = _metrics(url, JOB.name)
         assert scraped[("kappa_job_input_records_total", "")] == 800
         assert scraped[("kappa_job_input_offsets_total", topic.name)] == 800
         assert scraped[("kappa_job_consumer_lag_offsets", topic.name)] == 0
