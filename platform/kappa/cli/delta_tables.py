@@ -22,9 +22,12 @@ def cmd_tables_maintain(settings: KappaSettings, args: argparse.Namespace) -> in
         return 0
     configure_logging()
     spark = get_spark(settings, "kappa-tables-maintain")
-    done = maintenance.maintain(
-        settings, spark, versions, on_table=lambda m: None if args.json else print(maintenance.describe(m))
-    )
+
+    def said(m: maintenance.Maintained) -> None:  # a line per table as it is done (JSON: all at the end)
+        if not args.json:
+            print(maintenance.describe(m))
+
+    done = maintenance.maintain(settings, spark, versions, on_table=said)
     if args.json:
         print(json.dumps([m.as_json() for m in done]))
     return 0

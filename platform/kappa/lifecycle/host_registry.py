@@ -62,6 +62,11 @@ class Host:
     env: dict[str, str]  # the KAPPA_* settings every job it runs runs with
 
 
+def host_log(settings: KappaSettings, code: str) -> Path:
+    """The log of the job host that runs `code` (its own lines and its JVM's)."""
+    return settings.deployments_path / f"host-{code}.log"
+
+
 def host_state(settings: KappaSettings, code: str) -> Path:
     return settings.deployments_path / f"host-{code}.json"
 
@@ -101,7 +106,7 @@ def ensure_host(settings: KappaSettings, environment: Mapping[str, str], kappa_e
                 "with the same KAPPA_* settings, or stop its jobs first (it then ends by itself)"
             )
         return host
-    log_file = settings.deployments_path / f"host-{code}.log"
+    log_file = host_log(settings, code)
     started_at = now_iso()
     with log_file.open("a") as log:
         log.write(f"{STARTED_LINE} the job host at {started_at}\n")

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings
 from kappa.lifecycle.exits import record_exit
-from kappa.lifecycle.host_registry import HOST_IDLE_S, hosted, idle_host_ends
+from kappa.lifecycle.host_registry import HOST_IDLE_S, host_log, hosted, idle_host_ends
 from kappa.lifecycle.log_rotation import LogRotation
 from kappa.lifecycle.state_files import Deployment, checkpoint_lock, consumer_group, output_query
 from kappa.lifecycle.wrapper import watch_wrapper, wrapper_gone
@@ -99,9 +99,9 @@ def serve(settings: KappaSettings, code: str) -> int:
         signal.signal(sig, on_signal)
     settings, spark = host_session(settings)
     signal.signal(signal.SIGINT, on_signal)  # the SparkContext set its own
-    host_log = settings.deployments_path / f"host-{code}.log"  # as host_registry.ensure_host names it
     # Its own log and its jobs', as their state files say at each check (a job started later is rotated too).
-    rotation = LogRotation.of(settings, lambda: [host_log, *(d.log_path for d in hosted(settings, me))])
+    own_log = host_log(settings, code)
+    rotation = LogRotation.of(settings, lambda: [own_log, *(d.log_path for d in hosted(settings, me))])
     runs: dict[str, _Run] = {}
     begun: set[tuple[str, tuple[str, int]]] = set()  # (deployment, start) run: a failed run waits for a restart
     idle_since = time.monotonic()
