@@ -100,6 +100,7 @@ def cli_env(settings: KappaSettings) -> dict[str, str]:
         # Day two: what the soak shortens so that weeks of growth show in an hour (make soak-live).
         KAPPA_DELTA_FILE_RETENTION_HOURS=str(settings.delta_file_retention_hours),
         KAPPA_DELTA_LOG_RETENTION_HOURS=str(settings.delta_log_retention_hours),
+        KAPPA_DELTA_AUTO_COMPACT=str(settings.delta_auto_compact).lower(),  # false: an A/B of its cost per batch
         KAPPA_DELTA_COMPACT_MIN_FILES=str(settings.delta_compact_min_files),
         KAPPA_STREAMING_BATCHES_RETAINED=str(settings.streaming_batches_retained),
     )

@@ -55,6 +55,10 @@ def test_the_spark_session_carries_the_upkeep_settings() -> None:
     assert conf["spark.databricks.delta.autoCompact.minNumFiles"] == "11"
     assert conf["spark.databricks.delta.autoCompact.enabled"] == "true"  # tables created before the platform set it
     assert conf["spark.databricks.delta.properties.defaults.deletedFileRetentionDuration"] == "interval 18000 seconds"
+    # Turned off: neither the session nor the tables it creates compact in their writers.
+    off = spark_conf(load_settings(delta_auto_compact=False), "t")
+    assert off["spark.databricks.delta.autoCompact.enabled"] == "false"
+    assert off["spark.databricks.delta.properties.defaults.autoOptimize.autoCompact"] == "false"
 
 
 def test_each_delta_table_has_a_maintenance_job_on_a_running_hourly_schedule() -> None:

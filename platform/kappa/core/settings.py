@@ -198,6 +198,11 @@ class KappaSettings(BaseSettings):
         description="how long a Delta table keeps its log, so its time travel (delta.logRetentionDuration; "
         "Delta's default 30 days is 518,400 commits of a 5 s cadence)",
     )
+    delta_auto_compact: bool = Field(
+        True,
+        description="the writers compact their tables' small files after a commit (Delta's auto compaction, "
+        "spark.databricks.delta.autoCompact.enabled); false leaves compaction to `kappa tables maintain`",
+    )
     delta_compact_min_files: int = Field(
         50,
         ge=2,

@@ -34,7 +34,7 @@ _DEFAULTS = "spark.databricks.delta.properties.defaults."  # a session's propert
 def table_properties(settings: KappaSettings) -> dict[str, str]:
     """The properties every table the platform writes carries (retention declared in the settings)."""
     return {
-        "delta.autoOptimize.autoCompact": "true",
+        "delta.autoOptimize.autoCompact": str(settings.delta_auto_compact).lower(),
         "delta.deletedFileRetentionDuration": _interval(settings.delta_file_retention_hours),
         "delta.logRetentionDuration": _interval(settings.delta_log_retention_hours),
     }
@@ -46,7 +46,7 @@ def session_conf(settings: KappaSettings) -> dict[str, str]:
     defaults = {_DEFAULTS + key.removeprefix("delta."): value for key, value in table_properties(settings).items()}
     return defaults | {
         # Before a table's own property, in Delta's order: a table created before the platform set it compacts too.
-        "spark.databricks.delta.autoCompact.enabled": "true",
+        "spark.databricks.delta.autoCompact.enabled": str(settings.delta_auto_compact).lower(),
         "spark.databricks.delta.autoCompact.minNumFiles": str(settings.delta_compact_min_files),
     }
 
