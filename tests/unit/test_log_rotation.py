@@ -20,7 +20,7 @@ def _gz(path: Path) -> bytes:
 
 
 def _copies(log: Path) -> list[str]:
-    return sorted(p.name for p in log.parent.glob(f"{log.name}.*"))
+    return sorted(p.name for p in log.parent.glob(f"{log.name}.*") if p.suffix != ".rotating")  # not the lock
 
 
 def test_a_log_is_rotated_only_once_past_its_size(tmp_path: Path) -> None:
@@ -162,3 +162,39 @@ def test_the_rotation_thread_follows_the_list_it_is_given_and_outlives_failures(
     failed = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert failed
     assert all(m.startswith(f"log rotation: could not rotate {unreadable}") for m in failed)
+
+
+def test_two_processes_rotating_one_log_never_copy_a_line_twice(tmp_path: Path) -> None:
+    """`.state/logs/spark.log` is rotated by every process that runs a Spark driver (the job host, each `kappa jobs
+    run`): two rotations at once take turns under the log's lock, so no line is in two copies. (Threads stand in
+    for the processes: a `flock` on two separate opens of the lock file excludes as it does between processes.)"""
+    log = tmp_path / "spark.log"
+    total = 60_000
+    done = threading.Event()
+
+    def write() -> None:
+        with log.open("ab", buffering=0) as writer:
+            for n in range(total):
+                writer.write(b"%015d\n" % n)
+        done.set()
+
+    rotations: list[int] = []
+
+    def rotate() -> None:
+        while not done.is_set():
+            if rotate_if_large(log, max_bytes=16 * 1024, keep=100_000):
+                rotations.append(1)
+
+    threads = [threading.Thread(target=write), threading.Thread(target=rotate), threading.Thread(target=rotate)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    copies = sorted(tmp_path.glob("spark.log.*.gz"), key=lambda p: -int(p.name.split(".")[2]))  # oldest first
+    assert len(copies) == len(rotations) >= 3
+    numbers = []
+    for content in [*(_gz(path) for path in copies), log.read_bytes()]:
+        numbers += [int(content[i : i + _RECORD]) for i in range(0, len(content), _RECORD)]
+    assert numbers == sorted(set(numbers))  # never twice, never out of order
+    assert numbers[0] == 0

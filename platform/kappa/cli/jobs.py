@@ -25,6 +25,7 @@ from kappa.runtime.declaration import Starting
 from kappa.runtime.discovery import discover, get_job
 from kappa.runtime.outputs import output_of
 from kappa.runtime.run_record import RunRecorder, RunState
+from kappa.spark.driver_files import log_file as spark_log
 
 
 def cmd_jobs_list(settings: KappaSettings, args: argparse.Namespace) -> int:
@@ -62,9 +63,9 @@ def cmd_jobs_run(settings: KappaSettings, args: argparse.Namespace) -> int:
         ensure_live(settings, spec, version)
         # A deployment's run stops when its wrapper is gone, as at SIGTERM: nothing writes unsupervised.
         watch = watch_wrapper(lambda: os.kill(os.getpid(), signal.SIGTERM))
-        if watch is not None:  # a deployment's own process, whose output goes to its log (wrapper.spawn): rotated
-            _, log_file = paths(settings, args.job, version)
-            stack.callback(LogRotation.of(settings, lambda: [log_file]).stop)
+        if watch is not None:  # a deployment's own process, whose output goes to its log (wrapper.spawn): rotated,
+            _, log_file = paths(settings, args.job, version)  # with the Spark drivers' shared warnings log
+            stack.callback(LogRotation.of(settings, lambda: [log_file, spark_log(settings)]).stop)
         report = run_job(
             spec,
             settings,

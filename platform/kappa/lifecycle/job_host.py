@@ -42,6 +42,7 @@ from kappa.lifecycle.state_files import Deployment, checkpoint_lock, consumer_gr
 from kappa.lifecycle.wrapper import watch_wrapper, wrapper_gone
 from kappa.runtime.binding import deployed_job, ensure_live
 from kappa.runtime.run_record import RunRecorder
+from kappa.spark.driver_files import log_file as spark_log
 from kappa.spark.session import get_spark
 
 if TYPE_CHECKING:
@@ -99,9 +100,12 @@ def serve(settings: KappaSettings, code: str) -> int:
         signal.signal(sig, on_signal)
     settings, spark = host_session(settings)
     signal.signal(signal.SIGINT, on_signal)  # the SparkContext set its own
-    # Its own log and its jobs', as their state files say at each check (a job started later is rotated too).
+    # Its own log and its jobs', as their state files say at each check (a job started later is rotated too),
+    # and the Spark drivers' shared warnings log.
     own_log = host_log(settings, code)
-    rotation = LogRotation.of(settings, lambda: [own_log, *(d.log_path for d in hosted(settings, me))])
+    rotation = LogRotation.of(
+        settings, lambda: [own_log, spark_log(settings), *(d.log_path for d in hosted(settings, me))]
+    )
     runs: dict[str, _Run] = {}
     begun: set[tuple[str, tuple[str, int]]] = set()  # (deployment, start) run: a failed run waits for a restart
     idle_since = time.monotonic()

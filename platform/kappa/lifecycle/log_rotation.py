@@ -6,10 +6,15 @@ logrotate's `copytruncate` does it: its content is copied (gzipped) to `<log>.1.
 to `<log>.<keep>.gz`, and the live file truncated in place. With O_APPEND a writer's next line lands at the new
 end, the start of the file, never past a hole. The newest lines stay in the live file, where `kappa jobs status`
 reads a crash's last lines (kappa.lifecycle.exits.ended_because).
+
+A log that several processes rotate (`.state/logs/spark.log`, which every Spark driver of the state folder
+appends to: the job host and each `kappa jobs run` rotate it) is rotated under an exclusive lock on
+`<log>.rotating`, so that two rotations never copy the same lines twice.
 """
 
 from __future__ import annotations
 
+import fcntl
 import gzip
 import io
 import logging
@@ -41,8 +46,19 @@ def rotate_if_large(path: Path, max_bytes: int, keep: int) -> bool:
     try:
         if path.stat().st_size <= max_bytes:
             return False
-        src = path.open("r+b", buffering=0)  # unbuffered: each read asks the file for what it has now
     except FileNotFoundError:  # deleted (a purge), or not written yet
+        return False
+    with path.with_name(f"{path.name}.rotating").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another process's rotation of the same log finishes first
+        return _rotate(path, max_bytes, keep)
+
+
+def _rotate(path: Path, max_bytes: int, keep: int) -> bool:
+    try:
+        if path.stat().st_size <= max_bytes:  # again, under the lock: another process may have just rotated it
+            return False
+        src = path.open("r+b", buffering=0)  # unbuffered: each read asks the file for what it has now
+    except FileNotFoundError:
         return False
     pending = path.with_name(f"{path.name}.1.gz.tmp")
     truncated = False
