@@ -198,3 +198,28 @@ def test_two_processes_rotating_one_log_never_copy_a_line_twice(tmp_path: Path) 
         numbers += [int(content[i : i + _RECORD]) for i in range(0, len(content), _RECORD)]
     assert numbers == sorted(set(numbers))  # never twice, never out of order
     assert numbers[0] == 0
+
+
+def test_a_copy_whose_older_copies_could_not_be_shifted_is_kept_aside(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the log is truncated its copy is the only one of its lines: if making room among the older copies
+    fails (a permission, a full disk), the copy is kept under its own name, where the next rotation's copy does
+    not overwrite it, and the failure is raised for the rotation thread to log."""
+    log = tmp_path / "sessionize.v1.log"
+    log.write_text("first lines, past ten bytes\n")
+
+    def refuse(path: Path, keep: int) -> None:
+        raise PermissionError("the older copies cannot be moved")
+
+    monkeypatch.setattr("kappa.lifecycle.log_rotation._shift", refuse)
+    with pytest.raises(PermissionError):
+        rotate_if_large(log, max_bytes=10, keep=3)
+    monkeypatch.undo()
+    log.write_text("second lines, past ten bytes\n")
+    assert rotate_if_large(log, max_bytes=10, keep=3)
+
+    aside = list(tmp_path.glob("sessionize.v1.log.unshifted-*.gz"))
+    assert [_gz(p) for p in aside] == [b"first lines, past ten bytes\n"]
+    assert _gz(tmp_path / "sessionize.v1.log.1.gz") == b"second lines, past ten bytes\n"
+    assert log.read_text() == ""

@@ -21,6 +21,7 @@ import logging
 import os
 import re
 import threading
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -71,7 +72,11 @@ def _rotate(path: Path, max_bytes: int, keep: int) -> bool:
             truncated = True
     finally:
         if truncated:  # even if closing the copy failed: short of its last bytes, it is better kept than lost
-            _shift(path, keep)
+            try:
+                _shift(path, keep)
+            except OSError:  # the copy is the only one of its lines: out of the next rotation's way, not overwritten
+                pending.replace(path.with_name(f"{path.name}.unshifted-{time.time_ns()}.gz"))
+                raise
             pending.replace(_generation(path, 1))
         else:  # the log is whole: a partial copy would only hold the disk that rotation is to free
             pending.unlink(missing_ok=True)
