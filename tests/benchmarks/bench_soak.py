@@ -10,7 +10,9 @@ generation after the last collection (what survives GC: the heap a leak would gr
 
 The verdict (issue 40), between the second and the last 10 minutes (for a run under 30 minutes: its second window
 and its last): each job's p99 batch duration within 20 % of itself, files per table and checkpoint sizes bounded
-(the last no more than 20 % above the second), the host's RSS flat (within 10 %).
+(the last no more than 20 % above the second), the host's RSS flat (within 10 %); and, once the producer stopped
+and the pipeline drained (at most `--drain-minutes`), every output exact against the answer computed from the input
+topics (tests.benchmarks.soak_exactness).
 """
 
 from __future__ import annotations
@@ -37,9 +39,11 @@ from kappa.runtime.binding import deployed_job, physical_output
 from kappa.runtime.declaration import version_checkpoints
 from kappa.runtime.outputs import output_of
 from kappa.stack.java import spark_java_path
+from tests.benchmarks import soak_exactness
 from tests.benchmarks.bench_live import (
     Pipeline,
     deployed,
+    drained,
     job_batches,
     kappa,
     pipeline_jobs,
@@ -190,6 +194,7 @@ def main() -> None:
     parser.add_argument("--retention-minutes", type=float, default=10.0, help="Delta file and log retention")
     parser.add_argument("--batches-retained", type=int, default=20, help="KAPPA_STREAMING_BATCHES_RETAINED")
     parser.add_argument("--users", type=int, default=2000)
+    parser.add_argument("--drain-minutes", type=float, default=15.0, help="at most this long to drain, then check")
     parser.add_argument("--also-ran", default="nothing else", help="what else ran on the machine, for the report")
     args = parser.parse_args()
 
@@ -233,7 +238,17 @@ def main() -> None:
                     time.sleep(5)
             finally:
                 producer.stop()
-    found = verdict(windows, args.minutes)
+            # Exact after all that: the outputs against answers computed from the inputs, once drained.
+            print(f"\n--- {producer.sent:,} clicks sent; waiting for the pipeline to drain ...", flush=True)
+            if behind := drained(settings, Pipeline.of(settings, names), args.drain_minutes * 60):
+                exactness = [{"output": "every", "exact": f"not checked: {behind:,} records behind after "
+                              f"{args.drain_minutes:g} min"}]  # fmt: skip
+            else:
+                exactness = soak_exactness.check(settings)
+            print_table(exactness)
+    found = verdict(windows, args.minutes) + [
+        {"what": f"exact: {row['output']}", "verdict": row["exact"]} for row in exactness
+    ]
     notes = [{"note": f"{os.cpu_count()} cores; {args.rate:,} clicks/s for {args.minutes:g} min; jobs: "
               f"{', '.join(names)}; retention {args.retention_minutes:g} min; maintenance every "
               f"{args.maintain_every:g} min; also ran: {args.also_ran}"}]  # fmt: skip
@@ -244,6 +259,7 @@ def main() -> None:
         checkpoints=[r for w in windows for r in w.checkpoints],
         host=[w.host for w in windows],
         maintenance=maintained,
+        exactness=exactness,
         verdict=found,
         notes=notes,
     )

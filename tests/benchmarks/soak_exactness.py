@@ -1,0 +1,142 @@
+"""The soak's last check: after hours of live batches, compactions and vacuums, is every answer still exact?
+
+Once the deployed pipeline has drained, its input topics are read back whole, the answers are computed from them
+independently of the jobs (`tests.oracles`, in DuckDB, as the Kappa-promise test computes them), and each output
+is compared with them, key for key: enriched_clicks (the latest record per event id, with its user's profile),
+the sessions table, page_stats and user_activity (the Delta tables' current versions, read by delta-rs, another
+engine than the writers').
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from datetime import datetime
+from typing import Any
+
+import pandas as pd
+from confluent_kafka import Consumer, TopicPartition
+from deltalake import DeltaTable as DeltaRsTable
+
+from jobs.catalog import CLICKS, ENRICHED_CLICKS, USER_PROFILES
+from jobs.page_stats.declaration import JOB as PAGE_STATS
+from jobs.page_stats.declaration import Settings as PageStatsSettings
+from jobs.sessionize.declaration import JOB as SESSIONIZE
+from jobs.sessionize.declaration import Settings as SessionizeSettings
+from kappa.contracts.avro_serde import AvroDecoder
+from kappa.contracts.registry import Registry
+from kappa.contracts.schema_files import topic_value_schema
+from kappa.contracts.topic_declarations import MINUTE_MS, Topic
+from kappa.core.settings import KappaSettings
+from kappa.runtime.binding import deployed_job, physical_output
+from tests import oracles
+
+_BATCH = 10_000
+
+
+def _records(settings: KappaSettings, topic: str) -> Iterator[tuple[bytes | None, bytes | None]]:
+    """(key, value) of every record of a physical topic up to its end as it is now, partition by partition in
+    offset order (so each user's records in their log order)."""
+    consumer = Consumer({"bootstrap.servers": settings.bootstrap, "group.id": "soak-exactness",
+                         "enable.auto.commit": False})  # fmt: skip
+    try:
+        partitions = sorted(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
+        for p in partitions:
+            start, end = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            consumer.assign([TopicPartition(topic, p, start)])
+            at, quiet = start, 0
+            while at < end:
+                got = consumer.consume(_BATCH, timeout=5)
+                quiet = 0 if got else quiet + 1
+                if quiet == 12:
+                    raise RuntimeError(f"{topic}[{p}]: nothing read for 60 s at offset {at} of {end}")
+                for m in got:
+                    if m.error() is not None:
+                        raise RuntimeError(f"{topic}[{p}]: {m.error()}")
+                    at = int(m.offset() or 0) + 1
+                    if at <= end:
+                        yield m.key(), m.value()
+    finally:
+        consumer.close()
+
+
+def _decoded(settings: KappaSettings, registry: Registry, logical: Topic, physical: str) -> Iterator[dict[str, Any]]:
+    decoder = AvroDecoder(registry, topic_value_schema(settings.schemas_path, logical))
+    for _key, value in _records(settings, physical):
+        if value is not None:  # a tombstone: nothing to decode
+            yield decoder.decode(value)
+
+
+def _ms(t: datetime | pd.Timestamp | None) -> int | None:
+    if t is None or pd.isna(t):
+        return None
+    return int(pd.Timestamp(t).value // 1_000_000) if isinstance(t, pd.Timestamp) else int(t.timestamp() * 1000)
+
+
+def _table(settings: KappaSettings, job: str) -> pd.DataFrame:
+    spec = deployed_job(settings, job)
+    return DeltaRsTable(physical_output(spec, settings, spec.version)[1]).to_pandas()
+
+
+def _differences(what: str, actual: Mapping[Any, Any], expected: Mapping[Any, Any]) -> dict[str, Any]:
+    wrong = [k for k, v in expected.items() if actual.get(k, KeyError) != v]
+    extra = [k for k in actual if k not in expected]
+    return {
+        "output": what,
+        "expected": len(expected),
+        "found": len(actual),
+        "missing_or_different": len(wrong),
+        "unexpected": len(extra),
+        "exact": "yes" if not wrong and not extra else "NO",
+        "e.g.": "" if not wrong else f"{wrong[0]}: expected {expected[wrong[0]]}, found {actual.get(wrong[0])}",
+    }
+
+
+def check(settings: KappaSettings, say: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    """One row per output: how many keys the independent answer has, how many the output has, and how many
+    differ. Reads the live versions the deployments run."""
+    sessionize = SESSIONIZE.settings_as(SessionizeSettings)
+    with Registry(settings.registry) as registry:
+        say("exactness: reading the inputs back ...")
+        read = [(c["event_id"], c["user_id"], c["page"], _ms(c["event_time"]))
+                for c in _decoded(settings, registry, CLICKS, CLICKS.name)]  # fmt: skip
+        # One per event id (the producer is idempotent, so a repeat would be a bug of its own: said, not hidden).
+        clicks = list({c[0]: c for c in read}.values())
+        if len(clicks) != len(read):
+            say(f"exactness: the clicks topic holds {len(read) - len(clicks):,} repeated event ids")
+        profiles: dict[str, tuple[int, str, str]] = {}
+        for p in _decoded(settings, registry, USER_PROFILES, USER_PROFILES.name):
+            if p["profile_version"] >= profiles.get(p["user_id"], (-1, "", ""))[0]:
+                profiles[p["user_id"]] = (p["profile_version"], p["segment"], p["country"])
+        say(f"exactness: {len(clicks):,} clicks of {len(profiles):,} users; reading the outputs ...")
+        enrich = deployed_job(settings, "enrich_clicks")
+        enriched = {e["event_id"]: (e["user_id"], e["page"], _ms(e["event_time"]), e["profile_version"], e["segment"])
+                    for e in _decoded(settings, registry, ENRICHED_CLICKS,
+                                      physical_output(enrich, settings, enrich.version)[1])}  # fmt: skip
+    # Every profile is valid before the soak's first click (bench_live.produce_profiles): each click gets its
+    # user's one version. The as-of rule's own answer for other logs is the promise test's.
+    expected_enriched = {e: (u, page, t, profiles[u][0], profiles[u][1]) for e, u, page, t in clicks}
+    events = [(e, u, page, t, profiles[u][1]) for e, u, page, t in clicks]  # in each user's log order
+    found, _late = oracles.sessions(events, sessionize.gap_minutes * MINUTE_MS,
+                                    sessionize.allowed_lateness_minutes * MINUTE_MS)  # fmt: skip
+    sessions = {sid: (sid.split(":", 1)[0], *row) for sid, row in found.items()}
+    page_gap = PAGE_STATS.settings_as(PageStatsSettings).gap_minutes * MINUTE_MS
+    expected_pages = oracles.page_stats(((u, e, page, t) for e, u, page, t in clicks), page_gap)
+    expected_activity = oracles.user_activity(
+        (sid, user, start, end, n, seg) for sid, (user, start, end, n, _pages, _entry, _exit, seg) in sessions.items()
+    )
+
+    pages = _table(settings, "page_stats")
+    medians = pages["median_time_on_page_ms"].astype(object).where(pages["median_time_on_page_ms"].notna(), None)
+    found_pages = {(r.page, _ms(r.hour_start)): (r.views, r.distinct_users, None if m is None else int(m))
+                   for r, m in zip(pages.itertuples(), medians, strict=True)}  # fmt: skip
+    found_sessions = {r.session_id: (r.user_id, _ms(r.start_time), _ms(r.end_time), r.clicks, r.distinct_pages,
+                                     r.entry_page, r.exit_page, r.segment)
+                      for r in _table(settings, "sessions_table").itertuples()}  # fmt: skip
+    found_activity = {r.user_id: (r.sessions, r.clicks, _ms(r.first_seen), _ms(r.last_seen), r.segment)
+                      for r in _table(settings, "user_activity").itertuples()}  # fmt: skip
+    return [
+        _differences("enriched_clicks", enriched, expected_enriched),
+        _differences("sessions table", found_sessions, sessions),
+        _differences("page_stats", found_pages, expected_pages),
+        _differences("user_activity", found_activity, expected_activity),
+    ]
