@@ -67,9 +67,10 @@ def _decoded(settings: KappaSettings, registry: Registry, logical: Topic, physic
 
 
 def _ms(t: datetime | pd.Timestamp | None) -> int | None:
+    """Epoch milliseconds, in integers (a float's seconds times 1,000 can land a millisecond short)."""
     if t is None or pd.isna(t):
         return None
-    return int(pd.Timestamp(t).value // 1_000_000) if isinstance(t, pd.Timestamp) else int(t.timestamp() * 1000)
+    return int(pd.Timestamp(t).as_unit("ns").value // 1_000_000)
 
 
 def _table(settings: KappaSettings, job: str) -> pd.DataFrame:
