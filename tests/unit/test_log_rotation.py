@@ -87,6 +87,15 @@ def test_a_crash_reason_is_read_from_the_live_file_after_a_rotation(tmp_path: Pa
 _RECORD = 16  # bytes: a divisor of the page size, so that no record straddles two pages (see below)
 
 
+def _append_records(log: Path, total: int, done: threading.Event) -> None:
+    """Append records 0 .. total-1, each in one write to a file held open in append mode (as a deployment's
+    process holds its log), then set `done`."""
+    with log.open("ab", buffering=0) as writer:
+        for n in range(total):
+            writer.write(b"%015d\n" % n)
+    done.set()
+
+
 def test_lines_written_during_rotations_are_never_doubled_or_reordered(tmp_path: Path) -> None:
     """A writer appends numbered records while the log is rotated again and again.
 
@@ -103,16 +112,8 @@ def test_lines_written_during_rotations_are_never_doubled_or_reordered(tmp_path:
     Records of 16 bytes never straddle a page: a reader could otherwise see the first half of a record whose
     write is still copying its second page, and the truncation would tear it (the same window)."""
     log = tmp_path / "raw_clicks.v1.log"
-    total = 100_000
     done = threading.Event()
-
-    def write() -> None:
-        with log.open("ab", buffering=0) as writer:
-            for n in range(total):
-                writer.write(b"%015d\n" % n)
-        done.set()
-
-    writer = threading.Thread(target=write)
+    writer = threading.Thread(target=_append_records, args=(log, 100_000, done))
     writer.start()
     rotations = 0
     while not done.is_set():
@@ -169,15 +170,7 @@ def test_two_processes_rotating_one_log_never_copy_a_line_twice(tmp_path: Path) 
     run`): two rotations at once take turns under the log's lock, so no line is in two copies. (Threads stand in
     for the processes: a `flock` on two separate opens of the lock file excludes as it does between processes.)"""
     log = tmp_path / "spark.log"
-    total = 60_000
     done = threading.Event()
-
-    def write() -> None:
-        with log.open("ab", buffering=0) as writer:
-            for n in range(total):
-                writer.write(b"%015d\n" % n)
-        done.set()
-
     rotations: list[int] = []
 
     def rotate() -> None:
@@ -185,7 +178,8 @@ def test_two_processes_rotating_one_log_never_copy_a_line_twice(tmp_path: Path) 
             if rotate_if_large(log, max_bytes=16 * 1024, keep=100_000):
                 rotations.append(1)
 
-    threads = [threading.Thread(target=write), threading.Thread(target=rotate), threading.Thread(target=rotate)]
+    threads = [threading.Thread(target=_append_records, args=(log, 60_000, done)), *(
+        threading.Thread(target=rotate) for _ in range(2))]  # fmt: skip
     for thread in threads:
         thread.start()
     for thread in threads:
