@@ -5,7 +5,6 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
@@ -22,6 +21,7 @@ from kappa.contracts.dead_letter_format import (
 from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings
 from kappa.kafka.clients import Outgoing, admin_client, produce_all
+from kappa.kafka.reading import MissingTopicError, extents, read_to_end, reading_consumer
 from kappa.kafka.topic_admin import topic_configs
 
 
@@ -58,52 +58,22 @@ class Inspection:
     retention_ms: int | None = None  # the topic's retention.ms, asked only when something was deleted
 
 
-def _consumer(settings: KappaSettings, group: str | None) -> Consumer:
-    config: dict[str, Any] = {
-        "bootstrap.servers": settings.bootstrap,
-        "group.id": group or f"kappa-dlq-inspect-{uuid.uuid4().hex[:8]}",
-        "enable.auto.commit": False,
-        "auto.offset.reset": "earliest",
-        "log_level": 0,
-    }
-    return Consumer(config)
-
-
-def _read_until_end(consumer: Consumer, topic: str, from_committed: bool) -> tuple[list[DeadLetter], dict[int, int]]:
-    """Everything `topic` still holds up to its end as of now (from the group's committed offsets, or the start),
-    and each partition's log start offset (above 0 once retention deleted its oldest records)."""
+def _letters(consumer: Consumer, topic: str) -> tuple[list[DeadLetter], dict[int, int]]:
+    """Everything the dead-letter `topic` still holds up to its end as of now (from the consumer's group's
+    committed offsets: none for a group of its own), and each partition's log start offset (above 0 once
+    retention deleted its oldest records)."""
     try:
-        metadata = consumer.list_topics(topic, timeout=15)
-    except KafkaException as exc:
-        raise KappaError(f"cannot read {topic}: {exc}") from None
-    if topic not in metadata.topics or metadata.topics[topic].error is not None:
-        raise KappaError(f"dead-letter topic {topic} does not exist (`kappa topics apply` creates it)")
-    partitions = [TopicPartition(topic, p) for p in metadata.topics[topic].partitions]
-    watermarks = {tp.partition: consumer.get_watermark_offsets(tp, timeout=15) for tp in partitions}
-    log_starts = {p: low for p, (low, _) in watermarks.items()}
-    ends = {p: high for p, (_, high) in watermarks.items()}
-    # From the log start, not 0: a partition that retention emptied (start == end) has nothing to wait for.
-    starts = dict(log_starts)
-    if from_committed:
-        for tp in consumer.committed(partitions, timeout=15):
-            starts[tp.partition] = max(tp.offset, starts[tp.partition])  # a negative offset: none committed
-    assigned = [TopicPartition(topic, p, starts[p]) for p in ends]
-    consumer.assign(assigned)
-    pending = {tp.partition for tp in assigned if tp.offset < ends[tp.partition]}
+        bounds = extents(consumer, topic)
+    except MissingTopicError:
+        raise KappaError(f"dead-letter topic {topic} does not exist (`kappa topics apply` creates it)") from None
+    committed = consumer.committed([TopicPartition(topic, p) for p in bounds], timeout=15)
     letters: list[DeadLetter] = []
-    while pending:
-        msg = consumer.poll(10)
-        if msg is None:
-            raise KappaError(f"timed out reading {topic} (pending partitions {sorted(pending)})")
-        if msg.error():
-            raise KappaError(f"reading {topic} failed: {msg.error()}")
+    for msg in read_to_end(consumer, topic, bounds, {tp.partition: tp.offset for tp in committed}, stall_s=30):
         raw_headers: list[tuple[str, bytes | None]] = list(msg.headers() or [])  # type: ignore[arg-type]
         headers = {str(k): _text(v) for k, v in raw_headers}
         partition, offset = int(msg.partition() or 0), int(msg.offset() or 0)
         letters.append(DeadLetter(_raw(msg.key()), _raw(msg.value()), headers, partition, offset))
-        if offset + 1 >= ends[partition]:
-            pending.discard(partition)
-    return letters, log_starts
+    return letters, {p: b.start for p, b in bounds.items()}
 
 
 def _text(value: str | bytes | None) -> str:
@@ -115,11 +85,8 @@ def _raw(value: str | bytes | None) -> bytes | None:
 
 
 def inspect(settings: KappaSettings, topic: str, samples: int = 3) -> Inspection:
-    consumer = _consumer(settings, group=None)
-    try:
-        letters, log_starts = _read_until_end(consumer, dlq_topic(topic), from_committed=False)
-    finally:
-        consumer.close()
+    with reading_consumer(settings, f"kappa-dlq-inspect-{uuid.uuid4().hex[:8]}") as consumer:
+        letters, log_starts = _letters(consumer, dlq_topic(topic))
     report = Inspection(dlq_topic(topic), total=len(letters))
     report.log_starts = {p: start for p, start in sorted(log_starts.items()) if start > 0}
     if report.log_starts:
@@ -180,9 +147,8 @@ def replay(settings: KappaSettings, topic: str, kind: str | None = None) -> tupl
     """
     # One progress record per filter: replaying one kind now must not mark the other kinds as done.
     group = f"kappa-dlq-replay-{topic}-{kind or 'all'}"
-    consumer = _consumer(settings, group=group)
-    try:
-        letters, _ = _read_until_end(consumer, dlq_topic(topic), from_committed=True)
+    with reading_consumer(settings, group) as consumer:
+        letters, _ = _letters(consumer, dlq_topic(topic))
         # Each bad record once, however many jobs reported it.
         unique = list({d.source: d for d in reversed(letters)}.values())[::-1]
         chosen = [d for d in unique if kind is None or d.kind == kind]
@@ -198,6 +164,4 @@ def replay(settings: KappaSettings, topic: str, kind: str | None = None) -> tupl
             consumer.commit(
                 offsets=[TopicPartition(dlq_topic(topic), p, o + 1) for p, o in last.items()], asynchronous=False
             )
-    finally:
-        consumer.close()
     return len(chosen), len(unique) - len(chosen)
