@@ -14,7 +14,6 @@ from datetime import datetime
 from typing import Any
 
 import pandas as pd
-from confluent_kafka import Consumer, TopicPartition
 from deltalake import DeltaTable as DeltaRsTable
 
 from jobs.catalog import CLICKS, ENRICHED_CLICKS, USER_PROFILES
@@ -27,36 +26,16 @@ from kappa.contracts.registry import Registry
 from kappa.contracts.schema_files import topic_value_schema
 from kappa.contracts.topic_declarations import MINUTE_MS, Topic
 from kappa.core.settings import KappaSettings
+from kappa.kafka.reading import whole_topic
 from kappa.runtime.binding import deployed_job, physical_output
 from tests import oracles
 
-_BATCH = 10_000
-
 
 def _records(settings: KappaSettings, topic: str) -> Iterator[tuple[bytes | None, bytes | None]]:
-    """(key, value) of every record of a physical topic up to its end as it is now, partition by partition in
-    offset order (so each user's records in their log order)."""
-    consumer = Consumer({"bootstrap.servers": settings.bootstrap, "group.id": "soak-exactness",
-                         "enable.auto.commit": False})  # fmt: skip
-    try:
-        partitions = sorted(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
-        for p in partitions:
-            start, end = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            consumer.assign([TopicPartition(topic, p, start)])
-            at, quiet = start, 0
-            while at < end:
-                got = consumer.consume(_BATCH, timeout=5)
-                quiet = 0 if got else quiet + 1
-                if quiet == 12:
-                    raise RuntimeError(f"{topic}[{p}]: nothing read for 60 s at offset {at} of {end}")
-                for m in got:
-                    if m.error() is not None:
-                        raise RuntimeError(f"{topic}[{p}]: {m.error()}")
-                    at = int(m.offset() or 0) + 1
-                    if at <= end:
-                        yield m.key(), m.value()
-    finally:
-        consumer.close()
+    """(key, value) of every record of a physical topic up to its end as it is now, each partition in offset
+    order (so each user's records in their log order)."""
+    for m in whole_topic(settings, topic):
+        yield m.key(), m.value()
 
 
 def _decoded(settings: KappaSettings, registry: Registry, logical: Topic, physical: str) -> Iterator[dict[str, Any]]:

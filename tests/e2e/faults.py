@@ -51,27 +51,9 @@ def live_keys(settings: KappaSettings, topic: str) -> set[str]:
 
 def records(settings: KappaSettings, topic: str) -> list[tuple[str, bool]]:
     """Every record of the topic now, in each partition's order: (its key, whether it has a value)."""
-    from confluent_kafka import Consumer, TopicPartition
+    from kappa.kafka.reading import whole_topic
 
-    consumer = Consumer(
-        {"bootstrap.servers": settings.bootstrap, "group.id": "faults-probe", "enable.auto.commit": False}
-    )
-    try:
-        partitions = consumer.list_topics(topic, timeout=15).topics[topic].partitions
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=15)[1] for p in partitions}
-        consumer.assign([TopicPartition(topic, p, 0) for p, end in ends.items() if end > 0])
-        pending = {p for p, end in ends.items() if end > 0}
-        found: list[tuple[str, bool]] = []
-        while pending:
-            msg = consumer.poll(10)
-            assert msg is not None, f"timed out reading {topic}"
-            assert msg.error() is None, msg.error()
-            found.append((bytes(msg.key() or b"").decode(), msg.value() is not None))
-            if (msg.offset() or 0) + 1 >= ends[msg.partition() or 0]:
-                pending.discard(msg.partition() or 0)
-        return found
-    finally:
-        consumer.close()
+    return [(bytes(m.key() or b"").decode(), m.value() is not None) for m in whole_topic(settings, topic)]
 
 
 def topic_named(settings: KappaSettings, pattern: str) -> str:

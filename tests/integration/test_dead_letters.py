@@ -1,13 +1,12 @@
 """Bad records go to <topic>.dlq with their reasons; counts reconcile; `kappa dlq` inspects and replays."""
 
 import argparse
-import uuid
 from collections.abc import Callable
 from datetime import UTC
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TopicPartition
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -31,6 +30,7 @@ from kappa.contracts.topic_declarations import SIDE_RETENTION_MS, Cleanup, Topic
 from kappa.contracts.wire_format import WireFormatError, frame
 from kappa.core.settings import KappaSettings
 from kappa.kafka.clients import Outgoing, admin_client, produce_all
+from kappa.kafka.reading import whole_topic
 from kappa.kafka.topic_admin import apply
 from kappa.ops import dlq
 from kappa.runtime import DeltaTable, JobContext, JobPlan, JobSpec
@@ -145,19 +145,7 @@ def _delete_before(stack: KappaSettings, topic: str, offset: int) -> int:
 
 def _records(stack: KappaSettings, topic: str) -> list[tuple[bytes | None, bytes | None, int]]:
     """(key, value, timestamp) of every record of a one-partition topic, in offset order."""
-    consumer = Consumer({"bootstrap.servers": stack.bootstrap, "group.id": f"probe-{uuid.uuid4().hex[:8]}"})
-    try:
-        start, end = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
-        consumer.assign([TopicPartition(topic, 0, start)])
-        found: list[tuple[bytes | None, bytes | None, int]] = []
-        while len(found) < end - start:
-            message = consumer.poll(10)
-            assert message is not None, f"{topic}: read {len(found)} of {end - start}"
-            assert message.error() is None, message.error()
-            found.append((message.key(), message.value(), message.timestamp()[1]))
-        return found
-    finally:
-        consumer.close()
+    return [(m.key(), m.value(), m.timestamp()[1]) for m in whole_topic(stack, topic)]
 
 
 def test_inspect_and_replay_show_what_retention_kept(
