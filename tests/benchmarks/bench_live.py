@@ -69,7 +69,7 @@ from kappa.kafka.clients import Outgoing, Publisher
 from kappa.kafka.partitioning import partition_for
 from kappa.lifecycle.host_registry import HOST_IDLE_S, hosts, is_host
 from kappa.lifecycle.lag import lag
-from kappa.lifecycle.state_files import load
+from kappa.lifecycle.state_files import load, recorded
 from kappa.runtime.binding import deployed_job, physical_output
 from kappa.runtime.declaration import version_checkpoints
 from kappa.runtime.discovery import discover, pipeline_order
@@ -107,6 +107,7 @@ def deployed(settings: KappaSettings, jobs: list[str]) -> Iterator[None]:
             print(f"kappa jobs start {job} ...", flush=True)
             kappa(settings, "jobs", "start", job)
             started.append(job)
+        one_host(settings, started)
         yield
     finally:
         for job in reversed(started):
@@ -118,6 +119,18 @@ def deployed(settings: KappaSettings, jobs: list[str]) -> Iterator[None]:
             f"a job host still runs {idle_s:g} s after its jobs were stopped (kappa jobs status)",
             interval_s=1,
         )
+
+
+def one_host(settings: KappaSettings, jobs: list[str]) -> None:
+    """The shared jobs run in one job host, as they would deployed from one code. A host runs the code it started
+    with, so a file under jobs/ or platform/ edited while the jobs were started gives the later ones a host of
+    their own: a second Spark application on the same cores, and figures that are not the platform's."""
+    shared = [d for d in recorded(settings) if d.job in jobs and d.launcher == Launcher.SHARED.value]
+    running = [h for h in hosts(settings) if is_host(h.pid) and any(d.pid == h.pid for d in shared)]
+    if len(running) > 1:
+        started = ", ".join(f"pid {h.pid} at {h.started_at}" for h in running)
+        raise RuntimeError(f"the jobs run in {len(running)} job hosts ({started}), not one: the code changed while "
+                           "they were started; run the benchmark again on a tree nobody edits meanwhile")  # fmt: skip
 
 
 @dataclass(frozen=True)
