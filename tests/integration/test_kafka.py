@@ -4,13 +4,15 @@ import re
 from collections.abc import Callable
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from kappa.contracts.topic_declarations import Cleanup, Topic
+from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings
 from kappa.kafka.clients import Outgoing, admin_client, produce_all
 from kappa.kafka.reading import Extent, MissingTopicError, extents, read_to_end, reading_consumer, whole_topic
 from kappa.kafka.topic_admin import apply
+from kappa.ops import dlq
 from tests.waiting import wait_until
 
 
@@ -83,6 +85,9 @@ def test_read_to_end_starts_where_asked_and_stops_at_the_ends_it_was_given(
         assert ends == {0: Extent(0, 5), 1: Extent(0, 5)}
         produce_all(stack, topic.name, [Outgoing(None, b"later", partition=0)])  # after the ends were read
         got = [(int(m.partition() or 0), m.value()) for m in read_to_end(consumer, topic.name, ends, starts={0: 3})]
+        # A read leaves no progress behind: its group has committed nothing.
+        committed = consumer.committed([TopicPartition(topic.name, p) for p in ends], timeout=15)
+        assert all(tp.offset < 0 for tp in committed), committed
     finally:
         consumer.close()
     assert sorted(got, key=lambda r: r[0]) == [
@@ -96,3 +101,13 @@ def test_whole_topic_names_a_topic_that_does_not_exist(stack: KappaSettings, uni
     missing = unique_name("never-created")
     with pytest.raises(MissingTopicError, match=re.escape(f"topic {missing} does not exist")):
         list(whole_topic(stack, missing))
+
+
+def test_dlq_inspect_of_a_topic_without_dead_letter_topic_says_how_to_create_it(
+    stack: KappaSettings, unique_name: Callable[[str], str]
+) -> None:
+    source = unique_name("no-letters")
+    with pytest.raises(KappaError) as refused:
+        dlq.inspect(stack, source)
+    assert str(refused.value) == f"dead-letter topic {source}.dlq does not exist (`kappa topics apply` creates it)"
+    assert not isinstance(refused.value, MissingTopicError)  # the reader's own wording is not what the user sees
