@@ -38,9 +38,8 @@ class Extent:
 
 def reading_consumer(settings: KappaSettings, group: str | None = None) -> Consumer:
     """A consumer (of `group`, or of one of its own) that commits nothing by itself and reads only committed
-    transactions. An offset that
-    retention deleted while it was read restarts at the log's earliest (the default, latest, would skip to the
-    end and leave out what remains)."""
+    transactions. An offset that retention deleted while it was read restarts at the log's earliest (the default,
+    latest, would skip to the end and leave out what remains)."""
     return Consumer(
         {
             "bootstrap.servers": settings.bootstrap,
