@@ -103,4 +103,5 @@ def cli_env(settings: KappaSettings) -> dict[str, str]:
         KAPPA_DELTA_AUTO_COMPACT=str(settings.delta_auto_compact).lower(),  # false: an A/B of its cost per batch
         KAPPA_DELTA_COMPACT_MIN_FILES=str(settings.delta_compact_min_files),
         KAPPA_STREAMING_BATCHES_RETAINED=str(settings.streaming_batches_retained),
+        KAPPA_SPARK_STATE_MEMORY_MB=str(settings.spark_state_memory_mb),
     )
