@@ -139,10 +139,10 @@ def spark_conf(settings: KappaSettings, app_name: str) -> dict[str, str]:
         # A checkpoint keeps this many batches' offsets, commits and state versions, and drops the older ones
         # (a restart needs the last): what bounds a checkpoint folder of a job that runs for weeks.
         "spark.sql.streaming.minBatchesToRetain": str(settings.streaming_batches_retained),
-        # Every RocksDB state store of the process (an operator's partition, a version kept open) shares one
-        # native memory budget instead of sizing its own memtables and cache: a job host keeps many.
-        "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": "true",
-        "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": str(settings.spark_state_memory_mb),
+        # KAPPA_SPARK_STATE_MEMORY_MB > 0: every RocksDB state store of the process (an operator's partition, a
+        # version kept open) shares one native memory budget instead of sizing its own memtables and cache.
+        "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": str(settings.spark_state_memory_mb > 0).lower(),
+        "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": str(settings.spark_state_memory_mb or 500),
         # file:// paths (checkpoints, local Delta tables) through the platform's local file system: Hadoop's runs
         # `chmod` after every file it creates and `readlink` for every rename's status check, a process each
         # (io.kappa.fs, in the operators' jar).
