@@ -243,7 +243,44 @@ def test_an_interrupted_run_says_so_and_run_again_adds_the_rest_exactly_once(
     assert ids == Counter(r["event_id"] for r in made)  # every row once: none lost at the interrupt, none twice
 
 
-def _decoded(stack: KappaSettings, topic: Topic) -> list[dict[str, Any]]:
+def test_a_run_after_retention_deleted_the_first_runs_oldest_records_finds_the_rest(
+    stack: KappaSettings, unique_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    """Retention deleted the oldest records of an unfinished first run (the log start moved past the receipt's
+    start offsets): the next run reads on from the log start and produces only the rows deleted, never a row
+    that is still there (a reader reset to the log's end would find none and produce every row again)."""
+    topic = replace(CLICKS, name=unique_name("produce-retained"))
+    apply(admin_client(stack), [topic])
+    apply_schemas(stack.schemas_path, [topic], stack.registry)
+    code = tmp_path / "code"
+    declare(code, [topic])
+    made = [row(c) for c in clicks(120, users=9, seed=31)]
+    jsonl = tmp_path / "clicks.jsonl"
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in made))
+    first = kappa_produce(stack, code, topic.name, str(jsonl))
+    assert first.returncode == 0, first.stdout + first.stderr
+    # As an interrupted run leaves it: the receipt not complete, so the next run looks for the rows.
+    where = tmp_path / "clicks.jsonl.produced.json"
+    where.write_text(json.dumps(json.loads(where.read_text()) | {"complete": False, "rows": 0}))
+    # Retention, by hand: partition 0 loses its first 10 records.
+    deleted = [r["event_id"] for r in _decoded(stack, topic, partition=0)[:10]]
+    assert len(deleted) == 10
+    futures = admin_client(stack).delete_records([TopicPartition(topic.name, 0, 10)], request_timeout=30)
+    for future in futures.values():
+        future.result(timeout=30)
+
+    again = kappa_produce(stack, code, topic.name, str(jsonl))
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "produced 10 records" in again.stdout
+    assert f"; {len(made) - 10} rows were in the topic already, from an earlier run" in again.stdout
+    ids = Counter(r["event_id"] for r in _decoded(stack, topic))
+    assert ids == Counter(r["event_id"] for r in made)  # the deleted rows once more, the others not twice
+    assert all(ids[e] == 1 for e in deleted)
+
+
+def _decoded(stack: KappaSettings, topic: Topic, partition: int | None = None) -> list[dict[str, Any]]:
+    """The topic's values (of one partition, in offset order), decoded."""
     with Registry(stack.registry) as registry:
         decoder = AvroDecoder(registry, topic_value_schema(stack.schemas_path, topic))
-        return [decoder.decode(value) for _, _, value in consume_all(stack, topic)]
+        records = consume_all(stack, topic)
+        return [decoder.decode(value) for p, _, value in records if partition is None or p == partition]

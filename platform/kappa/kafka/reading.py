@@ -36,16 +36,17 @@ class Extent:
     end: int
 
 
-def reading_consumer(settings: KappaSettings, group: str | None = None) -> Consumer:
+def reading_consumer(settings: KappaSettings, group: str | None = None, committed_only: bool = True) -> Consumer:
     """A consumer (of `group`, or of one of its own) that commits nothing by itself and reads only committed
-    transactions. An offset that retention deleted while it was read restarts at the log's earliest (the default,
-    latest, would skip to the end and leave out what remains)."""
+    transactions (`committed_only=False`: aborted ones too, as Spark's Kafka source does by default). An offset
+    that retention deleted while it was read restarts at the log's earliest (the default, latest, would skip to
+    the end and leave out what remains)."""
     return Consumer(
         {
             "bootstrap.servers": settings.bootstrap,
             "group.id": group or f"kappa-read-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False,
-            "isolation.level": "read_committed",
+            "isolation.level": "read_committed" if committed_only else "read_uncommitted",
             "auto.offset.reset": "earliest",
             "log_level": 0,  # failures reach the caller as KappaError with context
         }

@@ -7,11 +7,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 
 from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings
 from kappa.kafka.clients import admin_client
+from kappa.kafka.reading import MissingTopicError, extents, reading_consumer
 from kappa.lifecycle.state_files import consumer_group
 from kappa.runtime import run_record
 from kappa.runtime.binding import read_topics
@@ -67,21 +68,14 @@ def lag(settings: KappaSettings, job: str, version: int, timeout_s: float = 15.0
         topics = read_topics(settings, job, version)
     except KappaError as exc:
         raise UnknownInputsError(f"the lag of {job} v{version} is unknown: {exc}") from None
-    consumer = Consumer({"bootstrap.servers": settings.bootstrap, "group.id": f"{group}.lag-probe", "log_level": 0})
-    try:
-        watermarks: dict[str, dict[int, tuple[int, int]]] = {}
+    watermarks: dict[str, dict[int, tuple[int, int]]] = {}
+    with reading_consumer(settings, group=f"{group}.lag-probe") as consumer:
         for topic in topics:
-            metadata = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
-            if metadata is None or metadata.error is not None:
-                continue
-            watermarks[topic] = {
-                p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)
-                for p in metadata.partitions
-            }
-    except KafkaException as exc:
-        raise KappaError(f"cannot read the end offsets of {', '.join(topics)}: {exc}") from None
-    finally:
-        consumer.close()
+            try:
+                found = extents(consumer, topic, timeout_s)
+            except MissingTopicError:
+                continue  # an input not created yet: no lag to count
+            watermarks[topic] = {p: (extent.start, extent.end) for p, extent in found.items()}
     # The group's offsets of exactly these partitions (confluent-kafka 2.16 crashes listing "all" of a group).
     wanted = [TopicPartition(t, p) for t, parts in watermarks.items() for p in sorted(parts)]
     committed: dict[str, dict[int, int]] = {}

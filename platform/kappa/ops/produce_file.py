@@ -210,7 +210,7 @@ def produce_file(
         return report(0, 0, found=receipt.rows, already_complete=True)
     found: set[int] = set()
     if receipt is None:  # the first run of these bytes into this topic: where its records will start
-        since = receipts.end_offsets(settings, topic.name, topic.partitions)
+        since = receipts.end_offsets(settings, topic.name)
         receipt = receipts.Receipt(topic.name, digest, since)
     else:
         found = receipts.rows_in_topic(settings, topic.name, receipt.since, digest)

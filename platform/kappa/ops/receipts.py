@@ -21,10 +21,11 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import KafkaException
 
 from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings
+from kappa.kafka.reading import extents, read_to_end, reading_consumer
 
 HEADER = "kappa.row"
 RECEIPT_SUFFIX = ".produced.json"
@@ -85,61 +86,27 @@ def save(path: Path, receipt: Receipt) -> None:
         raise KappaError(f"cannot write the receipt {path}: {exc.strerror or exc}") from None
 
 
-def _consumer(settings: KappaSettings) -> Consumer:
-    return Consumer(
-        {
-            "bootstrap.servers": settings.bootstrap,
-            "group.id": "kappa-produce-receipt",  # never commits: assigned partitions, read once
-            "enable.auto.commit": False,
-            "socket.timeout.ms": 10_000,
-            "log_level": 0,
-        }
-    )
-
-
-def end_offsets(settings: KappaSettings, topic: str, partitions: int, timeout_s: float = 15.0) -> dict[int, int]:
-    consumer = _consumer(settings)
-    try:
-        return {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)[1] for p in range(partitions)
-        }
-    except KafkaException as exc:
-        raise KappaError(f"cannot read the end offsets of {topic} at {settings.bootstrap}: {exc}") from None
-    finally:
-        consumer.close()
+def end_offsets(settings: KappaSettings, topic: str) -> dict[int, int]:
+    """Each partition's end offset now: where a first run's records will start."""
+    with reading_consumer(settings, committed_only=False) as consumer:
+        return {p: extent.end for p, extent in extents(consumer, topic).items()}
 
 
 def rows_in_topic(settings: KappaSettings, topic: str, since: dict[int, int], digest: str) -> set[int]:
-    """The rows of the file with this digest that the topic holds from `since` to its end offsets now."""
-    ends = end_offsets(settings, topic, len(since))
-    wanted = {p: (start, ends[p]) for p, start in since.items() if ends[p] > start}
+    """The rows of the file with this digest that the topic holds from `since` to its end offsets now (a partition
+    `since` does not name, one the topic gained after the first run, from its start). Read as the jobs read their
+    inputs, aborted transactions included: a row they would see is a row in the topic."""
     found: set[int] = set()
     prefix = f"{digest}:".encode()
-    consumer = _consumer(settings)
-    try:
-        consumer.assign([TopicPartition(topic, p, start) for p, (start, _end) in wanted.items()])
-        left = dict(wanted)
-        while left:
-            messages = consumer.consume(10_000, timeout=15)
-            if not messages:  # the last offsets may hold no record (compacted away, a transaction's marker)
-                at = consumer.position([TopicPartition(topic, p) for p in left])
-                left = {tp.partition: left[tp.partition] for tp in at if tp.offset < left[tp.partition][1]}
-                if left:
-                    raise KappaError(f"reading {topic} for this file's rows stopped before its end: is Kafka up?")
-            for message in messages:
-                if message.error() is not None:
-                    continue
+    with reading_consumer(settings, committed_only=False) as consumer:
+        try:
+            for message in read_to_end(consumer, topic, extents(consumer, topic), starts=since):
                 headers: list[tuple[str, bytes | None]] = list(message.headers() or [])  # type: ignore[arg-type]
                 for name, value in headers:
                     if name == HEADER and value is not None and value.startswith(prefix):
                         found.add(int(value[len(prefix) :]))
-                part, offset = message.partition(), message.offset()
-                if part in left and offset is not None and offset + 1 >= left[part][1]:
-                    del left[part]
-    except KafkaException as exc:
-        raise KappaError(f"cannot read {topic} for this file's rows: {exc}") from None
-    finally:
-        consumer.close()
+        except KafkaException as exc:
+            raise KappaError(f"cannot read {topic} for this file's rows: {exc}") from None
     return found
 
 
