@@ -28,7 +28,7 @@ from kappa.contracts.avro_serde import AvroDecoder
 from kappa.contracts.registry import Registry, value_subject
 from kappa.contracts.schema_files import topic_value_schema
 from kappa.contracts.schema_rollout import apply_schemas
-from kappa.contracts.topic_declarations import Topic
+from kappa.contracts.topic_declarations import Cleanup, Topic
 from kappa.core.settings import KappaSettings
 from kappa.kafka.clients import admin_client
 from kappa.kafka.partitioning import partition_for
@@ -249,7 +249,7 @@ def test_a_run_after_retention_deleted_the_first_runs_oldest_records_finds_the_r
     """Retention deleted the oldest records of an unfinished first run (the log start moved past the receipt's
     start offsets): the next run reads on from the log start and produces only the rows deleted, never a row
     that is still there (a reader reset to the log's end would find none and produce every row again)."""
-    topic = replace(CLICKS, name=unique_name("produce-retained"))
+    topic = replace(CLICKS, name=unique_name("produce-retained"), cleanup=Cleanup.DELETE)  # Kafka deletes records
     apply(admin_client(stack), [topic])
     apply_schemas(stack.schemas_path, [topic], stack.registry)
     code = tmp_path / "code"
@@ -265,9 +265,9 @@ def test_a_run_after_retention_deleted_the_first_runs_oldest_records_finds_the_r
     # Retention, by hand: partition 0 loses its first 10 records.
     deleted = [r["event_id"] for r in _decoded(stack, topic, partition=0)[:10]]
     assert len(deleted) == 10
-    futures = admin_client(stack).delete_records([TopicPartition(topic.name, 0, 10)], request_timeout=30)
-    for future in futures.values():
-        future.result(timeout=30)
+    admin = admin_client(stack)  # held until the answer: a collected client never resolves its futures
+    for future in admin.delete_records([TopicPartition(topic.name, 0, 10)], request_timeout=30).values():
+        assert future.result(timeout=30).low_watermark == 10
 
     again = kappa_produce(stack, code, topic.name, str(jsonl))
     assert again.returncode == 0, again.stdout + again.stderr
