@@ -90,25 +90,21 @@ final class GroupStatsProcessor extends StatefulProcessor<String, Row, Row> {
       ByteArrayOutputStream bytes = new ByteArrayOutputStream(64 + 16 * rangeCounts.size());
       try (DataOutputStream out = new DataOutputStream(bytes)) {
         out.writeByte(FORMAT);
-        writeFields(out);
+        out.writeLong(views);
+        out.writeLong(distinctUsers);
+        out.writeInt(rangeCounts.size());
+        for (Map.Entry<Long, Long> e : rangeCounts.entrySet()) {
+          out.writeLong(e.getKey());
+          out.writeLong(e.getValue());
+        }
+        out.writeBoolean(emitted);
+        out.writeLong(emittedViews);
+        out.writeLong(emittedUsers);
+        Bytes.writeLong(out, emittedMedian);
       } catch (IOException e) {
         throw new UncheckedIOException(e);
       }
       return bytes.toByteArray();
-    }
-
-    void writeFields(DataOutputStream out) throws IOException {
-      out.writeLong(views);
-      out.writeLong(distinctUsers);
-      out.writeInt(rangeCounts.size());
-      for (Map.Entry<Long, Long> e : rangeCounts.entrySet()) {
-        out.writeLong(e.getKey());
-        out.writeLong(e.getValue());
-      }
-      out.writeBoolean(emitted);
-      out.writeLong(emittedViews);
-      out.writeLong(emittedUsers);
-      Bytes.writeLong(out, emittedMedian);
     }
 
     static Summary read(byte[] stored) {

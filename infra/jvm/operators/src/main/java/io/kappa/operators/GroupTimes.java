@@ -71,16 +71,7 @@ final class GroupTimes {
       return;
     }
     place(value, delta);
-    long range = value / RANGE_MS;
-    long total = rangeCounts.getOrDefault(range, 0L) + delta;
-    if (total < 0) {
-      throw new IllegalStateException("page_stats: a time on page was retracted more often than counted");
-    }
-    if (total == 0) {
-      rangeCounts.remove(range);
-    } else {
-      rangeCounts.put(range, total);
-    }
+    count(rangeCounts, value / RANGE_MS, delta);
   }
 
   /** The bucket and index levels of {@link #add}; the caller keeps the range counts. */
@@ -91,7 +82,12 @@ final class GroupTimes {
   }
 
   private void bump(long key, long entry, long delta) {
-    TreeMap<Long, Long> counts = level(key);
+    count(level(key), entry, delta);
+    changed.add(key);
+  }
+
+  /** Adds {@code delta} to {@code entry}'s count, which never goes below zero; a zero count is no entry. */
+  private static void count(TreeMap<Long, Long> counts, long entry, long delta) {
     long now = counts.getOrDefault(entry, 0L) + delta;
     if (now < 0) {
       throw new IllegalStateException("page_stats: a time on page was retracted more often than counted");
@@ -101,7 +97,6 @@ final class GroupTimes {
     } else {
       counts.put(entry, now);
     }
-    changed.add(key);
   }
 
   private TreeMap<Long, Long> level(long key) {
