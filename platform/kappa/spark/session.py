@@ -102,7 +102,7 @@ def spark_conf(settings: KappaSettings, app_name: str) -> dict[str, str]:
     # A local session stays on loopback (Spark would otherwise pick the first non-loopback interface).
     only_local = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
     # New tables' retention and auto compaction (kappa.spark.delta_upkeep), under the session's own settings.
-    base = (only_local if local else {}) | delta_upkeep_conf(settings)
+    base = (only_local if local else {}) | delta_upkeep_conf(settings) | state_memory_conf(settings)
     return base | {
         "spark.master": settings.spark_master,
         "spark.app.name": app_name,
@@ -139,10 +139,6 @@ def spark_conf(settings: KappaSettings, app_name: str) -> dict[str, str]:
         # A checkpoint keeps this many batches' offsets, commits and state versions, and drops the older ones
         # (a restart needs the last): what bounds a checkpoint folder of a job that runs for weeks.
         "spark.sql.streaming.minBatchesToRetain": str(settings.streaming_batches_retained),
-        # KAPPA_SPARK_STATE_MEMORY_MB > 0: every RocksDB state store of the process (an operator's partition, a
-        # version kept open) shares one native memory budget instead of sizing its own memtables and cache.
-        "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": str(settings.spark_state_memory_mb > 0).lower(),
-        "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": str(settings.spark_state_memory_mb or 500),
         # file:// paths (checkpoints, local Delta tables) through the platform's local file system: Hadoop's runs
         # `chmod` after every file it creates and `readlink` for every rename's status check, a process each
         # (io.kappa.fs, in the operators' jar).
@@ -152,6 +148,18 @@ def spark_conf(settings: KappaSettings, app_name: str) -> dict[str, str]:
         "spark.driver.extraJavaOptions": shlex.join(driver_options),
         # Executors of a cluster (local mode runs them in the driver): Spark's setting, not the cluster's defaults.
         "spark.executor.extraJavaOptions": shlex.join([*jit, *shlex.split(settings.spark_executor_java_options)]),
+    }
+
+
+def state_memory_conf(settings: KappaSettings) -> dict[str, str]:
+    """KAPPA_SPARK_STATE_MEMORY_MB > 0: every RocksDB state store of the process (an operator's partition, a
+    version kept open) shares one native memory budget instead of sizing its own memtables and cache. 0: Spark's
+    keys stay unset, so its own defaults hold."""
+    if settings.spark_state_memory_mb <= 0:
+        return {}
+    return {
+        "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": "true",
+        "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": str(settings.spark_state_memory_mb),
     }
 
 
