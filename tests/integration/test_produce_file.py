@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka import TopicPartition
 
 from jobs.catalog import CLICKS
 from jobs.clickstream.generator import clicks
@@ -32,6 +32,7 @@ from kappa.contracts.topic_declarations import Cleanup, Topic
 from kappa.core.settings import KappaSettings
 from kappa.kafka.clients import admin_client
 from kappa.kafka.partitioning import partition_for
+from kappa.kafka.reading import whole_topic
 from kappa.kafka.topic_admin import apply
 from tests.environment import stack_env
 
@@ -64,27 +65,20 @@ def kappa_produce(stack: KappaSettings, code: Path, *args: str) -> subprocess.Co
 
 
 def consume_all(stack: KappaSettings, topic: Topic) -> list[tuple[int, bytes | None, bytes | None]]:
-    """(partition, key, value) of every record in the topic."""
-    consumer = Consumer({"bootstrap.servers": stack.bootstrap, "group.id": f"read-{topic.name}",
-                         "enable.auto.commit": False})  # fmt: skip
-    try:
-        ends = [
-            consumer.get_watermark_offsets(TopicPartition(topic.name, p), timeout=10) for p in range(topic.partitions)
-        ]
-        expected = sum(high - low for low, high in ends)
-        consumer.assign([TopicPartition(topic.name, p, OFFSET_BEGINNING) for p in range(topic.partitions)])
-        got: list[tuple[int, bytes | None, bytes | None]] = []
-        deadline = time.monotonic() + 60
-        while len(got) < expected and time.monotonic() < deadline:
-            msg = consumer.poll(1.0)
-            if msg is None:
-                continue
-            assert msg.error() is None, msg.error()
-            got.append((msg.partition(), msg.key(), msg.value()))
-        assert len(got) == expected
-        return got
-    finally:
-        consumer.close()
+    """(partition, key, value) of every record the topic holds now, each partition in offset order."""
+    return [(int(m.partition() or 0), m.key(), m.value()) for m in whole_topic(stack, topic.name)]
+
+
+def declared_file(stack: KappaSettings, topic: Topic, tmp_path: Path, rows: list[dict[str, Any]]) -> tuple[Path, Path]:
+    """The topic created with its schema registered, declared in a `jobs` package of its own, and the rows in a
+    JSON-lines file: -> (the package's folder, the file)."""
+    apply(admin_client(stack), [topic])
+    apply_schemas(stack.schemas_path, [topic], stack.registry)
+    code = tmp_path / "code"
+    declare(code, [topic])
+    jsonl = tmp_path / "clicks.jsonl"
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return code, jsonl
 
 
 def as_ms(moment: datetime) -> int:
@@ -211,13 +205,8 @@ def test_an_interrupted_run_says_so_and_run_again_adds_the_rest_exactly_once(
     stack: KappaSettings, unique_name: Callable[[str], str], tmp_path: Path
 ) -> None:
     topic = replace(CLICKS, name=unique_name("produce-interrupted"))
-    apply(admin_client(stack), [topic])
-    apply_schemas(stack.schemas_path, [topic], stack.registry)
-    code = tmp_path / "code"
-    declare(code, [topic])
     made = [row(c) for c in clicks(400, users=9, seed=29)]
-    jsonl = tmp_path / "clicks.jsonl"
-    jsonl.write_text("".join(json.dumps(r) + "\n" for r in made))
+    code, jsonl = declared_file(stack, topic, tmp_path, made)
     command = [sys.executable, "-m", "kappa.cli", "produce", topic.name, str(jsonl), "--rate", "100"]
     running = subprocess.Popen(command, cwd=code, env=stack_env(stack, PYTHONPATH=str(code)),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
@@ -250,13 +239,8 @@ def test_a_run_after_retention_deleted_the_first_runs_oldest_records_finds_the_r
     start offsets): the next run reads on from the log start and produces only the rows deleted, never a row
     that is still there (a reader reset to the log's end would find none and produce every row again)."""
     topic = replace(CLICKS, name=unique_name("produce-retained"), cleanup=Cleanup.DELETE)  # Kafka deletes records
-    apply(admin_client(stack), [topic])
-    apply_schemas(stack.schemas_path, [topic], stack.registry)
-    code = tmp_path / "code"
-    declare(code, [topic])
     made = [row(c) for c in clicks(120, users=9, seed=31)]
-    jsonl = tmp_path / "clicks.jsonl"
-    jsonl.write_text("".join(json.dumps(r) + "\n" for r in made))
+    code, jsonl = declared_file(stack, topic, tmp_path, made)
     first = kappa_produce(stack, code, topic.name, str(jsonl))
     assert first.returncode == 0, first.stdout + first.stderr
     # As an interrupted run leaves it: the receipt not complete, so the next run looks for the rows.
