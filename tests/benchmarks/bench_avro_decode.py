@@ -33,7 +33,7 @@ from kappa.kafka.clients import Outgoing, admin_client, produce_all
 from kappa.kafka.topic_admin import apply
 from kappa.spark.session import get_spark
 from kappa.spark.topic_io import decode_topic, kafka_source, writer_schemas
-from tests.benchmarks.common import bench_stack, best_of, report, timed
+from tests.benchmarks.common import bench_stack, best_of, report, run_main, timed
 
 PARTITIONS = 4
 
@@ -134,4 +134,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -31,7 +31,7 @@ from typing import Any
 from kappa.kafka.aliases import AliasRegistry
 from kappa.lifecycle import deployments
 from tests.benchmarks.bench_replay import DECLARATION, DEMO_EVENTS, demo_config
-from tests.benchmarks.common import bench_stack, report
+from tests.benchmarks.common import bench_stack, report, run_main
 from tests.integration.replay_pipeline import deploy_copy, produce
 
 JOBS = ("enrich_clicks", "page_stats", "sessionize", "sessions_table", "user_activity")  # pipeline order
@@ -116,4 +116,4 @@ def wait_caught_up(stack: Any, d: Any, versions: dict[str, int]) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

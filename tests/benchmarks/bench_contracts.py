@@ -35,7 +35,7 @@ from kappa.kafka.topic_admin import apply
 from kappa.runtime.outputs import DeltaTable
 from kappa.runtime.runner import run_job
 from kappa.stack import LocalStack
-from tests.benchmarks.common import report, timed
+from tests.benchmarks.common import report, run_main, timed
 
 TARGET_OVERHEAD = 0.10
 
@@ -114,4 +114,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -75,7 +75,7 @@ from kappa.runtime.declaration import version_checkpoints
 from kappa.runtime.discovery import discover, pipeline_order
 from kappa.stack import LocalStack, process
 from kappa.stack.java import spark_java_path
-from tests.benchmarks.common import bench_stack, cli_env, report
+from tests.benchmarks.common import bench_stack, cli_env, report, run_main
 
 SEED = 17
 REAL_TIME_JOB = "enrich_clicks_realtime"  # its path is measured when it is among the deployed jobs
@@ -1126,4 +1126,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

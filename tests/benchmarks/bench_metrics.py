@@ -13,6 +13,7 @@ from prometheus_client import generate_latest
 
 from kappa.core.observed import RECORD_AGE_COUNT, RECORD_AGE_GRID_S, RECORD_AGE_SUM_MS, record_age_column
 from kappa.runtime.metrics import REGISTRY, JobMetrics
+from tests.benchmarks.common import run_main
 
 # The deployed pipeline's batches per second at most (a batch every half of the declared freshness): enrich_clicks
 # every 0.5 s, sessionize every 1 s, raw_clicks and the three views every 30 s; the real-time lane's batches last
@@ -82,4 +83,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -55,7 +55,7 @@ from kappa.runtime.runner import run_job
 from kappa.spark.session import get_spark
 from kappa.spark.topic_io import publish, read_topic, topic_encoder
 from kappa.stack.java import stack_java
-from tests.benchmarks.common import bench_stack, report, timed
+from tests.benchmarks.common import bench_stack, report, run_main, timed
 
 SEED = 11
 STAMP = "bench_pipeline.json"  # in the bench stack's folder: purging the stack deletes it too
@@ -488,4 +488,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -27,7 +27,7 @@ from typing import Any
 
 from jobs.clickstream.generator import StreamConfig
 from kappa.kafka.aliases import AliasRegistry, Step
-from tests.benchmarks.common import bench_stack, report
+from tests.benchmarks.common import bench_stack, report, run_main
 from tests.integration.replay_pipeline import Deployment, deploy_copy, produce
 
 JOB = "enrich_clicks"
@@ -140,4 +140,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -51,7 +51,7 @@ from tests.benchmarks.bench_live import (
     produce_profiles,
     settle,
 )
-from tests.benchmarks.common import bench_stack, print_table, report
+from tests.benchmarks.common import bench_stack, print_table, report, run_main
 
 MB = 1_000_000
 
@@ -266,4 +266,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

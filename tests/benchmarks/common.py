@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import platform
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -50,6 +51,16 @@ def _purge(stack: LocalStack, settings: KappaSettings) -> None:
     """The stack and everything that refers to its topics: checkpoints, Delta tables, deployments' state."""
     stack.down(purge=True)
     stack.purge_derived_state()
+
+
+def run_main(main: Callable[[], None]) -> None:
+    """A benchmark's entry point. Ctrl-C stops it (its stack is stopped on the way out, by bench_stack) with one
+    line and status 130, as a shell expects, instead of a traceback."""
+    try:
+        main()
+    except KeyboardInterrupt:
+        print("interrupted: the benchmark stopped before its end; nothing was reported", file=sys.stderr)
+        raise SystemExit(130) from None
 
 
 def best_of(runs: int, measure: Callable[[], float]) -> float:
