@@ -30,6 +30,7 @@ over len(KILLS) * CHUNK_S + LIVE_PART_S seconds at most, so the live jobs see ma
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import os
@@ -306,13 +307,14 @@ def _records(settings: KappaSettings, topic: str) -> list[Record]:
     return found
 
 
-def _dead_letters(settings: KappaSettings, topic: Topic, job: str, offsets: range) -> Counter[tuple[str, int, int]]:
-    """(source topic, partition, offset) of the dead letters `job` wrote for `topic` at those dlq offsets, each
-    with the number of times it was written (a batch run again after a crash sends its side records again)."""
+def _dead_letters(dead: list[Record], job: str, offsets: range) -> Counter[tuple[str, int, int]]:
+    """(source topic, partition, offset) of the dead letters `job` wrote at those offsets of a dead-letter topic
+    (`dead`, its records), each with the number of times it was written (a batch run again after a crash sends
+    its side records again)."""
     return Counter(
-        (h[H_SOURCE_TOPIC], int(h[H_SOURCE_PARTITION]), int(h[H_SOURCE_OFFSET]))
-        for offset, h in ((r.offset, r.headers) for r in _records(settings, dead_letters_of(topic).name))
-        if h[H_JOB] == job and offset in offsets
+        (r.headers[H_SOURCE_TOPIC], int(r.headers[H_SOURCE_PARTITION]), int(r.headers[H_SOURCE_OFFSET]))
+        for r in dead
+        if r.headers[H_JOB] == job and r.offset in offsets
     )
 
 
@@ -517,6 +519,8 @@ def test_live_with_kills_inside_batches_and_replay_both_equal_the_independent_an
                                       "delta_root": str(tmp_path / "replay" / "delta")})  # fmt: skip
     for spec in PIPELINE:
         run_job(spec.bound(bindings("replay")), replay, available_now=True)
+    # Every topic is final from here: each is read once.
+    records: Callable[[str], list[Record]] = functools.cache(functools.partial(_records, stack))
 
     # enriched_clicks: the latest value per event id.
     for run in ("live", "replay"):
@@ -526,7 +530,7 @@ def test_live_with_kills_inside_batches_and_replay_both_equal_the_independent_an
         assert len(rows) == len(found)  # one row per key
         _same(found, answer.enriched, f"enriched_clicks {run}")
     # The live run did re-emit corrections (late profile versions), which the answer does not need.
-    live_records = len(_records(stack, topics["enriched_live"].name)) - len(poison.sent[topics["enriched_live"].name])
+    live_records = len(records(topics["enriched_live"].name)) - len(poison.sent[topics["enriched_live"].name])
     assert live_records > EVENTS, f"live enrich_clicks: {live_records:,} records for {EVENTS:,} clicks, no correction"
 
     # sessions: the latest value per session id; the late clicks, each set aside (by its key, the event id).
@@ -537,10 +541,10 @@ def test_live_with_kills_inside_batches_and_replay_both_equal_the_independent_an
         _same(found, answer.sessions, f"sessions {run}")
         # A late record holds the enriched record's bytes and, in its headers, where it was read: its event id
         # is that record's key.
-        keys = {(r.partition, r.offset): r.key for r in _records(stack, topics[f"enriched_{run}"].name)}
+        keys = {(r.partition, r.offset): r.key for r in records(topics[f"enriched_{run}"].name)}
         set_aside = Counter(
             (keys[(int(r.headers[H_SOURCE_PARTITION]), int(r.headers[H_SOURCE_OFFSET]))] or b"").decode()
-            for r in _records(stack, late_events_of(topics[f"sessions_{run}"]).name)
+            for r in records(late_events_of(topics[f"sessions_{run}"]).name)
         )
         late = set(set_aside)
         if run == "replay":  # no batch ran twice: each late click set aside once
@@ -580,7 +584,7 @@ def test_live_with_kills_inside_batches_and_replay_both_equal_the_independent_an
                 shared = live_dead_letters_end.get(name)  # None: this run's input alone
                 offsets = range(0, 2**62) if shared is None else range(0, shared) if run == "live" else range(
                     shared, 2**62)  # fmt: skip
-                dead = _dead_letters(stack, topics[name], spec.name, offsets)
+                dead = _dead_letters(records(dead_letters_of(topics[name]).name), spec.name, offsets)
                 assert poison.of(topics[name]), f"no poison in {name}: the check would prove nothing"
                 assert set(dead) == poison.of(topics[name]), f"{spec.name} {run}: the dead letters of {name}"
                 if run == "replay":  # no batch ran twice: each dead letter once
@@ -590,7 +594,7 @@ def test_live_with_kills_inside_batches_and_replay_both_equal_the_independent_an
     profile_schema = parse_schema(json.loads((Path(stack.schemas_path) / "user_profiles.avsc").read_text()))
     for run in ("live", "replay"):
         late_profiles = set()
-        for r in _records(stack, late_events_of(topics[f"enriched_{run}"]).name):
+        for r in records(late_events_of(topics[f"enriched_{run}"]).name):
             assert r.value is not None
             profile = schemaless_reader(io.BytesIO(r.value[5:]), profile_schema, None)  # the wire format's 5 bytes
             late_profiles.add((profile["user_id"], profile["profile_version"]))  # type: ignore[call-overload,index]
