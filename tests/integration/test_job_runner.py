@@ -18,6 +18,7 @@ import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from deltalake import DeltaTable
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 from jobs.catalog import CLICKS
 from jobs.clickstream.generator import click_messages, clicks
@@ -93,29 +94,27 @@ def _count(settings: KappaSettings, topic: str) -> int:
         consumer.close()
 
 
-def _metrics(url: str | None, job: str) -> dict[tuple[str, str], float]:
-    """The job's samples at a metrics address, by (name, its topic or kind label, or "")."""
+def _scrape(url: str | None) -> list[Sample]:
+    """Every sample at a metrics address."""
     assert url is not None, "the run record names no metrics address"
     with urllib.request.urlopen(url, timeout=10) as response:
         text = response.read().decode()
+    return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
+
+
+def _metrics(url: str | None, job: str) -> dict[tuple[str, str], float]:
+    """The job's samples at a metrics address, by (name, its topic or kind label, or "")."""
     return {
         (sample.name, sample.labels.get("topic") or sample.labels.get("kind") or ""): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
+        for sample in _scrape(url)
         if sample.labels.get("job") == job
     }
 
 
 def _sample(url: str | None, name: str, **labels: str) -> float | None:
     """One sample at a metrics address, by its name and labels (those it has beside them ignored)."""
-    assert url is not None
-    with urllib.request.urlopen(url, timeout=10) as response:
-        text = response.read().decode()
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and labels.items() <= sample.labels.items():
-                return sample.value
-    return None
+    found = (s.value for s in _scrape(url) if s.name == name and labels.items() <= s.labels.items())
+    return next(found, None)
 
 
 def _sent_now(records: list[Outgoing]) -> list[Outgoing]:

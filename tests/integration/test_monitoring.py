@@ -27,6 +27,7 @@ import pytest
 from deltalake import DeltaTable
 
 from jobs.catalog import CLICKS
+from kappa.core.errors import StackError
 from kappa.core.settings import KappaSettings
 from kappa.kafka.clients import Outgoing, produce_all
 from kappa.lifecycle.state_files import paths
@@ -187,6 +188,13 @@ def test_prometheus_scrapes_a_running_job_and_its_falling_behind_alert_fires(
         assert row[1:3] == ["1", "running"]
         assert row[4] == "0"  # lag
         assert row[-3] == "0"  # restarts
+        # Prometheus alone stopped and started again, on its port and data; a name the stack has not is refused.
+        with _stack_file(settings):
+            assert monitored.restart(PROMETHEUS) > 0
+            with pytest.raises(StackError, match="kafka-7 is not a component of this stack"):
+                monitored.start_component("kafka-7")
+        [again] = [c for c in monitored.status() if c.name == PROMETHEUS]
+        assert (again.healthy, again.address) == (True, base)
         for job in ("raw_clicks", "sessions_table"):
             stopped = pipeline.kappa("jobs", "stop", job)
             assert f"{job} v1: stopped" in stopped.stdout, stopped.stdout

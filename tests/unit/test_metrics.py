@@ -22,7 +22,7 @@ from kappa.runtime.metrics import (
     version_url,
     withdraw_target,
 )
-from kappa.runtime.progress_offsets import EndOffsetsSeen, source_offsets
+from kappa.runtime.progress_offsets import EndOffsetsSeen, SourceOffsets
 
 
 def _value(name: str, **labels: str) -> float | None:
@@ -93,9 +93,10 @@ def test_lag_is_left_behind_by_the_batch_per_topic_of_a_multi_topic_source() -> 
         "latestOffset": {"a": {"0": 15}, "b": {"0": 9, "1": 6}},
         "numInputRows": 8,
     }
-    assert source_offsets(source) == {"a": (5, 0), "b": (3, 8)}
+    assert SourceOffsets.of(source).read_and_behind() == {"a": (5, 0), "b": (3, 8)}
     # A source that does not report Kafka's latest offsets (not every Spark source does) has no lag to say.
-    assert source_offsets({"startOffset": {"a": {"0": 1}}, "endOffset": {"a": {"0": 4}}}) == {"a": (3, 0)}
+    sparse = SourceOffsets.of({"startOffset": {"a": {"0": 1}}, "endOffset": {"a": {"0": 4}}})
+    assert sparse.read_and_behind() == {"a": (3, 0)}
 
 
 def test_the_server_exposes_the_registry_and_a_busy_port_is_named() -> None:

@@ -54,7 +54,7 @@ from kappa.core.observed import (
 from kappa.core.settings import KappaSettings
 from kappa.runtime.declaration import version_name
 from kappa.runtime.live_versions import LiveVersions
-from kappa.runtime.progress_offsets import EndOffsetsSeen, offsets_of, source_offsets, unix_time
+from kappa.runtime.progress_offsets import EndOffsetsSeen, SourceOffsets, unix_time
 
 log = logging.getLogger("kappa.metrics")
 
@@ -362,16 +362,16 @@ class JobMetrics:
             OUTPUT_ROWS.labels(**labels).inc(written)
         INPUT_RECORDS.labels(**labels).inc(int(progress.get("numInputRows", 0)))
         planned_at = unix_time(progress.get("timestamp"))
-        for source in progress.get("sources", []):
-            for topic, (read, behind) in source_offsets(source).items():
+        for source in map(SourceOffsets.of, progress.get("sources", [])):
+            for topic, (read, behind) in source.read_and_behind().items():
                 INPUT_OFFSETS.labels(**labels, topic=topic).inc(read)
                 self.planned_lag[topic] = behind
                 self._read_this_run += read
-            for topic, latest in offsets_of(source.get("latestOffset")).items():
+            for topic, latest in source.latest.items():
                 for partition, end in latest.items():
                     if planned_at is not None:
                         self.saw_end(topic, int(partition), planned_at, end)
-            for topic, ends in offsets_of(source.get("endOffset")).items():
+            for topic, ends in source.end.items():
                 self.last_ends[topic] = {int(p): offset for p, offset in ends.items()}
                 for number, offset in self.last_ends[topic].items():
                     if (topic, number) in self._ends_seen:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import bisect
 import json
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -21,21 +22,36 @@ def offsets_of(value: Any) -> dict[str, dict[str, int]]:
     return {t: {p: int(o) for p, o in parts.items()} for t, parts in value.items() if isinstance(parts, dict)}
 
 
-def source_offsets(source: dict[str, Any]) -> dict[str, tuple[int, int]]:
-    """topic -> (offsets the batch read past, offsets it left behind: Kafka's latest, as Spark saw them when it
-    planned the batch, minus the batch's end), from one source of a progress. A topic whose latest offsets the
-    source did not report has no lag (0)."""
-    start, end = offsets_of(source.get("startOffset")), offsets_of(source.get("endOffset"))
-    latest = offsets_of(source.get("latestOffset"))
-    found = {}
-    for topic, ends in end.items():
-        if topic not in start and len(end) == 1:  # a query's first batch has no start: its rows are the topic's
-            read = int(source.get("numInputRows", 0))
-        else:
-            read = sum(max(0, offset - start.get(topic, {}).get(p, offset)) for p, offset in ends.items())
-        behind = sum(max(0, offset - ends.get(p, 0)) for p, offset in latest.get(topic, {}).items())
-        found[topic] = (read, behind)
-    return found
+@dataclass(frozen=True)
+class SourceOffsets:
+    """One source of a progress, its offsets parsed once: topic -> partition -> offset."""
+
+    start: dict[str, dict[str, int]]
+    end: dict[str, dict[str, int]]
+    latest: dict[str, dict[str, int]]  # Kafka's, as Spark saw them when it planned the batch
+    rows: int
+
+    @classmethod
+    def of(cls, source: dict[str, Any]) -> SourceOffsets:
+        return cls(
+            offsets_of(source.get("startOffset")),
+            offsets_of(source.get("endOffset")),
+            offsets_of(source.get("latestOffset")),
+            int(source.get("numInputRows", 0)),
+        )
+
+    def read_and_behind(self) -> dict[str, tuple[int, int]]:
+        """topic -> (offsets the batch read past, offsets it left behind: the latest minus the batch's end). A
+        topic whose latest offsets the source did not report has no lag (0)."""
+        found = {}
+        for topic, ends in self.end.items():
+            if topic not in self.start and len(self.end) == 1:  # a query's first batch has no start: its rows
+                read = self.rows
+            else:
+                read = sum(max(0, offset - self.start.get(topic, {}).get(p, offset)) for p, offset in ends.items())
+            behind = sum(max(0, offset - ends.get(p, 0)) for p, offset in self.latest.get(topic, {}).items())
+            found[topic] = (read, behind)
+        return found
 
 
 END_OFFSETS_KEPT = 256  # per partition: the end offsets seen, to date the records not yet read

@@ -378,12 +378,20 @@ class LocalStack:
             raise StackError(f"no stack in {self.dir}: `kappa up` starts one")
         if name in state.components:
             raise StackError(f"{name} is running already")
+        if name == PROMETHEUS:  # no JVM
+            started = self._start_prometheus(state, [])
+            assert started is not None
+            return self._wait_prometheus(started)
         java = stack_java(self.settings.stack_java)
         if name == REGISTRY:
             new = self._start_registry(state, java, [])
             assert new is not None
             return self._wait_registry(new)
-        self._start_kafka_node(state, int(name.split("-")[1]), java, [])
+        index = name.removeprefix("kafka-")
+        if not index.isdigit() or not 1 <= int(index) <= state.brokers:
+            nodes = ", ".join(_node_name(i) for i in range(1, state.brokers + 1))
+            raise StackError(f"{name} is not a component of this stack ({nodes}, {REGISTRY} or {PROMETHEUS})")
+        self._start_kafka_node(state, int(index), java, [])
         return self._wait_kafka(state)
 
     # ---------------------------------------------------------------- status -------------------------
