@@ -252,6 +252,7 @@ def test_a_run_after_retention_deleted_the_first_runs_oldest_records_finds_the_r
     admin = admin_client(stack)  # held until the answer: a collected client never resolves its futures
     for future in admin.delete_records([TopicPartition(topic.name, 0, 10)], request_timeout=30).values():
         assert future.result(timeout=30).low_watermark == 10
+    assert len(consume_all(stack, topic)) == len(made) - 10  # gone from the topic, as retention leaves it
 
     again = kappa_produce(stack, code, topic.name, str(jsonl))
     assert again.returncode == 0, again.stdout + again.stderr
