@@ -53,7 +53,11 @@ def test_the_spark_session_carries_the_upkeep_settings() -> None:
     conf = spark_conf(settings, "t")
     assert conf["spark.sql.streaming.minBatchesToRetain"] == "7"
     # 0: Spark's own memory keys left unset, so its defaults hold.
-    assert not [k for k in conf if k.startswith("spark.sql.streaming.stateStore.rocksdb.") and "emory" in k]
+    memory_keys = {
+        "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage",
+        "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB",
+    }
+    assert memory_keys.isdisjoint(conf)
     bounded = spark_conf(load_settings(spark_state_memory_mb=300), "t")
     assert bounded["spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage"] == "true"
     assert bounded["spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB"] == "300"

@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings
+
+T = TypeVar("T")
 
 _BATCH = 10_000  # records per consume call: Python's cost per call, not per record, is what a big read pays
 
@@ -64,8 +67,7 @@ def extents(consumer: Consumer, topic: str, timeout_s: float = 15) -> dict[int, 
         marks = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s, cached=False)
                  for p in sorted(found.partitions)}  # fmt: skip
     except KafkaException as exc:
-        reason = exc.args[0].str() if exc.args and isinstance(exc.args[0], KafkaError) else str(exc)
-        raise KappaError(f"cannot read {topic}: {reason}") from None
+        raise KappaError(f"cannot read {topic}: {_reason(exc)}") from None
     return {p: Extent(low, high) for p, (low, high) in marks.items()}
 
 
@@ -87,14 +89,15 @@ def read_to_end(
     at = dict(begin)  # each pending partition's position when it last moved
     moved = time.monotonic()
     while pending:
-        for m in consumer.consume(_BATCH, timeout=1):
+        for m in _failing_clearly(topic, consumer.consume, _BATCH, 1):
             if m.error() is not None:
                 raise KappaError(f"reading {topic} failed: {m.error()}")
             partition, offset = int(m.partition() or 0), int(m.offset() or 0)
             if partition in pending and offset < bounds[partition].end:  # not one written since the ends were read
                 yield m
         done = []
-        for tp in consumer.position([TopicPartition(topic, p) for p in sorted(pending)]):
+        asked = [TopicPartition(topic, p) for p in sorted(pending)]
+        for tp in _failing_clearly(topic, consumer.position, asked):
             if tp.offset > at[tp.partition]:  # records, markers or aborted records passed: progress all the same
                 at[tp.partition], moved = tp.offset, time.monotonic()
             if tp.offset >= bounds[tp.partition].end:
@@ -105,6 +108,18 @@ def read_to_end(
         if pending and time.monotonic() - moved > stall_s:
             short = ", ".join(f"[{p}] at {at[p]} of {bounds[p].end}" for p in sorted(pending))
             raise KappaError(f"reading {topic}: no partition moved for {stall_s:.0f} s; short of their end: {short}")
+
+
+def _failing_clearly(topic: str, call: Callable[..., list[T]], *args: object) -> list[T]:
+    """The client's call, its KafkaException (a fatal error) as one line naming the topic."""
+    try:
+        return call(*args)
+    except KafkaException as exc:
+        raise KappaError(f"reading {topic} failed: {_reason(exc)}") from None
+
+
+def _reason(exc: KafkaException) -> str:
+    return exc.args[0].str() if exc.args and isinstance(exc.args[0], KafkaError) else str(exc)
 
 
 def whole_topic(settings: KappaSettings, topic: str, stall_s: float = 60) -> Iterator[Message]:

@@ -21,8 +21,6 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from confluent_kafka import KafkaException
-
 from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings
 from kappa.kafka.reading import extents, read_to_end, reading_consumer
@@ -99,14 +97,11 @@ def rows_in_topic(settings: KappaSettings, topic: str, since: dict[int, int], di
     found: set[int] = set()
     prefix = f"{digest}:".encode()
     with reading_consumer(settings, committed_only=False) as consumer:
-        try:
-            for message in read_to_end(consumer, topic, extents(consumer, topic), starts=since):
-                headers: list[tuple[str, bytes | None]] = list(message.headers() or [])  # type: ignore[arg-type]
-                for name, value in headers:
-                    if name == HEADER and value is not None and value.startswith(prefix):
-                        found.add(int(value[len(prefix) :]))
-        except KafkaException as exc:
-            raise KappaError(f"cannot read {topic} for this file's rows: {exc}") from None
+        for message in read_to_end(consumer, topic, extents(consumer, topic), starts=since):
+            headers: list[tuple[str, bytes | None]] = list(message.headers() or [])  # type: ignore[arg-type]
+            for name, value in headers:
+                if name == HEADER and value is not None and value.startswith(prefix):
+                    found.add(int(value[len(prefix) :]))
     return found
 
 
