@@ -34,6 +34,7 @@ Recorder profile of every job JVM during each measured window and prints where t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -142,6 +143,8 @@ class Pipeline:
     page_stats_path: str
     page_stats_checkpoint: str
     page_stats_app_id: str
+    # page_stats' offset log as it grew (offsets_kept): the deployed job keeps only its last batches
+    page_stats_offsets: Path
     jobs: tuple[tuple[str, int], ...]
     realtime: str | None = None  # the real-time lane's topic, when its job is deployed
 
@@ -156,6 +159,7 @@ class Pipeline:
             page_stats_path=physical_output(stats, settings, stats.version)[1],
             page_stats_checkpoint=f"{version_checkpoints(settings, stats.name, stats.version)}/output",
             page_stats_app_id=f"{stats.name}.v{stats.version}",
+            page_stats_offsets=settings.state_dir / "bench" / "page_stats-offsets",
             jobs=tuple((j, deployed_job(settings, j).version) for j in jobs),
         )
 
@@ -436,10 +440,43 @@ def sessions_latency(produced: pd.DataFrame, sessions: pd.DataFrame) -> pd.Serie
     return matched["received"] - matched["produced"]
 
 
-def batch_end_offsets(checkpoint: str, topic: str) -> dict[int, dict[int, int]]:
-    """Spark's offset log: batch id -> {partition: end offset (exclusive)} of `topic`."""
+@contextmanager
+def offsets_kept(pipeline: Pipeline) -> Iterator[None]:
+    """page_stats' offset log copied as it grows, into `pipeline.page_stats_offsets`: the page_stats path is timed
+    from it. The deployed jobs keep only the platform's last batches (KAPPA_STREAMING_BATCHES_RETAINED), as a
+    deployment does: keeping every batch would also keep every state store version, and time jobs whose
+    changelogs pile up and whose batches slow down with them."""
+    shutil.rmtree(pipeline.page_stats_offsets, ignore_errors=True)
+    pipeline.page_stats_offsets.mkdir(parents=True)
+    halt = threading.Event()
+
+    def keep_copying() -> None:
+        while not halt.wait(2):  # the platform's 20 batches are ten minutes of page_stats'
+            copy_offsets(pipeline)
+
+    copier = threading.Thread(target=keep_copying, daemon=True)
+    copier.start()
+    try:
+        yield
+    finally:
+        halt.set()
+        copier.join()
+
+
+def copy_offsets(pipeline: Pipeline) -> None:
+    """The entries of page_stats' offset log not copied yet, each whole (a reader never sees half a copy)."""
+    source, kept = Path(pipeline.page_stats_checkpoint) / "offsets", pipeline.page_stats_offsets
+    for entry in source.iterdir() if source.exists() else ():
+        if entry.name.isdigit() and not (kept / entry.name).exists():
+            partial = kept / f".{entry.name}.{threading.get_ident()}"
+            with contextlib.suppress(FileNotFoundError):  # purged by Spark since it was listed: copied before
+                shutil.copyfile(entry, partial)  # Spark renames a whole entry into place
+                partial.replace(kept / entry.name)
+
+
+def batch_end_offsets(folder: Path, topic: str) -> dict[int, dict[int, int]]:
+    """An offset log (Spark's, or a copy of it): batch id -> {partition: end offset (exclusive)} of `topic`."""
     ends: dict[int, dict[int, int]] = {}
-    folder = Path(checkpoint) / "offsets"
     for entry in folder.iterdir() if folder.exists() else ():
         if not entry.name.isdigit():
             continue
@@ -469,7 +506,8 @@ def commit_times(table_path: str, app_id: str) -> dict[int, int]:
 def page_stats_latency(produced: pd.DataFrame, enriched: pd.DataFrame, pipeline: Pipeline, topic: str) -> pd.Series:
     """Per click: the commit time of the page_stats batch that read its enriched record (or of the first later
     batch that committed, if that one changed no row)."""
-    ends = batch_end_offsets(pipeline.page_stats_checkpoint, topic)
+    copy_offsets(pipeline)  # what the copier has not reached yet
+    ends = batch_end_offsets(pipeline.page_stats_offsets, topic)
     commits = commit_times(pipeline.page_stats_path, pipeline.page_stats_app_id)
     batches = sorted(ends)
     # first commit at or after each batch: a suffix minimum over the commits' batch ids
@@ -1070,14 +1108,13 @@ def main() -> None:
         kappa(settings, "topics", "apply")
         produce_profiles(settings, args.users)
         pipeline = Pipeline.of(settings, jobs)
-        # The page_stats path is timed from its offset log: keep every batch of the run (the platform keeps 20).
-        chosen: dict[str, Any] = {"deploy_launcher": Launcher(args.launcher), "streaming_batches_retained": 100_000}
+        chosen: dict[str, Any] = {"deploy_launcher": Launcher(args.launcher)}
         if args.polling_delay_ms is not None:
             chosen["spark_polling_delay_ms"] = args.polling_delay_ms
         if args.task_cpu:
             chosen["spark_ui"] = True
         settings = settings.model_copy(update=chosen)
-        with deployed(settings, jobs):
+        with deployed(settings, jobs), offsets_kept(pipeline):
             settle(settings, pipeline, args.users)
             if args.idle:
                 drained(settings, pipeline, args.drain)
