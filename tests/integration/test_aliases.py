@@ -166,6 +166,36 @@ def test_a_move_fenced_by_another_datasets_move_starts_again_and_lands_once(
     assert [a.version for a in registry.history(other)] == [1, 2]
 
 
+def test_movers_of_different_datasets_at_once_each_land_every_move(
+    stack: KappaSettings, unique_name: Callable[[str], str]
+) -> None:
+    """Four operators each cutting one dataset over three times, all at once: every mover fences the others in
+    turn, and each must still land all its moves, in order (CI's three workers once fenced one mover five times
+    over, when a fenced move waited a fixed short time before it started again)."""
+    datasets = [unique_name(f"busy{i}") for i in range(4)]
+    start = threading.Barrier(len(datasets))
+    failures: list[Exception] = []
+
+    def cut_over_three_times(dataset: str) -> None:
+        registry = AliasRegistry(stack)  # each mover its own producer, as separate processes have
+        start.wait()
+        try:
+            for version in (1, 2, 3):
+                move(registry, dataset, version, expected=version - 1 if version > 1 else None)
+        except Exception as exc:  # asserted on below
+            failures.append(exc)
+
+    movers = [threading.Thread(target=cut_over_three_times, args=(d,)) for d in datasets]
+    for mover in movers:
+        mover.start()
+    for mover in movers:
+        mover.join(300)
+    assert failures == []
+    registry = AliasRegistry(stack)
+    for dataset in datasets:
+        assert [(a.version, a.previous_version) for a in registry.history(dataset)] == [(1, None), (2, 1), (3, 2)]
+
+
 def test_a_set_moves_in_one_transaction_and_a_reader_never_sees_a_mix(
     stack: KappaSettings, unique_name: Callable[[str], str]
 ) -> None:

@@ -11,7 +11,8 @@ the transaction, that the alias is still where the caller saw it. So a cutover i
 cutovers cannot both win. The id is shared across datasets on purpose: a read_committed reader stops at the
 partition's first open transaction, so an open move of another dataset could hide a committed move of this
 one from the check. Two moves at once fence each other; the fenced one changes nothing and starts again, check
-included (`MOVE_ATTEMPTS`): a move of another dataset does not fail this one, a move of this one does (the check).
+included, after a random wait that doubles each time (so racing movers stop fencing each other in turn), until
+`MOVE_RETRY_S` has passed: a move of another dataset does not fail this one, a move of this one does (the check).
 A set of aliases (a cascade replay's datasets) moves in one such transaction, with the check on each: a
 read_committed reader sees every alias of the set moved, or none of them.
 """
@@ -54,7 +55,8 @@ AUDIT = Topic(
 )
 CONTROL_TOPICS: tuple[Topic, ...] = (ALIASES, AUDIT)
 MOVER_ID = "kappa.aliases.mover"  # the transactional id of every alias move (see the module's docstring)
-MOVE_ATTEMPTS = 5  # a move fenced by another mover starts again this many times in all
+MOVE_RETRY_S = 120.0  # a move fenced by other movers starts again until this has passed
+MOVE_BACKOFF_S = (0.1, 5.0)  # the first and the longest wait before a fenced move starts again
 MOVE_TIMEOUT_MS = 60_000  # the broker aborts a crashed mover's open transaction after this
 READ_TO_END_S = MOVE_TIMEOUT_MS / 1000 + 10  # a reader may wait for such an abort before it sees the end
 RETRIABLE_S = 10.0  # how long a new topic's leader election is waited out
@@ -283,14 +285,17 @@ class AliasRegistry:
         a reader sees all of them moved or none, and one alias moved by someone else meanwhile fails the set."""
         if len({m.dataset for m in moves}) != len(moves):
             raise KappaError(f"a set moves each alias once: {', '.join(m.dataset for m in moves)}")
-        for attempt in range(1, MOVE_ATTEMPTS + 1):
+        deadline, backoff = time.monotonic() + MOVE_RETRY_S, MOVE_BACKOFF_S[0]
+        while True:
             try:
                 return self._move_once(moves, reason, by)
             except MoveFencedError:
-                if attempt == MOVE_ATTEMPTS:
+                if time.monotonic() >= deadline:
                     raise
-                time.sleep(random.uniform(0.05, 0.3) * attempt)  # racing movers take turns
-        raise AssertionError("unreachable")
+            # Full jitter, doubling: a fixed short wait let three movers (CI's workers) fence each other in
+            # turn five times over, since one move (fence, read the aliases, write, commit) takes longer.
+            time.sleep(random.uniform(0, backoff))
+            backoff = min(2 * backoff, MOVE_BACKOFF_S[1])
 
     def _move_once(self, moves: Sequence[Move], reason: str, by: str | None) -> list[Alias]:
         names = ", ".join(m.dataset for m in moves)
