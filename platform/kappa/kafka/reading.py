@@ -11,18 +11,16 @@ open (or committed a moment ago, its markers not yet written) is after it.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings
-
-T = TypeVar("T")
 
 _BATCH = 10_000  # records per consume call: Python's cost per call, not per record, is what a big read pays
 
@@ -58,7 +56,7 @@ def reading_consumer(settings: KappaSettings, group: str | None = None, committe
 
 def extents(consumer: Consumer, topic: str, timeout_s: float = 15) -> dict[int, Extent]:
     """Each partition's log start and end now; a clear error for a topic that does not exist."""
-    try:
+    with _kafka_errors(f"cannot read {topic}"):
         found = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
         if found is None or (found.error is not None and found.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
             raise MissingTopicError(f"topic {topic} does not exist (`kappa topics apply` creates the declared ones)")
@@ -66,8 +64,6 @@ def extents(consumer: Consumer, topic: str, timeout_s: float = 15) -> dict[int, 
             raise KappaError(f"cannot read {topic}: {found.error.str()}")
         marks = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s, cached=False)
                  for p in sorted(found.partitions)}  # fmt: skip
-    except KafkaException as exc:
-        raise KappaError(f"cannot read {topic}: {_reason(exc)}") from None
     return {p: Extent(low, high) for p, (low, high) in marks.items()}
 
 
@@ -89,15 +85,18 @@ def read_to_end(
     at = dict(begin)  # each pending partition's position when it last moved
     moved = time.monotonic()
     while pending:
-        for m in _failing_clearly(topic, consumer.consume, _BATCH, 1):
+        with _kafka_errors(f"reading {topic} failed"):
+            batch = consumer.consume(_BATCH, 1)
+        for m in batch:
             if m.error() is not None:
                 raise KappaError(f"reading {topic} failed: {m.error()}")
             partition, offset = int(m.partition() or 0), int(m.offset() or 0)
             if partition in pending and offset < bounds[partition].end:  # not one written since the ends were read
                 yield m
         done = []
-        asked = [TopicPartition(topic, p) for p in sorted(pending)]
-        for tp in _failing_clearly(topic, consumer.position, asked):
+        with _kafka_errors(f"reading {topic} failed"):
+            positions = consumer.position([TopicPartition(topic, p) for p in sorted(pending)])
+        for tp in positions:
             if tp.offset > at[tp.partition]:  # records, markers or aborted records passed: progress all the same
                 at[tp.partition], moved = tp.offset, time.monotonic()
             if tp.offset >= bounds[tp.partition].end:
@@ -110,16 +109,14 @@ def read_to_end(
             raise KappaError(f"reading {topic}: no partition moved for {stall_s:.0f} s; short of their end: {short}")
 
 
-def _failing_clearly(topic: str, call: Callable[..., list[T]], *args: object) -> list[T]:
-    """The client's call, its KafkaException (a fatal error) as one line naming the topic."""
+@contextlib.contextmanager
+def _kafka_errors(prefix: str) -> Iterator[None]:
+    """The client's KafkaException (a fatal error, a timeout) as one line: `prefix: reason`."""
     try:
-        return call(*args)
+        yield
     except KafkaException as exc:
-        raise KappaError(f"reading {topic} failed: {_reason(exc)}") from None
-
-
-def _reason(exc: KafkaException) -> str:
-    return exc.args[0].str() if exc.args and isinstance(exc.args[0], KafkaError) else str(exc)
+        reason = exc.args[0].str() if exc.args and isinstance(exc.args[0], KafkaError) else str(exc)
+        raise KappaError(f"{prefix}: {reason}") from None
 
 
 def whole_topic(settings: KappaSettings, topic: str, stall_s: float = 60) -> Iterator[Message]:
