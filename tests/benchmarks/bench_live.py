@@ -461,6 +461,7 @@ def offsets_kept(pipeline: Pipeline) -> Iterator[None]:
     finally:
         halt.set()
         copier.join()
+        shutil.rmtree(pipeline.page_stats_offsets, ignore_errors=True)  # read inside the block only
 
 
 def copy_offsets(pipeline: Pipeline) -> None:
