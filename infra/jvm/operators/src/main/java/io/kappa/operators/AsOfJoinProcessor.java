@@ -6,8 +6,12 @@ import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
+import org.apache.spark.sql.Encoders;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
+import org.apache.spark.sql.streaming.MapState;
+import org.apache.spark.sql.streaming.StatefulProcessorHandle;
+import org.apache.spark.sql.streaming.TTLConfig;
 import org.apache.spark.sql.types.StructType;
 
 /** Spark's side of the as-of join: one key's rows of a batch, in log order, through {@link AsOfRule}. */
@@ -22,6 +26,9 @@ final class AsOfJoinProcessor extends KeyedRuleProcessor {
   private final long latenessMs;
   private final long disorderMs;
   private final String lateKind;
+  // The key's held events beside its state value: by time bucket, and each event's bucket by its id.
+  private transient HeldBuckets.Buckets buckets;
+  private transient HeldBuckets.Index index;
 
   AsOfJoinProcessor(StructType input, long latenessMs, long disorderMs, String lateKind) {
     super(input, AsOfJoin.OUTPUT.size(), SIDE_OUT);
@@ -38,6 +45,54 @@ final class AsOfJoinProcessor extends KeyedRuleProcessor {
   }
 
   @Override
+  void initMore(StatefulProcessorHandle handle) {
+    MapState<Long, byte[]> byBucket =
+        handle.getMapState("held", Encoders.LONG(), Encoders.BINARY(), TTLConfig.NONE());
+    MapState<String, Long> byId =
+        handle.getMapState("heldIndex", Encoders.STRING(), Encoders.LONG(), TTLConfig.NONE());
+    useStores(
+        new HeldBuckets.Buckets() {
+          @Override
+          public byte[] get(long bucket) {
+            return byBucket.getValue(bucket); // null when absent
+          }
+
+          @Override
+          public void put(long bucket, byte[] value) {
+            byBucket.updateValue(bucket, value);
+          }
+
+          @Override
+          public void remove(long bucket) {
+            byBucket.removeKey(bucket);
+          }
+        },
+        new HeldBuckets.Index() {
+          @Override
+          public Long get(String id) {
+            return byId.getValue(id);
+          }
+
+          @Override
+          public void put(String id, long bucket) {
+            byId.updateValue(id, bucket);
+          }
+
+          @Override
+          public void remove(String id) {
+            byId.removeKey(id);
+          }
+        });
+  }
+
+  /** Where the key's held events are kept: Spark's state variables (initMore), or a test's maps. */
+  AsOfJoinProcessor useStores(HeldBuckets.Buckets buckets, HeldBuckets.Index index) {
+    this.buckets = buckets;
+    this.index = index;
+    return this;
+  }
+
+  @Override
   byte[] apply(String key, byte[] stored, List<Row> rows, List<Row> out) {
     List<AsOfRule.Version> versions = new ArrayList<>();
     Map<Long, Row> firstRowOf = new HashMap<>();
@@ -51,8 +106,13 @@ final class AsOfJoinProcessor extends KeyedRuleProcessor {
         events.add(new AsOfRule.Event(r.getString(eventId), r.getLong(eventTime), payload(r)));
       }
     }
-    AsOfRule.State current = stored != null ? AsOfRule.deserialize(stored) : new AsOfRule.State();
-    AsOfRule.Changes changes = AsOfRule.apply(current, versions, events, latenessMs, disorderMs);
+    AsOfRule.State current = new AsOfRule.State();
+    if (stored != null) {
+      AsOfRule.Stored read = AsOfRule.deserialize(stored);
+      current = read.state();
+      AsOfRule.moveInline(current, read.inline(), buckets, index); // a first-layout value's events, once
+    }
+    AsOfRule.Changes changes = AsOfRule.apply(current, buckets, index, versions, events, latenessMs, disorderMs);
     for (AsOfRule.Answer a : changes.emit()) {
       AsOfRule.Version v = a.version();
       Object[] values = new Object[AsOfJoin.OUTPUT.size()];

@@ -8,6 +8,7 @@ import org.apache.spark.sql.Encoders;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.streaming.OutputMode;
 import org.apache.spark.sql.streaming.StatefulProcessor;
+import org.apache.spark.sql.streaming.StatefulProcessorHandle;
 import org.apache.spark.sql.streaming.TTLConfig;
 import org.apache.spark.sql.streaming.TimeMode;
 import org.apache.spark.sql.streaming.TimerValues;
@@ -39,7 +40,11 @@ abstract class KeyedRuleProcessor extends StatefulProcessor<String, Row, Row> {
   @Override
   public final void init(OutputMode outputMode, TimeMode timeMode) {
     state = getHandle().getValueState("state", Encoders.BINARY(), TTLConfig.NONE());
+    initMore(getHandle());
   }
+
+  /** The key's state variables beside its one value, for a rule that keeps more (none by default). */
+  void initMore(StatefulProcessorHandle handle) {}
 
   @Override
   public final scala.collection.Iterator<Row> handleInputRows(

@@ -18,6 +18,23 @@ class AsOfRuleTest {
   private static final long L = 50;
   private static final long D = 10;
 
+  /** One key's state and its store, as the processor keeps them from batch to batch. */
+  private static final class Key {
+    final AsOfRule.State state = new AsOfRule.State();
+    final HeldBucketsTest.Store store = new HeldBucketsTest.Store();
+
+    AsOfRule.Changes apply(List<AsOfRule.Version> versions, List<AsOfRule.Event> events) {
+      return AsOfRule.apply(state, store, store, versions, events, L, D);
+    }
+
+    /** The held events' ids, in their order. */
+    List<String> held() {
+      List<String> ids = new ArrayList<>();
+      new HeldBuckets(store, store, state.held).inOrder().forEach(e -> ids.add(e.event.id()));
+      return ids;
+    }
+  }
+
   private static AsOfRule.Version v(long version, long validFrom, long published) {
     return new AsOfRule.Version(version, validFrom, published, new String[] {"segment-" + version});
   }
@@ -62,12 +79,12 @@ class AsOfRuleTest {
 
   @Test
   void onEqualValidFromTheGreaterVersionWinsWhateverTheArrivalOrder() {
-    AsOfRule.State state = new AsOfRule.State();
+    Key key = new Key();
     AsOfRule.Changes changes =
-        AsOfRule.apply(state, List.of(v(3, 100, 100), v(1, 100, 100)), List.of(e("a", 150)), L, D);
+        key.apply(List.of(v(3, 100, 100), v(1, 100, 100)), List.of(e("a", 150)));
     assertEquals(List.of("a=3"), answers(changes));
     List<Long> order = new ArrayList<>();
-    for (AsOfRule.Version v : state.versions) {
+    for (AsOfRule.Version v : key.state.versions) {
       order.add(v.version());
     }
     assertEquals(List.of(1L, 3L), order, "versions kept sorted by (valid_from, version)");
@@ -75,77 +92,77 @@ class AsOfRuleTest {
 
   @Test
   void newEventsAreEmittedFirstThenTheHeldEventsAVersionCorrects() {
-    AsOfRule.State state = new AsOfRule.State();
-    AsOfRule.Changes first = AsOfRule.apply(state, List.of(), List.of(e("a", 100), e("b", 150)), L, D);
+    Key key = new Key();
+    AsOfRule.Changes first = key.apply(List.of(), List.of(e("a", 100), e("b", 150)));
     assertEquals(List.of("a=none", "b=none"), answers(first), "no profile yet: emitted without one");
-    assertEquals(150L, state.frontierMs);
+    assertEquals(150L, key.state.frontierMs);
 
     // v1 (valid from 120) arrives with a new event c: c first, then b's correction; a (at 100) keeps none.
-    AsOfRule.Changes second = AsOfRule.apply(state, List.of(v(1, 120, 130)), List.of(e("c", 160)), L, D);
+    AsOfRule.Changes second = key.apply(List.of(v(1, 120, 130)), List.of(e("c", 160)));
     assertEquals(List.of("c=1", "b=1"), answers(second));
     assertEquals(List.of(), late(second));
-    assertEquals(160L, state.frontierMs);
-    assertEquals(List.of("a", "b", "c"), new ArrayList<>(state.held.keySet()), "horizon 100: a at 100 stays");
-    assertNull(state.settledThroughMs);
+    assertEquals(160L, key.state.frontierMs);
+    assertEquals(List.of("a", "b", "c"), key.held(), "horizon 100: a at 100 stays");
+    assertNull(key.state.settledThroughMs);
 
-    AsOfRule.Changes again = AsOfRule.apply(state, List.of(v(1, 120, 130)), List.of(), L, D);
+    AsOfRule.Changes again = key.apply(List.of(v(1, 120, 130)), List.of());
     assertEquals(List.of(), answers(again), "a re-delivered version changes nothing");
-    assertEquals(1, state.versions.size());
+    assertEquals(1, key.state.versions.size());
   }
 
   @Test
   void anEventIsSettledOnlyWhenStrictlyOlderThanTheFrontierMinusLatenessAndDisorder() {
-    AsOfRule.State state = new AsOfRule.State();
+    Key key = new Key();
     // frontier 300, horizon 300 - 50 - 10 = 240
-    AsOfRule.apply(state, List.of(), List.of(e("a", 239), e("b", 240), e("z", 300)), L, D);
-    assertEquals(List.of("b", "z"), new ArrayList<>(state.held.keySet()));
-    assertEquals(239L, state.settledThroughMs);
+    key.apply(List.of(), List.of(e("a", 239), e("b", 240), e("z", 300)));
+    assertEquals(List.of("b", "z"), key.held());
+    assertEquals(239L, key.state.settledThroughMs);
   }
 
   /** An event at 100 settled (frontier 300), an event at 300 held. */
-  private static AsOfRule.State settledAt100() {
-    AsOfRule.State state = new AsOfRule.State();
-    AsOfRule.apply(state, List.of(), List.of(e("a", 100)), L, D);
-    AsOfRule.apply(state, List.of(), List.of(e("z", 300)), L, D);
-    assertEquals(100L, state.settledThroughMs);
-    assertEquals(List.of("z"), new ArrayList<>(state.held.keySet()));
-    return state;
+  private static Key settledAt100() {
+    Key key = new Key();
+    key.apply(List.of(), List.of(e("a", 100)));
+    key.apply(List.of(), List.of(e("z", 300)));
+    assertEquals(100L, key.state.settledThroughMs);
+    assertEquals(List.of("z"), key.held());
+    return key;
   }
 
   @Test
   void aVersionThatAppliesToASettledEventIsLateAndStillApplied() {
-    AsOfRule.State state = settledAt100();
+    Key key = settledAt100();
     // valid from 90 <= 100 and published 140 <= 100 + L: it was visible to a, which is gone
-    AsOfRule.Changes changes = AsOfRule.apply(state, List.of(v(5, 90, 140)), List.of(), L, D);
+    AsOfRule.Changes changes = key.apply(List.of(v(5, 90, 140)), List.of());
     assertEquals(List.of(5L), late(changes));
     assertEquals(List.of("z=5"), answers(changes), "the held event still gets it");
-    assertEquals(1, state.versions.size());
+    assertEquals(1, key.state.versions.size());
   }
 
   @Test
   void theLateBoundariesAreInclusive() {
     assertEquals(
         List.of(6L),
-        late(AsOfRule.apply(settledAt100(), List.of(v(6, 100, 150)), List.of(), L, D)),
+        late(settledAt100().apply(List.of(v(6, 100, 150)), List.of())),
         "valid from exactly the settled time, published exactly settled + L: late");
     assertEquals(
         List.of(),
-        late(AsOfRule.apply(settledAt100(), List.of(v(7, 101, 101)), List.of(), L, D)),
+        late(settledAt100().apply(List.of(v(7, 101, 101)), List.of())),
         "valid after every settled event: not late");
     assertEquals(
         List.of(),
-        late(AsOfRule.apply(settledAt100(), List.of(v(8, 90, 151)), List.of(), L, D)),
+        late(settledAt100().apply(List.of(v(8, 90, 151)), List.of())),
         "published after settled + L: never visible to a settled event, not late");
   }
 
   @Test
   void aLateEventGetsTheVersionVisibleAtItsOwnTime() {
-    AsOfRule.State state = new AsOfRule.State();
-    AsOfRule.apply(state, List.of(v(1, 0, 0), v(2, 500, 500)), List.of(e("new", 600)), L, D);
+    Key key = new Key();
+    key.apply(List.of(v(1, 0, 0), v(2, 500, 500)), List.of(e("new", 600)));
     // an event from before v2, arriving after it: v1, whatever arrived since
-    AsOfRule.Changes changes = AsOfRule.apply(state, List.of(), List.of(e("old", 499)), L, D);
+    AsOfRule.Changes changes = key.apply(List.of(), List.of(e("old", 499)));
     assertEquals(List.of("old=1"), answers(changes));
-    assertFalse(state.held.containsKey("old"), "499 < 600 - 60: emitted once, then settled at once");
-    assertEquals(499L, state.settledThroughMs);
+    assertFalse(key.held().contains("old"), "499 < 600 - 60: emitted once, then settled at once");
+    assertEquals(499L, key.state.settledThroughMs);
   }
 }

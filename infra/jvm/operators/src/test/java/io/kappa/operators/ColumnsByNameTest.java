@@ -145,8 +145,10 @@ class ColumnsByNameTest {
             row(schema, values("key", "u", "is_entity", true, "kafka_topic", "profiles", "kafka_partition", 0,
                 "kafka_offset", 8L, "raw_value", new byte[] {7}, "entity_version", 1L, "valid_from_ms", 0L,
                 "published_ms", 0L, "payload", seq("GOLD"))));
-    Batch batch = handle(new AsOfJoinProcessor(schema, 50, 10, "late_profile"), AsOfJoin.OUTPUT, "u", rows, () -> null);
-    AsOfRule.State state = AsOfRule.deserialize(batch.state());
+    HeldBucketsTest.Store store = new HeldBucketsTest.Store();
+    AsOfJoinProcessor processor = new AsOfJoinProcessor(schema, 50, 10, "late_profile").useStores(store, store);
+    Batch batch = handle(processor, AsOfJoin.OUTPUT, "u", rows, () -> null);
+    AsOfRule.State state = AsOfRule.deserialize(batch.state()).state();
     assertEquals(1, state.versions.size());
     assertArrayEquals(new String[] {"GOLD"}, state.versions.get(0).payload());
     return batch.out();

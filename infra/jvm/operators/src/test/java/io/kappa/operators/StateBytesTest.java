@@ -80,8 +80,9 @@ class StateBytesTest {
     AsOfRule.State s = new AsOfRule.State();
     s.versions.add(new AsOfRule.Version(1, -5, 10, new String[] {"GOLD", null, ""}));
     s.versions.add(new AsOfRule.Version(7, 100, Long.MAX_VALUE, new String[0]));
-    s.held.put("b", new AsOfRule.Held(new AsOfRule.Event("b", 200, new String[] {"p\u00e9", null}), 7L));
-    s.held.put("a", new AsOfRule.Held(new AsOfRule.Event("a", 150, new String[0]), null));
+    s.held.nextNumber = 2;
+    s.held.buckets.add(-1L);
+    s.held.buckets.add(3L);
     s.frontierMs = 300L;
     s.settledThroughMs = null;
     return s;
@@ -93,37 +94,36 @@ class StateBytesTest {
     for (AsOfRule.Version v : s.versions) {
       values.add(List.of(v.version(), v.validFromMs(), v.publishedMs(), Arrays.asList(v.payload())));
     }
-    s.held.forEach(
-        (id, h) ->
-            values.add(
-                Arrays.asList(id, h.event.id(), h.event.timeMs(), Arrays.asList(h.event.payload()), h.answer)));
-    values.add(Arrays.asList(s.frontierMs, s.settledThroughMs));
+    values.add(Arrays.asList(s.frontierMs, s.settledThroughMs, s.held.nextNumber, List.copyOf(s.held.buckets)));
     return values;
   }
 
   @Test
   void theAsOfStateRoundTrips() {
     AsOfRule.State original = asOfState();
-    AsOfRule.State back = AsOfRule.deserialize(AsOfRule.serialize(original));
-    assertEquals(asOfValues(original), asOfValues(back));
-    assertEquals(List.of("b", "a"), new ArrayList<>(back.held.keySet()), "the held events keep their order");
+    AsOfRule.Stored back = AsOfRule.deserialize(AsOfRule.serialize(original));
+    assertEquals(asOfValues(original), asOfValues(back.state()));
+    assertEquals(List.of(), back.inline(), "this layout keeps no events in the value");
 
-    AsOfRule.State empty = AsOfRule.deserialize(AsOfRule.serialize(new AsOfRule.State()));
+    AsOfRule.State empty = AsOfRule.deserialize(AsOfRule.serialize(new AsOfRule.State())).state();
     assertEquals(asOfValues(new AsOfRule.State()), asOfValues(empty));
 
     AsOfRule.State settled = asOfState();
     settled.settledThroughMs = 42L;
-    assertEquals(asOfValues(settled), asOfValues(AsOfRule.deserialize(AsOfRule.serialize(settled))));
+    assertEquals(asOfValues(settled), asOfValues(AsOfRule.deserialize(AsOfRule.serialize(settled)).state()));
   }
 
   @Test
   void theAsOfRuleContinuesFromItsBytesAsFromItsMemory() {
+    HeldBucketsTest.Store store = new HeldBucketsTest.Store();
     AsOfRule.State kept = new AsOfRule.State();
-    AsOfRule.apply(kept, List.of(new AsOfRule.Version(1, 0, 0, new String[] {"A"})), events("a", 100, "b", 400), 50, 10);
-    AsOfRule.State stored = AsOfRule.deserialize(AsOfRule.serialize(kept));
+    List<AsOfRule.Version> first = List.of(new AsOfRule.Version(1, 0, 0, new String[] {"A"}));
+    AsOfRule.apply(kept, store, store, first, events("a", 100, "b", 400), 50, 10);
+    AsOfRule.State stored = AsOfRule.deserialize(AsOfRule.serialize(kept)).state();
+    HeldBucketsTest.Store copy = store.copy();
     List<AsOfRule.Version> next = List.of(new AsOfRule.Version(2, 90, 95, new String[] {"B"}));
-    AsOfRule.Changes fromMemory = AsOfRule.apply(kept, next, events("c", 410), 50, 10);
-    AsOfRule.Changes fromBytes = AsOfRule.apply(stored, next, events("c", 410), 50, 10);
+    AsOfRule.Changes fromMemory = AsOfRule.apply(kept, store, store, next, events("c", 410), 50, 10);
+    AsOfRule.Changes fromBytes = AsOfRule.apply(stored, copy, copy, next, events("c", 410), 50, 10);
     assertEquals(describe(fromMemory), describe(fromBytes));
     assertEquals(List.of("c=2", "b=2", "late=[2]"), describe(fromBytes), "a settled at 100: version 2 is late");
   }
@@ -148,18 +148,45 @@ class StateBytesTest {
   }
 
   @Test
-  void theAsOfLayoutIsFormatOneAsWrittenDownHere() {
+  void theAsOfLayoutIsFormatTwoAsWrittenDownHere() {
     AsOfRule.State s = new AsOfRule.State();
     s.versions.add(new AsOfRule.Version(3, 4, 5, new String[] {"S"}));
-    s.held.put("e", new AsOfRule.Held(new AsOfRule.Event("e", 6, new String[0]), null));
+    s.held.nextNumber = 1;
+    s.held.buckets.add(0L);
     s.frontierMs = 9L;
-    ByteBuffer expected = ByteBuffer.allocate(1 + 4 + 24 + 4 + 4 + 1 + 4 + 4 + 1 + 8 + 4 + 1 + 9 + 1);
-    expected.put((byte) 1); // FORMAT
+    ByteBuffer expected = ByteBuffer.allocate(1 + 4 + 24 + 4 + 4 + 1 + 9 + 1 + 8 + 4 + 8);
+    expected.put((byte) 2); // FORMAT
     expected.putInt(1).putLong(3).putLong(4).putLong(5).putInt(1).putInt(1).put((byte) 'S'); // one version
-    expected.putInt(1).putInt(1).put((byte) 'e').putLong(6).putInt(0).put((byte) 0); // one held event, no answer
     expected.put((byte) 1).putLong(9).put((byte) 0); // frontier 9, settled through: none
+    expected.putLong(1).putInt(1).putLong(0); // the next insertion number; one bucket holds events: 0
     assertEquals(0, expected.remaining(), "the expected layout above is complete");
     assertArrayEquals(expected.array(), AsOfRule.serialize(s));
+  }
+
+  /** A value of the first layout (format 1, written whole by every batch), byte by byte: one version, one
+   * held event without an answer, frontier 9. */
+  private static byte[] firstFormatValue() {
+    ByteBuffer value = ByteBuffer.allocate(1 + 4 + 24 + 4 + 4 + 1 + 4 + 4 + 1 + 8 + 4 + 1 + 9 + 1);
+    value.put((byte) 1); // FORMAT
+    value.putInt(1).putLong(3).putLong(4).putLong(5).putInt(1).putInt(1).put((byte) 'S'); // one version
+    value.putInt(1).putInt(1).put((byte) 'e').putLong(6).putInt(0).put((byte) 0); // one held event, no answer
+    value.put((byte) 1).putLong(9).put((byte) 0); // frontier 9, settled through: none
+    assertEquals(0, value.remaining(), "the layout above is complete");
+    return value.array();
+  }
+
+  @Test
+  void aFirstLayoutValueIsReadWithItsEventsAndTheyAreMovedBesideIt() {
+    AsOfRule.Stored read = AsOfRule.deserialize(firstFormatValue());
+    assertEquals(List.of(List.of(3L, 4L, 5L, List.of("S")), Arrays.asList(9L, null, 0L, List.of())),
+        asOfValues(read.state()));
+    HeldBucketsTest.Store store = new HeldBucketsTest.Store();
+    AsOfRule.moveInline(read.state(), read.inline(), store, store);
+    List<String> held = new ArrayList<>();
+    new HeldBuckets(store, store, read.state().held).inOrder()
+        .forEach(e -> held.add(e.event.id() + "@" + e.event.timeMs() + "=" + e.answer));
+    assertEquals(List.of("e@6=null"), held);
+    assertEquals(1L, read.state().held.nextNumber, "an event held after it comes after it");
   }
 
   // ---- the sessions state
@@ -255,8 +282,8 @@ class StateBytesTest {
   @Test
   void bytesOfAnotherFormatAreRefused() {
     byte[] asOf = AsOfRule.serialize(asOfState());
-    asOf[0] = 2;
-    refuses(AsOfRule::deserialize, asOf, "as-of", "format 2, this operator reads 1");
+    asOf[0] = 3;
+    refuses(AsOfRule::deserialize, asOf, "as-of", "format 3, this operator reads 2");
     byte[] sessions = SessionRule.serialize(sessionsState());
     sessions[0] = 0;
     refuses(SessionRule::deserialize, sessions, "sessions", "format 0, this operator reads 1");
@@ -264,9 +291,10 @@ class StateBytesTest {
 
   @Test
   void bytesCutShortAnywhereAreRefusedAsTruncated() {
-    byte[] asOf = AsOfRule.serialize(asOfState());
-    for (int length = 0; length < asOf.length; length++) {
-      refuses(AsOfRule::deserialize, Arrays.copyOf(asOf, length), "as-of", "truncated");
+    for (byte[] asOf : List.of(AsOfRule.serialize(asOfState()), firstFormatValue())) {
+      for (int length = 0; length < asOf.length; length++) {
+        refuses(AsOfRule::deserialize, Arrays.copyOf(asOf, length), "as-of", "truncated");
+      }
     }
     byte[] sessions = SessionRule.serialize(sessionsState());
     for (int length = 0; length < sessions.length; length++) {
@@ -278,6 +306,8 @@ class StateBytesTest {
   void bytesLeftOverAfterTheLayoutAreRefused() {
     byte[] asOf = AsOfRule.serialize(asOfState());
     refuses(AsOfRule::deserialize, Arrays.copyOf(asOf, asOf.length + 3), "as-of", "3 left over");
+    byte[] first = firstFormatValue();
+    refuses(AsOfRule::deserialize, Arrays.copyOf(first, first.length + 2), "as-of", "2 left over");
     byte[] sessions = SessionRule.serialize(new SessionRule.State());
     refuses(SessionRule::deserialize, Arrays.copyOf(sessions, sessions.length + 1), "sessions", "1 left over");
   }
@@ -288,5 +318,9 @@ class StateBytesTest {
     ByteBuffer data = ByteBuffer.allocate(1 + 4 + 24 + 4);
     data.put((byte) 1).putInt(1).putLong(1).putLong(2).putLong(3).putInt(Integer.MAX_VALUE);
     refuses(AsOfRule::deserialize, data.array(), "as-of", "truncated");
+    // FORMAT 2, no version, no frontier, none settled, a next number, then 2^31 - 1 buckets
+    ByteBuffer buckets = ByteBuffer.allocate(1 + 4 + 1 + 1 + 8 + 4);
+    buckets.put((byte) 2).putInt(0).put((byte) 0).put((byte) 0).putLong(0).putInt(Integer.MAX_VALUE);
+    refuses(AsOfRule::deserialize, buckets.array(), "as-of", "truncated");
   }
 }

@@ -1,0 +1,240 @@
+package io.kappa.operators;
+
+import java.io.ByteArrayOutputStream;
+import java.io.DataInputStream;
+import java.io.DataOutputStream;
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.util.ArrayList;
+import java.util.Comparator;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.Iterator;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.TreeSet;
+
+/**
+ * One key's held events ({@link AsOfRule}: the clicks a late version may still correct) kept by event-time
+ * bucket in the state store, so that a batch writes what it changes: the buckets its events fall in, the
+ * bucket the settle step cuts, and an index entry per new event. The whole set is read only when a new version
+ * may correct any of them, and never written whole.
+ *
+ * <p>It keeps the order of a Python dict (jobs/enrich_clicks/logic.py's {@code held}): each event has the
+ * number of its first insertion; an event put again (the same id) keeps its number, wherever its time moves it.
+ */
+final class HeldBuckets {
+  static final long BUCKET_MS = 60_000;
+  private static final int FORMAT = 1;
+
+  /** The key's buckets in the state store: bucket -> its events. */
+  interface Buckets {
+    byte[] get(long bucket); // null when absent
+
+    void put(long bucket, byte[] value);
+
+    void remove(long bucket);
+  }
+
+  /** The key's index in the state store: event id -> its bucket. */
+  interface Index {
+    Long get(String id); // null when absent
+
+    void put(String id, long bucket);
+
+    void remove(String id);
+  }
+
+  /** What the key's head value keeps of its held events: the buckets that hold some, and the next number. */
+  static final class Head {
+    final TreeSet<Long> buckets = new TreeSet<>();
+    long nextNumber;
+  }
+
+  /** A held event, its insertion number, and the version last emitted for it (null: none). */
+  static final class Entry {
+    final long number;
+    AsOfRule.Event event;
+    Long answer;
+
+    Entry(long number, AsOfRule.Event event, Long answer) {
+      this.number = number;
+      this.event = event;
+      this.answer = answer;
+    }
+  }
+
+  private final Buckets buckets;
+  private final Index index;
+  private final Head head;
+  // The buckets this batch read or changed, as they are now, and those the store held; written back by flush().
+  private final Map<Long, List<Entry>> read = new HashMap<>();
+  private final Set<Long> stored = new HashSet<>();
+  private final Set<Long> changed = new HashSet<>();
+  // The index entries this batch read or changed: id -> bucket, null once settled; and as the store had them.
+  // Only the net change is written, so that an event held and settled in one batch (a replay's) costs nothing.
+  private final Map<String, Long> indexNow = new HashMap<>();
+  private final Map<String, Long> indexBefore = new HashMap<>();
+
+  HeldBuckets(Buckets buckets, Index index, Head head) {
+    this.buckets = buckets;
+    this.index = index;
+    this.head = head;
+  }
+
+  static long bucketOf(long timeMs) {
+    return Math.floorDiv(timeMs, BUCKET_MS);
+  }
+
+  /** Holds {@code event} with {@code answer}: a new id goes last, a known id keeps its place. */
+  void put(AsOfRule.Event event, Long answer) {
+    long bucket = bucketOf(event.timeMs());
+    Long at = indexed(event.id());
+    long number;
+    if (at == null) {
+      number = head.nextNumber++;
+    } else {
+      Entry known = take(at, event.id());
+      number = known.number;
+    }
+    bucket(bucket).add(new Entry(number, event, answer));
+    head.buckets.add(bucket);
+    changed.add(bucket);
+    indexNow.put(event.id(), bucket);
+  }
+
+  private Long indexed(String id) {
+    if (!indexBefore.containsKey(id)) {
+      indexBefore.put(id, index.get(id));
+      indexNow.put(id, indexBefore.get(id));
+    }
+    return indexNow.get(id);
+  }
+
+  /** Every held event, in the order of their first insertion. */
+  List<Entry> inOrder() {
+    List<Entry> all = new ArrayList<>();
+    for (long bucket : head.buckets) {
+      all.addAll(bucket(bucket));
+    }
+    all.sort(Comparator.comparingLong(e -> e.number));
+    return all;
+  }
+
+  /** Records a held event's new answer (an entry of {@link #inOrder}). */
+  void answer(Entry entry, Long answer) {
+    entry.answer = answer;
+    changed.add(bucketOf(entry.event.timeMs()));
+  }
+
+  /** Forgets the events before {@code horizonMs}: -> the greatest event time among them, or null if none. */
+  Long settle(long horizonMs) {
+    Long greatest = null;
+    // Every event of a bucket before the horizon's is before the horizon; the horizon's own bucket is cut.
+    for (long bucket : new ArrayList<>(head.buckets.headSet(bucketOf(horizonMs), true))) {
+      Iterator<Entry> it = bucket(bucket).iterator();
+      while (it.hasNext()) {
+        Entry e = it.next();
+        if (e.event.timeMs() < horizonMs) {
+          it.remove();
+          if (!indexBefore.containsKey(e.event.id())) { // not read this batch: a held event is indexed
+            indexBefore.put(e.event.id(), bucket);
+          }
+          indexNow.put(e.event.id(), null);
+          greatest = greatest == null ? e.event.timeMs() : Math.max(greatest, e.event.timeMs());
+          changed.add(bucket);
+        }
+      }
+    }
+    return greatest;
+  }
+
+  /** Writes back what this batch changed; a bucket left empty leaves the store and the head. */
+  void flush() {
+    for (long bucket : changed) {
+      List<Entry> entries = read.get(bucket);
+      if (!entries.isEmpty()) {
+        buckets.put(bucket, encode(entries));
+        continue;
+      }
+      head.buckets.remove(bucket);
+      if (stored.contains(bucket)) {
+        buckets.remove(bucket);
+      }
+    }
+    for (Map.Entry<String, Long> e : indexNow.entrySet()) {
+      Long before = indexBefore.get(e.getKey());
+      if (e.getValue() == null && before != null) {
+        index.remove(e.getKey());
+      } else if (e.getValue() != null && !e.getValue().equals(before)) {
+        index.put(e.getKey(), e.getValue());
+      }
+    }
+    read.clear(); // a batch's HeldBuckets is flushed once; cleared so that a second flush writes nothing again
+    stored.clear();
+    changed.clear();
+    indexNow.clear();
+    indexBefore.clear();
+  }
+
+  private List<Entry> bucket(long bucket) {
+    return read.computeIfAbsent(bucket, b -> {
+      byte[] value = buckets.get(b);
+      if (value != null) {
+        stored.add(b);
+      }
+      return decode(value);
+    });
+  }
+
+  /** Removes the entry of {@code id} from its bucket {@code at} (the index says it is there). */
+  private Entry take(long at, String id) {
+    Iterator<Entry> it = bucket(at).iterator();
+    while (it.hasNext()) {
+      Entry e = it.next();
+      if (e.event.id().equals(id)) {
+        it.remove();
+        changed.add(at);
+        return e;
+      }
+    }
+    throw new IllegalStateException("as-of: the index puts event " + id + " in a bucket that does not hold it");
+  }
+
+  static byte[] encode(List<Entry> entries) {
+    ByteArrayOutputStream bytes = new ByteArrayOutputStream(64 * entries.size());
+    try (DataOutputStream out = new DataOutputStream(bytes)) {
+      out.writeByte(FORMAT);
+      out.writeInt(entries.size());
+      for (Entry e : entries) {
+        out.writeLong(e.number);
+        Bytes.writeString(out, e.event.id());
+        out.writeLong(e.event.timeMs());
+        Bytes.writeStrings(out, e.event.payload());
+        Bytes.writeLong(out, e.answer);
+      }
+    } catch (IOException e) {
+      throw new UncheckedIOException(e);
+    }
+    return bytes.toByteArray();
+  }
+
+  static List<Entry> decode(byte[] stored) {
+    if (stored == null) {
+      return new ArrayList<>();
+    }
+    return Bytes.decode("as-of held bucket", FORMAT, stored, HeldBuckets::readEntries);
+  }
+
+  private static List<Entry> readEntries(DataInputStream in) throws IOException {
+    int n = in.readInt();
+    List<Entry> entries = new ArrayList<>(n);
+    for (int i = 0; i < n; i++) {
+      long number = in.readLong();
+      AsOfRule.Event event = new AsOfRule.Event(Bytes.readString(in), in.readLong(), Bytes.readStrings(in));
+      entries.add(new Entry(number, event, Bytes.readLong(in)));
+    }
+    return entries;
+  }
+}
