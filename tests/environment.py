@@ -15,9 +15,6 @@ def stack_env(stack: KappaSettings, **extra: str) -> dict[str, str]:
         KAPPA_CONTROLLER_PORT=str(stack.controller_port),
         KAPPA_REGISTRY_PORT=str(stack.registry_port),
         KAPPA_STACK_DIR=str(stack.stack_path),
-        # The JVM artifacts the caller chose (KAPPA_JARS_DIR: e.g. an operators jar built from a branch, for an
-        # A/B): dropped with the other KAPPA_ variables, they were the default ones in everything it started.
-        KAPPA_JARS_DIR=str(stack.jars_path),
         KAPPA_SPARK_SHUFFLE_PARTITIONS=str(stack.spark_shuffle_partitions),
         KAPPA_SPARK_DRIVER_JAVA_OPTIONS=stack.spark_driver_java_options,
     )

@@ -33,6 +33,7 @@ from kappa.contracts.topic_declarations import MINUTE_MS
 from kappa.core.errors import SettingsError
 from kappa.operators.jvm import STATE_STORE_PROVIDER
 from tests.batch_streams import T0, cut, dead_letter, run_batches, write_batches
+from tests.integration.checkpoints.write_checkpoint import CHECKPOINTS, placed
 from tests.integration.conftest import partitions_of
 
 L, D = 20 * MINUTE_MS, 10 * MINUTE_MS
@@ -180,7 +181,8 @@ def _dead_letter_out(r: Row) -> tuple[Any, ...]:
             r.side_offset, _ms(r.side_timestamp))  # fmt: skip
 
 
-def _enriched_changes(stream: DataFrame) -> DataFrame:
+def enriched_changes_of_both(stream: DataFrame) -> DataFrame:
+    """enrich_clicks' transform over a file that holds both inputs."""
     is_profile = F.col("is_profile") & F.col("side_kind").isNull()
     return enriched_changes(union_inputs(stream.where(~is_profile), stream.where(is_profile)), L, D)
 
@@ -203,12 +205,39 @@ def test_the_as_of_operator_equals_the_python_rule(
     )
     assert corrections >= 5
 
-    seen = run_batches(spark, tmp_path / "in", SCHEMA, _enriched_changes, shuffle_partitions)
+    seen = run_batches(spark, tmp_path / "in", SCHEMA, enriched_changes_of_both, shuffle_partitions)
 
     assert sorted(seen) == list(range(len(batches)))
     for batch_id, rows in sorted(seen.items()):
         assert _actual(rows) == {u: r for u, r in expected[batch_id].items() if r}, f"batch {batch_id}"
     assert partitions_of(tmp_path / "in-checkpoint") == (shuffle_partitions, shuffle_partitions)
+
+
+def upgrade_log() -> tuple[list[list[dict[str, Any]]], int]:
+    """The log of the kept as-of checkpoints (checkpoints/README.md), cut into batches, and how many of them the
+    old jar ran."""
+    rng = random.Random(4)
+    return cut(_generate(seed=4, users=150), 12, rng, lambda i: _dead_letter(i, COLUMNS)), 6
+
+
+@pytest.mark.slow
+def test_a_checkpoint_of_the_first_as_of_layout_runs_on_equal_to_the_python_rule(
+    spark: SparkSession, tmp_path: Path, session_conf_restored: None
+) -> None:
+    """A deployed enrich_clicks keeps its checkpoint across a jar whose state layout changed: the checkpoint that
+    the format-1 jar wrote (each user's held clicks inline in one value) runs on with today's (held clicks in
+    buckets, in state variables the old checkpoint does not have), and every later batch equals the rule."""
+    batches, first = upgrade_log()
+    write_batches(tmp_path / "in", batches, SCHEMA)  # the first batches' files are in the checkpoint's source log
+    placed(CHECKPOINTS / "as_of_format1", tmp_path / "in-checkpoint", tmp_path / "in")
+    expected = _expected(batches)
+
+    seen = run_batches(spark, tmp_path / "in", SCHEMA, enriched_changes_of_both)
+
+    assert sorted(seen) == list(range(first, len(batches)))  # resumed, nothing run again
+    for batch_id, rows in sorted(seen.items()):
+        assert _actual(rows) == {u: r for u, r in expected[batch_id].items() if r}, f"batch {batch_id}"
+    assert partitions_of(tmp_path / "in-checkpoint") == (4, 4)  # the checkpoint's partitions, not the session's
 
 
 def test_the_as_of_operator_says_it_needs_rocksdb(
