@@ -27,7 +27,7 @@ final class AsOfJoinProcessor extends KeyedRuleProcessor {
   private final long disorderMs;
   private final String lateKind;
   // The key's held events beside its state value: by time bucket, and each event's bucket by its id.
-  private transient HeldBuckets.Buckets buckets;
+  private transient BytesByLong buckets;
   private transient HeldBuckets.Index index;
 
   AsOfJoinProcessor(StructType input, long latenessMs, long disorderMs, String lateKind) {
@@ -51,22 +51,7 @@ final class AsOfJoinProcessor extends KeyedRuleProcessor {
     MapState<String, Long> byId =
         handle.getMapState("heldIndex", Encoders.STRING(), Encoders.LONG(), TTLConfig.NONE());
     useStores(
-        new HeldBuckets.Buckets() {
-          @Override
-          public byte[] get(long bucket) {
-            return byBucket.getValue(bucket); // null when absent
-          }
-
-          @Override
-          public void put(long bucket, byte[] value) {
-            byBucket.updateValue(bucket, value);
-          }
-
-          @Override
-          public void remove(long bucket) {
-            byBucket.removeKey(bucket);
-          }
-        },
+        BytesByLong.of(byBucket),
         new HeldBuckets.Index() {
           @Override
           public Long get(String id) {
@@ -86,7 +71,7 @@ final class AsOfJoinProcessor extends KeyedRuleProcessor {
   }
 
   /** Where the key's held events are kept: Spark's state variables (initMore), or a test's maps. */
-  AsOfJoinProcessor useStores(HeldBuckets.Buckets buckets, HeldBuckets.Index index) {
+  AsOfJoinProcessor useStores(BytesByLong buckets, HeldBuckets.Index index) {
     this.buckets = buckets;
     this.index = index;
     return this;

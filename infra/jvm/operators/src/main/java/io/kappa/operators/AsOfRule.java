@@ -87,7 +87,7 @@ final class AsOfRule {
    */
   static Changes apply(
       State state,
-      HeldBuckets.Buckets buckets,
+      BytesByLong buckets,
       HeldBuckets.Index index,
       List<Version> versions,
       List<Event> events,
@@ -147,7 +147,7 @@ final class AsOfRule {
   }
 
   /** Moves the held events a first-layout value carried inline (in their order) beside the key's state. */
-  static void moveInline(State state, List<HeldBuckets.Entry> inline, HeldBuckets.Buckets buckets,
+  static void moveInline(State state, List<HeldBuckets.Entry> inline, BytesByLong buckets,
       HeldBuckets.Index index) {
     HeldBuckets held = new HeldBuckets(buckets, index, state.held);
     for (HeldBuckets.Entry e : inline) {

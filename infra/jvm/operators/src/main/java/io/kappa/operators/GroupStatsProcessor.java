@@ -45,30 +45,14 @@ final class GroupStatsProcessor extends StatefulProcessor<String, Row, Row> {
   private transient ValueState<byte[]> summary;
   private transient MapState<String, Long> users;
   private transient MapState<Long, byte[]> ranges; // GroupTimes' levels (the name is the first layout's)
-  private transient GroupTimes.Store rangeStore;
+  private transient BytesByLong rangeStore;
 
   @Override
   public void init(OutputMode outputMode, TimeMode timeMode) {
     summary = getHandle().getValueState("summary", Encoders.BINARY(), TTLConfig.NONE());
     users = getHandle().getMapState("users", Encoders.STRING(), Encoders.LONG(), TTLConfig.NONE());
     ranges = getHandle().getMapState("ranges", Encoders.LONG(), Encoders.BINARY(), TTLConfig.NONE());
-    rangeStore =
-        new GroupTimes.Store() {
-          @Override
-          public byte[] get(long key) {
-            return ranges.getValue(key);
-          }
-
-          @Override
-          public void put(long key, byte[] value) {
-            ranges.updateValue(key, value);
-          }
-
-          @Override
-          public void remove(long key) {
-            ranges.removeKey(key);
-          }
-        };
+    rangeStore = BytesByLong.of(ranges);
   }
 
   /** What is kept per group besides the users and the times. */

@@ -33,23 +33,14 @@ final class GroupTimes {
   static final long RANGE_MS = 4096;
   static final long BUCKET_MS = 16;
 
-  /** The group's map in the state store. */
-  interface Store {
-    byte[] get(long key); // null when absent
-
-    void put(long key, byte[] value);
-
-    void remove(long key);
-  }
-
-  private final Store store;
+  private final BytesByLong store; // the group's map in the state store
   private final TreeMap<Long, Long> rangeCounts;
   // What this batch read or changed, by key, as it is now; written back by flush().
   private final Map<Long, TreeMap<Long, Long>> read = new HashMap<>();
   private final Set<Long> changed = new HashSet<>();
 
   /** {@code rangeCounts}: the summary's counts per range, updated in place by {@link #add}. */
-  GroupTimes(Store store, TreeMap<Long, Long> rangeCounts) {
+  GroupTimes(BytesByLong store, TreeMap<Long, Long> rangeCounts) {
     this.store = store;
     this.rangeCounts = rangeCounts;
   }

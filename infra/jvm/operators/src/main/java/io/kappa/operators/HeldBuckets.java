@@ -28,15 +28,6 @@ final class HeldBuckets {
   static final long BUCKET_MS = 60_000;
   private static final int FORMAT = 1;
 
-  /** The key's buckets in the state store: bucket -> its events. */
-  interface Buckets {
-    byte[] get(long bucket); // null when absent
-
-    void put(long bucket, byte[] value);
-
-    void remove(long bucket);
-  }
-
   /** The key's index in the state store: event id -> its bucket. */
   interface Index {
     Long get(String id); // null when absent
@@ -65,7 +56,7 @@ final class HeldBuckets {
     }
   }
 
-  private final Buckets buckets;
+  private final BytesByLong buckets; // the key's buckets in the state store: bucket -> its events
   private final Index index;
   private final Head head;
   // The buckets this batch read or changed, as they are now, and those the store held; written back by flush().
@@ -77,7 +68,7 @@ final class HeldBuckets {
   private final Map<String, Long> indexNow = new HashMap<>();
   private final Map<String, Long> indexBefore = new HashMap<>();
 
-  HeldBuckets(Buckets buckets, Index index, Head head) {
+  HeldBuckets(BytesByLong buckets, Index index, Head head) {
     this.buckets = buckets;
     this.index = index;
     this.head = head;

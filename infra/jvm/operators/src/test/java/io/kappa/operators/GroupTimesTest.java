@@ -26,30 +26,6 @@ import org.junit.jupiter.api.Test;
  */
 class GroupTimesTest {
 
-  /** The state store's map of one group, counting what is written. */
-  static final class MapStore implements GroupTimes.Store {
-    final Map<Long, byte[]> values = new HashMap<>();
-    int puts;
-    long bytesPut;
-
-    @Override
-    public byte[] get(long key) {
-      return values.get(key);
-    }
-
-    @Override
-    public void put(long key, byte[] value) {
-      values.put(key, value);
-      puts++;
-      bytesPut += value.length;
-    }
-
-    @Override
-    public void remove(long key) {
-      values.remove(key);
-    }
-  }
-
   /** Spark's percentile(x, 0.5) as jobs/page_stats/logic.py spark_median computes it, over a sorted list. */
   private static Long expectedMedian(List<Long> sorted) {
     if (sorted.isEmpty()) {
@@ -80,7 +56,7 @@ class GroupTimesTest {
   @Test
   void everyRankAndTheMedianEqualASortedListThroughAddsAndRetractions() {
     Random random = new Random(40);
-    MapStore store = new MapStore();
+    MapBytesByLong store = new MapBytesByLong();
     TreeMap<Long, Long> rangeCounts = new TreeMap<>();
     List<Long> expected = new ArrayList<>();
     for (int batch = 0; batch < 300; batch++) {
@@ -110,7 +86,7 @@ class GroupTimesTest {
 
   @Test
   void aGroupThatEmptiesLeavesNothingInTheStore() {
-    MapStore store = new MapStore();
+    MapBytesByLong store = new MapBytesByLong();
     TreeMap<Long, Long> rangeCounts = new TreeMap<>();
     GroupTimes times = new GroupTimes(store, rangeCounts);
     times.add(5, 2);
@@ -129,15 +105,14 @@ class GroupTimesTest {
   @Test
   void aChangeWritesItsBucketAndItsRangesIndexNotTheGroup() {
     Random random = new Random(7);
-    MapStore store = new MapStore();
+    MapBytesByLong store = new MapBytesByLong();
     TreeMap<Long, Long> rangeCounts = new TreeMap<>();
     GroupTimes times = new GroupTimes(store, rangeCounts);
     for (int i = 0; i < 50_000; i++) { // an hour of a busy page: most times within the first range
       times.add(random.nextInt(4_096), 1);
     }
     times.flush();
-    store.puts = 0;
-    store.bytesPut = 0;
+    store.resetCounts();
     times = new GroupTimes(store, rangeCounts);
     times.add(2_000, 1);
     times.median();
@@ -150,7 +125,7 @@ class GroupTimesTest {
 
   @Test
   void badChangesAreRefusedWithAReason() {
-    MapStore store = new MapStore();
+    MapBytesByLong store = new MapBytesByLong();
     GroupTimes times = new GroupTimes(store, new TreeMap<>());
     IllegalArgumentException negative = assertThrows(IllegalArgumentException.class, () -> times.add(-1, 1));
     assertTrue(negative.getMessage().contains("never negative"), negative.getMessage());
@@ -194,7 +169,7 @@ class GroupTimesTest {
       byRange.computeIfAbsent(v / 4_096, r -> new TreeMap<>()).merge(v, 1L, Long::sum);
       rangeCounts.merge(v / 4_096, 1L, Long::sum);
     }
-    MapStore store = new MapStore();
+    MapBytesByLong store = new MapBytesByLong();
     byRange.forEach((range, counts) -> store.values.put(range, GroupTimes.encode(counts)));
 
     GroupStatsProcessor.Summary s =

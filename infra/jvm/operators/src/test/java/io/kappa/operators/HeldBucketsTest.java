@@ -21,37 +21,16 @@ import org.junit.jupiter.api.Test;
  */
 class HeldBucketsTest {
   /** The store's two maps, counting what a batch writes. */
-  static final class Store implements HeldBuckets.Buckets, HeldBuckets.Index {
-    final Map<Long, byte[]> buckets = new HashMap<>();
+  static final class Store extends MapBytesByLong implements HeldBuckets.Index {
     final Map<String, Long> index = new HashMap<>();
-    int bucketWrites;
     int indexWrites;
-    long bytesWritten;
 
     /** Another store holding the same values, for a second run from the same point. */
     Store copy() {
       Store copy = new Store();
-      copy.buckets.putAll(buckets);
+      copy.values.putAll(values);
       copy.index.putAll(index);
       return copy;
-    }
-
-    @Override
-    public byte[] get(long bucket) {
-      return buckets.get(bucket);
-    }
-
-    @Override
-    public void put(long bucket, byte[] value) {
-      buckets.put(bucket, value);
-      bucketWrites++;
-      bytesWritten += value.length;
-    }
-
-    @Override
-    public void remove(long bucket) {
-      buckets.remove(bucket);
-      bucketWrites++;
     }
 
     @Override
@@ -142,7 +121,7 @@ class HeldBucketsTest {
       held.flush();
       assertEquals(ofModel(model), ofStore(store, head), "batch " + batch);
       assertEquals(model.size(), store.index.size(), "batch " + batch + ": one index entry per held event");
-      assertEquals(head.buckets, new TreeSet<>(store.buckets.keySet()), "batch " + batch);
+      assertEquals(head.buckets, new TreeSet<>(store.values.keySet()), "batch " + batch);
     }
     assertTrue(ever.size() > 1000 && model.size() > 20, "the run held and settled many events");
   }
@@ -156,14 +135,14 @@ class HeldBucketsTest {
       held.put(event("e" + i, i * 2_000L), 1L);
     }
     held.flush();
-    store.bucketWrites = store.indexWrites = 0;
-    store.bytesWritten = 0;
+    store.resetCounts();
+    store.indexWrites = 0;
     HeldBuckets next = new HeldBuckets(store, store, head);
     next.put(event("e900", 1_800_000L), 1L);
     next.flush();
-    assertEquals(1, store.bucketWrites);
+    assertEquals(1, store.puts + store.removes);
     assertEquals(1, store.indexWrites);
-    assertTrue(store.bytesWritten < 200, "the new bucket alone, not the 900 held: " + store.bytesWritten);
+    assertTrue(store.bytesPut < 200, "the new bucket alone, not the 900 held: " + store.bytesPut);
   }
 
   @Test
@@ -176,8 +155,8 @@ class HeldBucketsTest {
     }
     assertEquals(99_000L, held.settle(10 * HeldBuckets.BUCKET_MS));
     held.flush();
-    assertEquals(0, store.bucketWrites + store.indexWrites);
-    assertTrue(head.buckets.isEmpty() && store.buckets.isEmpty() && store.index.isEmpty());
+    assertEquals(0, store.puts + store.removes + store.indexWrites);
+    assertTrue(head.buckets.isEmpty() && store.values.isEmpty() && store.index.isEmpty());
   }
 
   @Test

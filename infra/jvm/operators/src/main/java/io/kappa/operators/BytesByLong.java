@@ -1,0 +1,36 @@
+package io.kappa.operators;
+
+import org.apache.spark.sql.streaming.MapState;
+
+/**
+ * One key's values by a long (a time bucket, a range's index), as the state store keeps them: what {@link
+ * GroupTimes} and {@link HeldBuckets} read and write a value at a time, so that a batch writes only what it
+ * changes, and a test can keep them in a map.
+ */
+interface BytesByLong {
+  byte[] get(long key); // null when absent
+
+  void put(long key, byte[] value);
+
+  void remove(long key);
+
+  /** Spark's map state of the current key. */
+  static BytesByLong of(MapState<Long, byte[]> state) {
+    return new BytesByLong() {
+      @Override
+      public byte[] get(long key) {
+        return state.getValue(key); // null when absent
+      }
+
+      @Override
+      public void put(long key, byte[] value) {
+        state.updateValue(key, value);
+      }
+
+      @Override
+      public void remove(long key) {
+        state.removeKey(key);
+      }
+    };
+  }
+}
