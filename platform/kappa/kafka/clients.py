@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 from collections.abc import Callable, Iterable
@@ -44,6 +45,10 @@ def producer(settings: KappaSettings, **overrides: Any) -> Producer:
         # A record is retried until acknowledged for this long: a broker outage shorter than it loses nothing.
         "message.timeout.ms": int(settings.produce_timeout_s * 1000),
         "log_level": 0,  # librdkafka's own lines (one per failed connection) would drown the Publisher's
+        # With every broker down, librdkafka's default re-bootstrap drops the brokers it knows and adds the bootstrap
+        # ones again, three times a second for as long as the outage lasts (380 times in a 2-minute outage). A
+        # producer's brokers do not all change address while it runs: it keeps them and reconnects to them.
+        "metadata.recovery.strategy": "none",
     }
     config.update(overrides)
     return Producer(config)
@@ -62,6 +67,10 @@ class Outgoing:
 # attempt, reported at most once every OUTAGE_LINE_S. One broker of several down is no outage: its partitions move.
 _ATTEMPT = {KafkaError._TRANSPORT, KafkaError._RESOLVE, KafkaError._ALL_BROKERS_DOWN}
 OUTAGE_LINE_S = 10.0
+# A flush waits in slices of this; a slice in which no record was answered asks Kafka for metadata, which makes
+# librdkafka connect to a broker if none is up. Without it, test_outages' producer once waited for its records'
+# timeout (600 s) with its broker back for 300 s, and not one connection attempt said in between.
+STALL_PROBE_S = 5.0
 
 
 class Publisher:
@@ -86,6 +95,10 @@ class Publisher:
 
     def _error(self, err: KafkaError) -> None:
         now = time.monotonic()
+        if err.fatal():  # the producer is done for: librdkafka fails its queued records, which `unconfirmed` names
+            if self._say is not None:
+                self._say(f"the producer failed and sends nothing more: {err.str()}")
+            return
         if err.code() == KafkaError._ALL_BROKERS_DOWN:
             self._outage_since = self._outage_since or now
         if self._outage_since is None or err.code() not in _ATTEMPT:
@@ -147,7 +160,20 @@ class Publisher:
         """Wait for acknowledgements (by default as long as a record is retried, and a margin); how many records
         are still waiting."""
         wait = self.settings.produce_timeout_s + 30 if timeout_s is None else timeout_s
-        return int(self._producer.flush(wait))
+        deadline = time.monotonic() + wait
+        while True:
+            answered = self.confirmed + len(self._failures)
+            remaining = int(self._producer.flush(max(0.0, min(deadline - time.monotonic(), STALL_PROBE_S))))
+            if not remaining or time.monotonic() >= deadline:
+                return remaining
+            if self.confirmed + len(self._failures) == answered:
+                self._ask_for_metadata()
+
+    def _ask_for_metadata(self) -> None:
+        """A metadata request: with no broker up, librdkafka connects to one for it. Kafka still away is no error
+        here: the outage is said by `_error`, and the records wait on."""
+        with contextlib.suppress(KafkaException):
+            self._producer.list_topics(timeout=1.0)
 
     def unconfirmed(self) -> list[int]:
         """The tags of the records not acknowledged: failed (a timed-out delivery may still have landed) or still
