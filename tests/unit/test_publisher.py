@@ -11,6 +11,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from kappa.core.errors import KappaError
 from kappa.core.settings import load_settings
+from kappa.kafka import clients
 from kappa.kafka.clients import Outgoing, Publisher
 
 
@@ -66,7 +67,8 @@ class _StalledProducer:
             raise KafkaException(KafkaError(KafkaError._TRANSPORT))
 
 
-def _publisher_over(producer: _StalledProducer, tmp_path: Path) -> Publisher:
+def _publisher_over(producer: _StalledProducer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Publisher:
+    monkeypatch.setattr(clients, "STALL_PROBE_S", 0.05)
     publisher = Publisher(load_settings(state_dir=tmp_path, bootstrap_servers=f"127.0.0.1:{_closed_port()}"))
     publisher._producer = producer  # type: ignore[assignment]
     for row in (1, 2):
@@ -74,17 +76,21 @@ def _publisher_over(producer: _StalledProducer, tmp_path: Path) -> Publisher:
     return publisher
 
 
-def test_a_flush_whose_records_nobody_answers_asks_kafka_for_metadata_and_then_gets_them(tmp_path: Path) -> None:
+def test_records_nobody_answers_make_the_publisher_ask_for_metadata_and_then_they_are_answered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     stalled = _StalledProducer()
-    publisher = _publisher_over(stalled, tmp_path)
+    publisher = _publisher_over(stalled, tmp_path, monkeypatch)
     assert publisher.flush(timeout_s=30) == 0
-    assert stalled.metadata_requests == 1
+    assert stalled.metadata_requests == 1  # answered after the first: no second
     assert (publisher.confirmed, publisher.unconfirmed()) == (2, [])
 
 
-def test_a_metadata_request_that_fails_leaves_the_records_waiting_until_the_flush_times_out(tmp_path: Path) -> None:
+def test_a_metadata_request_that_fails_leaves_the_records_waiting_until_the_flush_times_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     stalled = _StalledProducer(fails_metadata=True)
-    publisher = _publisher_over(stalled, tmp_path)
+    publisher = _publisher_over(stalled, tmp_path, monkeypatch)
     assert publisher.flush(timeout_s=0.3) == 2  # no exception: the outage goes on, the records wait
-    assert stalled.metadata_requests >= 1
+    assert 2 <= stalled.metadata_requests <= 7  # one per STALL_PROBE_S of 0.3 s (0.05 s), not one per slice
     assert publisher.unconfirmed() == [1, 2]
