@@ -18,5 +18,10 @@ def stack_env(stack: KappaSettings, **extra: str) -> dict[str, str]:
         KAPPA_SPARK_SHUFFLE_PARTITIONS=str(stack.spark_shuffle_partitions),
         KAPPA_SPARK_DRIVER_JAVA_OPTIONS=stack.spark_driver_java_options,
     )
+    # The caller's JVM artifacts when it chose them (an operators jar built from a branch, for an A/B): dropped with
+    # the other KAPPA_ variables, everything started ran the default ones. Only then: the stack's own jars folder
+    # may be an empty one under a test's state folder.
+    if "KAPPA_JARS_DIR" in os.environ:
+        env["KAPPA_JARS_DIR"] = os.environ["KAPPA_JARS_DIR"]
     env.update(extra)
     return env
