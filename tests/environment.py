@@ -22,6 +22,6 @@ def stack_env(stack: KappaSettings, **extra: str) -> dict[str, str]:
     # the other KAPPA_ variables, everything started ran the default ones. Only then: the stack's own jars folder
     # may be an empty one under a test's state folder.
     if "KAPPA_JARS_DIR" in os.environ:
-        env["KAPPA_JARS_DIR"] = os.environ["KAPPA_JARS_DIR"]
+        env["KAPPA_JARS_DIR"] = str(stack.jars_path)  # resolved: a subprocess may start in another folder
     env.update(extra)
     return env

@@ -3,6 +3,7 @@ from the start. It is said while it lasts, and what was not acknowledged within 
 by tag (a file's row numbers), never reported as delivered."""
 
 import socket
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -38,24 +39,28 @@ def test_records_kafka_never_acknowledged_are_named_unconfirmed_and_the_outage_i
         publisher.close(timeout_s=1)
 
 
-class _StalledProducer:
-    """librdkafka as it was seen once in test_outages: its broker back, it renews no connection by itself, so its
-    records are answered only after someone asks for metadata (which connects). `fails_metadata`: the broker is still
-    away, so the request itself fails."""
+class _Producer:
+    """librdkafka as test_outages' producer once behaved, its broker back: it renews no connection by itself, so its
+    records are answered (on a poll or a flush) only once a metadata request has connected it (`connected`).
+    `kafka_away`: the request fails, the broker is still away. `capacity`: its local queue, full beyond that."""
 
-    def __init__(self, fails_metadata: bool = False) -> None:
+    def __init__(self, connected: bool = False, kafka_away: bool = False, capacity: int = 100_000) -> None:
+        self.connected = connected
+        self.kafka_away = kafka_away
+        self.capacity = capacity
         self.waiting: list[Callable[..., None]] = []
         self.metadata_requests = 0
-        self.fails_metadata = fails_metadata
 
     def produce(self, _topic: str, *, on_delivery: Callable[..., None], **_record: object) -> None:
+        if len(self.waiting) >= self.capacity:
+            raise BufferError("Local: Queue full")
         self.waiting.append(on_delivery)
 
     def poll(self, _timeout: float) -> int:
-        return 0
+        return self.flush(0)
 
     def flush(self, _timeout: float) -> int:
-        if self.metadata_requests and not self.fails_metadata:
+        if self.connected:
             for delivered in self.waiting:
                 delivered(None, None)
             self.waiting.clear()
@@ -63,24 +68,29 @@ class _StalledProducer:
 
     def list_topics(self, timeout: float) -> None:
         self.metadata_requests += 1
-        if self.fails_metadata:
+        if self.kafka_away:
             raise KafkaException(KafkaError(KafkaError._TRANSPORT))
+        self.connected = True
 
 
-def _publisher_over(producer: _StalledProducer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Publisher:
+def _publisher_over(producer: _Producer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Publisher:
     monkeypatch.setattr(clients, "STALL_PROBE_S", 0.05)
     publisher = Publisher(load_settings(state_dir=tmp_path, bootstrap_servers=f"127.0.0.1:{_closed_port()}"))
     publisher._producer = producer  # type: ignore[assignment]
-    for row in (1, 2):
-        publisher.send("clicks", Outgoing(b"k", b"v", partition=0), tag=row)
     return publisher
 
 
-def test_records_nobody_answers_make_the_publisher_ask_for_metadata_and_then_they_are_answered(
+def _send(publisher: Publisher, *rows: int) -> None:
+    for row in rows:
+        publisher.send("clicks", Outgoing(b"k", b"v", partition=0), tag=row)
+
+
+def test_a_flush_whose_records_nobody_answers_asks_for_metadata_and_then_they_are_answered(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    stalled = _StalledProducer()
+    stalled = _Producer()
     publisher = _publisher_over(stalled, tmp_path, monkeypatch)
+    _send(publisher, 1, 2)
     assert publisher.flush(timeout_s=30) == 0
     assert stalled.metadata_requests == 1  # answered after the first: no second
     assert (publisher.confirmed, publisher.unconfirmed()) == (2, [])
@@ -89,8 +99,56 @@ def test_records_nobody_answers_make_the_publisher_ask_for_metadata_and_then_the
 def test_a_metadata_request_that_fails_leaves_the_records_waiting_until_the_flush_times_out(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    stalled = _StalledProducer(fails_metadata=True)
+    stalled = _Producer(kafka_away=True)
     publisher = _publisher_over(stalled, tmp_path, monkeypatch)
+    _send(publisher, 1, 2)
     assert publisher.flush(timeout_s=0.3) == 2  # no exception: the outage goes on, the records wait
-    assert 2 <= stalled.metadata_requests <= 7  # one per STALL_PROBE_S of 0.3 s (0.05 s), not one per slice
+    assert 1 <= stalled.metadata_requests <= 7  # at most one per STALL_PROBE_S (0.05 s) over the 0.3 s flush
     assert publisher.unconfirmed() == [1, 2]
+
+
+def test_a_send_after_records_stalled_for_the_probe_interval_asks_for_metadata(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stalled = _Producer()
+    publisher = _publisher_over(stalled, tmp_path, monkeypatch)
+    _send(publisher, 1)
+    assert stalled.metadata_requests == 0
+    time.sleep(0.1)
+    _send(publisher, 2)  # the file goes on: the stall is seen here, not only at the end of the file
+    assert stalled.metadata_requests == 1
+    assert publisher.flush(timeout_s=1) == 0
+
+
+def test_records_sent_after_an_idle_spell_start_their_own_stall_clock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    answering = _Producer(connected=True)
+    publisher = _publisher_over(answering, tmp_path, monkeypatch)
+    answering.poll = lambda _timeout: 0  # type: ignore[method-assign]  # answered on a flush only
+    _send(publisher, 1)
+    assert publisher.flush(timeout_s=1) == 0
+    time.sleep(0.1)  # nothing waits: no stall, however long
+    _send(publisher, 2)
+    assert answering.metadata_requests == 0
+
+
+def test_waiting_for_one_record_asks_for_metadata_when_nothing_is_answered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stalled = _Producer()
+    publisher = _publisher_over(stalled, tmp_path, monkeypatch)
+    _send(publisher, 1)
+    publisher.await_acknowledgement(1)  # returns only once answered
+    assert (stalled.metadata_requests, publisher.confirmed) == (1, 1)
+
+
+def test_a_full_local_queue_that_nothing_drains_asks_for_metadata(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stalled = _Producer(capacity=1)
+    publisher = _publisher_over(stalled, tmp_path, monkeypatch)
+    _send(publisher, 1, 2)  # the second waits for room in the queue, which the request's answers make
+    assert stalled.metadata_requests == 1
+    assert publisher.flush(timeout_s=1) == 0
+    assert publisher.confirmed == 2

@@ -106,8 +106,7 @@ class Publisher:
             return
         if self._say is not None and now - self._last_line >= OUTAGE_LINE_S:
             self._last_line = now
-            waiting = self.sent - self.confirmed - len(self._failures)
-            left = self.settings.produce_timeout_s - (now - self._outage_since)
+            waiting, left = self._waiting(), self.settings.produce_timeout_s - (now - self._outage_since)
             self._say(
                 f"Kafka at {self.settings.bootstrap} is out of reach ({err.str()}): {waiting} record(s) wait for "
                 f"it, retried for up to {max(left, 0):.0f} s more (KAPPA_PRODUCE_TIMEOUT_S)"
@@ -138,7 +137,7 @@ class Publisher:
             kwargs["headers"] = rec.headers
         if rec.timestamp_ms is not None:
             kwargs["timestamp"] = rec.timestamp_ms
-        if self.sent == self.confirmed + len(self._failures):  # none waited: the stall clock starts now
+        if not self._waiting():  # none waited: the stall clock starts now
             self._last_answer = time.monotonic()
         while True:
             try:
@@ -146,6 +145,7 @@ class Publisher:
                 break
             except BufferError:  # local queue full (Kafka slow, or away): let deliveries drain, then retry
                 self._producer.poll(0.5)
+                self._unstall()
             except KafkaException as exc:
                 raise KappaError(f"producing to {topic} failed: {exc}") from None
         if tag is not None:
@@ -178,10 +178,14 @@ class Publisher:
         STALL_PROBE_S): with no broker up, librdkafka connects to one for it. Kafka still away is no error here: the
         outage is said by `_error`, and the records wait on."""
         now = time.monotonic()
-        if self.sent > self.confirmed + len(self._failures) and now - self._last_answer >= STALL_PROBE_S:
+        if self._waiting() and now - self._last_answer >= STALL_PROBE_S:
             self._last_answer = now  # the next request after another STALL_PROBE_S without an answer
             with contextlib.suppress(KafkaException):
                 self._producer.list_topics(timeout=1.0)
+
+    def _waiting(self) -> int:
+        """Records sent and not answered yet (neither acknowledged nor failed)."""
+        return self.sent - self.confirmed - len(self._failures)
 
     def unconfirmed(self) -> list[int]:
         """The tags of the records not acknowledged: failed (a timed-out delivery may still have landed) or still
