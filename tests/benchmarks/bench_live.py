@@ -679,9 +679,10 @@ class FlightRecorder:
                 capture_output=True, text=True, check=False,
             )  # fmt: skip
 
-    def summary(self) -> list[dict[str, Any]]:
+    def summary(self, keep_in: Path | None = None) -> list[dict[str, Any]]:
         """Per JVM: the share of CPU samples by thread kind and, within Spark's tasks and stream threads, by the
-        code on top of the stack (the first frame of a known library)."""
+        code on top of the stack (the first frame of a known library). `keep_in`: a folder that keeps the
+        recordings (`<jvm>-<pid>.jfr`, for `jfr print` or JDK Mission Control); otherwise they are deleted."""
         deadline = time.monotonic() + 60
         rows: list[dict[str, Any]] = []
         for name, pid in self.jvms.items():
@@ -714,6 +715,11 @@ class FlightRecorder:
             for by, counter, top in (("thread", threads, 12), ("code", code, 15), ("method", methods, 15)):
                 rows += [{"jvm": name, "by": by, "what": k, "share": f"{100 * n / total:.1f} %"}
                          for k, n in counter.most_common(top)]  # fmt: skip
+        if keep_in is not None:
+            keep_in.mkdir(parents=True, exist_ok=True)
+            for name, pid in self.jvms.items():
+                if (recording := self.folder / f"{pid}.jfr").exists():
+                    shutil.move(recording, keep_in / f"{name.replace(' ', '-')}-{pid}.jfr")
         shutil.rmtree(self.folder, ignore_errors=True)
         return rows
 
@@ -862,7 +868,11 @@ def measure(
         if pipeline.realtime:
             receivers["realtime"] = Receiver(settings, pipeline.realtime, wait_ms=10)  # a target of 100 ms
         # the path that sees a click first: the run waits for the last click on it
-        first_path = "enriched" if any(job == "enrich_clicks" for job, _ in pipeline.jobs) else "realtime"
+        # (none when only views run: their lag says when they have read everything)
+        first_path = (
+            "enriched" if any(job == "enrich_clicks" for job, _ in pipeline.jobs)
+            else "realtime" if pipeline.realtime else None
+        )  # fmt: skip
         for r in receivers.values():
             r.start()
         for r in receivers.values():
@@ -886,7 +896,10 @@ def measure(
         ok, lag_note = kept_up(lag.samples, rate)
         # What was produced may still be on its way: wait (bounded) until every path has seen the last click.
         deadline, last_id = time.monotonic() + drain, produced.ids[-1]
-        seen_last = lambda: any(row[0] == last_id for row in receivers[first_path].rows[-50_000:])  # noqa: E731
+
+        def seen_last() -> bool:
+            return first_path is None or any(row[0] == last_id for row in receivers[first_path].rows[-50_000:])
+
         while time.monotonic() < deadline and not seen_last():
             time.sleep(1)
         # the sessions and the Delta commit of the batches after it follow the enriched record
@@ -921,7 +934,7 @@ def measure(
                      "latency": met if rate <= 1000 else "", "kept_up": "yes" if ok else "NO"})  # fmt: skip
     profile = [{"rate": rate, **row} for row in batch_profile(settings, pipeline.jobs, clock_started)]
     lags = [{"rate": rate, **row} for row in lag_table(lag.samples, rate)]
-    jfr = [{"rate": rate, **row} for row in recorder.summary()] if recorder else []
+    jfr = [{"rate": rate, **row} for row in recorder.summary(keep_in=dump)] if recorder else []
     print(f"  {rate:,} clicks/s: {'kept up' if ok else 'fell behind'} ({lag_note})", flush=True)
     return {"rows": rows, "kept_up": ok, "lag_note": lag_note, "profile": profile, "cpu": cpu, "lags": lags,
             "jfr": jfr, "tasks": tasks, "threads": thread_cpu}  # fmt: skip
@@ -1082,7 +1095,12 @@ def main() -> None:
     parser.add_argument("--backlog-minutes", type=float, default=10.0, help="how long the --backlog job is stopped")
     parser.add_argument("--profile-seconds", type=float, default=0.0, help="JFR-profile the job JVMs this long")
     parser.add_argument("--task-cpu", action="store_true", help="each job's task CPU, from the Spark UI's REST API")
-    parser.add_argument("--dump", type=Path, default=None, help="a folder for each click's latency per path (CSV)")
+    parser.add_argument(
+        "--dump",
+        type=Path,
+        default=None,
+        help="a folder for each click's latency per path (CSV) and the --profile-seconds recordings",
+    )
     parser.add_argument("--also-ran", default="nothing else", help="what else ran on the machine, for the report")
     args = parser.parse_args()
 
