@@ -673,6 +673,10 @@ class FlightRecorder:
         java_bin = spark_java_path().resolve().parent
         self.jcmd, self.jfr = str(java_bin / "jcmd"), str(java_bin / "jfr")
         for pid in self.jvms.values():
+            # Spark's stacks run deeper than JFR's default 64 frames, which cut off the outermost ones (the batch,
+            # the action, the planning phase): a recording cannot say which phase its samples belong to. Takes
+            # effect only before a JVM's first recording.
+            subprocess.run([self.jcmd, str(pid), "JFR.configure", "stackdepth=512"], capture_output=True, check=False)
             subprocess.run(
                 [self.jcmd, str(pid), "JFR.start", "name=bench", "settings=profile", f"duration={seconds:.0f}s",
                  f"filename={self.folder / f'{pid}.jfr'}"],
