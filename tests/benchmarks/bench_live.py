@@ -401,7 +401,7 @@ _NOT_JOBS = ("kafka", "registry", "bench (producer, consumers)")
 
 
 def idle_cost(
-    settings: KappaSettings, pipeline: Pipeline, seconds: float, profile_s: float = 0.0
+    settings: KappaSettings, pipeline: Pipeline, seconds: float, profile_s: float = 0.0, dump: Path | None = None
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """What the deployed pipeline costs while no click arrives (its queries only ask Kafka for new offsets), and
     where its JVMs spend it (with `profile_s`)."""
@@ -413,7 +413,7 @@ def idle_cost(
         return cores, []
     recorder = FlightRecorder(settings, pipeline.jobs, profile_s)  # after the meter: the recorder costs CPU too
     time.sleep(profile_s)
-    return cores, [{"rate": 0, **row} for row in recorder.summary()]
+    return cores, [{"rate": 0, **row} for row in recorder.summary(keep_in=dump, window="idle")]
 
 
 # ------------------------------------------------------------------------ where each click landed ----------
@@ -683,10 +683,11 @@ class FlightRecorder:
                 capture_output=True, text=True, check=False,
             )  # fmt: skip
 
-    def summary(self, keep_in: Path | None = None) -> list[dict[str, Any]]:
+    def summary(self, keep_in: Path | None = None, window: str = "") -> list[dict[str, Any]]:
         """Per JVM: the share of CPU samples by thread kind and, within Spark's tasks and stream threads, by the
         code on top of the stack (the first frame of a known library). `keep_in`: a folder that keeps the
-        recordings (`<jvm>-<pid>.jfr`, for `jfr print` or JDK Mission Control); otherwise they are deleted."""
+        recordings (`<window>-<jvm>-<pid>.jfr`, one per measured window, for `jfr print` or JDK Mission Control);
+        otherwise they are deleted."""
         deadline = time.monotonic() + 60
         rows: list[dict[str, Any]] = []
         for name, pid in self.jvms.items():
@@ -723,7 +724,7 @@ class FlightRecorder:
             keep_in.mkdir(parents=True, exist_ok=True)
             for name, pid in self.jvms.items():
                 if (recording := self.folder / f"{pid}.jfr").exists():
-                    shutil.move(recording, keep_in / f"{name.replace(' ', '-')}-{pid}.jfr")
+                    shutil.move(recording, keep_in / f"{window}-{name.replace(' ', '-')}-{pid}.jfr")
         shutil.rmtree(self.folder, ignore_errors=True)
         return rows
 
@@ -938,7 +939,7 @@ def measure(
                      "latency": met if rate <= 1000 else "", "kept_up": "yes" if ok else "NO"})  # fmt: skip
     profile = [{"rate": rate, **row} for row in batch_profile(settings, pipeline.jobs, clock_started)]
     lags = [{"rate": rate, **row} for row in lag_table(lag.samples, rate)]
-    jfr = [{"rate": rate, **row} for row in recorder.summary(keep_in=dump)] if recorder else []
+    jfr = [{"rate": rate, **row} for row in recorder.summary(keep_in=dump, window=f"r{rate}")] if recorder else []
     print(f"  {rate:,} clicks/s: {'kept up' if ok else 'fell behind'} ({lag_note})", flush=True)
     return {"rows": rows, "kept_up": ok, "lag_note": lag_note, "profile": profile, "cpu": cpu, "lags": lags,
             "jfr": jfr, "tasks": tasks, "threads": thread_cpu}  # fmt: skip
@@ -1141,7 +1142,7 @@ def main() -> None:
             settle(settings, pipeline, args.users)
             if args.idle:
                 drained(settings, pipeline, args.drain)
-                idle, idle_profile = idle_cost(settings, pipeline, args.idle, args.profile_seconds)
+                idle, idle_profile = idle_cost(settings, pipeline, args.idle, args.profile_seconds, args.dump)
                 sections["cpu"].append(idle)
                 sections["jvm_profile"] += idle_profile
                 verdicts.append({"what": "idle: the jobs' cores", "measured": idle["jobs"], "target": "< 0.1",
