@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import platform
 import sys
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
@@ -72,6 +75,39 @@ def timed(action: Callable[[], object]) -> float:
     started = time.perf_counter()
     action()
     return time.perf_counter() - started
+
+
+def machine_speed(seconds: float = 1.0) -> dict[str, float]:
+    """How fast this machine's cores are now, by two fixed kernels: SHA-256 (a core's own speed) and copying 256 MB
+    (its memory bandwidth), on one core and then on every core at once. This shared host's cores ran the same code
+    at half their pace on another day, with no steal to show for it: a figure is compared with another only beside
+    these."""
+    alone = _kernels(seconds)
+    cores = os.cpu_count() or 1
+    with ProcessPoolExecutor(cores) as pool:
+        together = list(pool.map(_kernels, [seconds] * cores))
+    return {
+        "sha256_MBps_one_core": alone["sha256"],
+        "sha256_MBps_per_core_all_busy": round(sum(t["sha256"] for t in together) / cores),
+        "copy_MBps_one_core": alone["copy"],
+        "copy_MBps_per_core_all_busy": round(sum(t["copy"] for t in together) / cores),
+    }
+
+
+def _kernels(seconds: float) -> dict[str, float]:
+    block = os.urandom(1 << 20)
+    hashed, started = 0, time.perf_counter()
+    while (spent := time.perf_counter() - started) < seconds:
+        hashlib.sha256(block).digest()
+        hashed += 1
+    sha = hashed / spent
+    source, target = bytearray(256 << 20), bytearray(256 << 20)
+    target[:] = source  # the pages exist before the clock runs: a copy, not page faults
+    copied, started = 0, time.perf_counter()
+    while (spent := time.perf_counter() - started) < seconds:
+        target[:] = source
+        copied += 256
+    return {"sha256": round(sha), "copy": round(copied / spent)}
 
 
 def report(name: str, rows: list[dict[str, Any]], **sections: list[dict[str, Any]]) -> None:
