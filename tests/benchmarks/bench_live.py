@@ -318,8 +318,7 @@ class CpuMeter:
         self.parts = self._parts(settings, jobs)
         self.started = time.monotonic()
         self.start = {name: self._per_pid(pids) for name, pids in self.parts.items()}
-        self.machine_start = self._machine_busy()
-        self.steal_start = self._stolen()
+        self.machine_start, self.steal_start = self._machine()
 
     @staticmethod
     def _parts(settings: KappaSettings, jobs: tuple[tuple[str, int], ...]) -> dict[str, set[int]]:
@@ -342,14 +341,12 @@ class CpuMeter:
         return {pid: _cpu_seconds({pid}) for pid in pids}
 
     @staticmethod
-    def _machine_busy() -> float:
-        # Linux counts a guest's time in `user` too, and the hypervisor's `steal` is not this machine's work.
+    def _machine() -> tuple[float, float]:
+        """CPU seconds since boot, from one reading: this machine's busy ones, and those the hypervisor stole.
+        Linux counts a guest's time in `user` too, and `steal` is not this machine's work."""
         times = psutil.cpu_times()
-        return sum(times) - times.idle - times.iowait - _stolen_of(times) - _guests_of(times)
-
-    @staticmethod
-    def _stolen() -> float:
-        return _stolen_of(psutil.cpu_times())
+        busy = sum(times) - times.idle - times.iowait - times.steal - times.guest - times.guest_nice
+        return busy, times.steal
 
     def cores(self) -> dict[str, float]:
         seconds = time.monotonic() - self.started
@@ -358,22 +355,15 @@ class CpuMeter:
             now = self._per_pid(pids)
             used[name] = round(sum(t - self.start[name].get(pid, 0.0) for pid, t in now.items()) / seconds, 2)
         jobs = sum(v for k, v in used.items() if k not in _NOT_JOBS)
+        busy, stolen = self._machine()
         return {
             "jobs": round(jobs, 2),
             **used,
-            "machine": round((self._machine_busy() - self.machine_start) / seconds, 2),
+            "machine": round((busy - self.machine_start) / seconds, 2),
             # Cores the shared host gave to other machines while ours wanted them: a run with a large figure here
             # was measured on fewer cores than it says (compare only runs with about the same).
-            "stolen": round((self._stolen() - self.steal_start) / seconds, 2),
+            "stolen": round((stolen - self.steal_start) / seconds, 2),
         }
-
-
-def _stolen_of(times: Any) -> float:
-    return float(getattr(times, "steal", 0.0))
-
-
-def _guests_of(times: Any) -> float:
-    return float(getattr(times, "guest", 0.0) + getattr(times, "guest_nice", 0.0))
 
 
 class ThreadCpu:
