@@ -51,7 +51,7 @@ from tests.benchmarks.bench_live import (
     produce_profiles,
     settle,
 )
-from tests.benchmarks.common import bench_stack, print_table, report, run_main
+from tests.benchmarks.common import bench_stack, machine_speed, print_table, report, run_main
 
 MB = 1_000_000
 
@@ -198,6 +198,8 @@ def main() -> None:
     parser.add_argument("--also-ran", default="nothing else", help="what else ran on the machine, for the report")
     args = parser.parse_args()
 
+    speed = machine_speed()  # before anything starts: an hour's figures are compared only beside the machine's pace
+    print(f"machine speed: {speed}", flush=True)
     names = pipeline_jobs()
     windows: list[Window] = []
     maintained: list[dict[str, Any]] = []
@@ -260,6 +262,7 @@ def main() -> None:
         host=[w.host for w in windows],
         maintenance=maintained,
         exactness=exactness,
+        machine_speed=[speed],
         verdict=found,
         notes=notes,
     )
