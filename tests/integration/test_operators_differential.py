@@ -280,6 +280,8 @@ def _click_log(seed: int, users: int) -> list[dict[str, Any]]:
                         "segment": rng.choice(["A", "B", "UNKNOWN", None])})  # fmt: skip
             if log and rng.random() < 0.15:  # enrich_clicks corrects an earlier click's segment
                 log.append(dict(rng.choice(log), segment=rng.choice(["A", "B", "C"])))
+            if log and rng.random() < 0.05:  # an id seen again at another time (its session open, or forgotten)
+                log.append(dict(rng.choice(log), event_time=t - rng.choice([0, 3, 150]) * MINUTE_MS))
         logs.append(log)
     rows: list[dict[str, Any]] = []
     offsets: dict[int, int] = defaultdict(int)

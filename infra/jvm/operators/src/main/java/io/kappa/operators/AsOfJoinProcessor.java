@@ -9,7 +9,6 @@ import java.util.Set;
 import org.apache.spark.sql.Encoders;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
-import org.apache.spark.sql.streaming.MapState;
 import org.apache.spark.sql.streaming.StatefulProcessorHandle;
 import org.apache.spark.sql.streaming.TTLConfig;
 import org.apache.spark.sql.types.StructType;
@@ -28,7 +27,7 @@ final class AsOfJoinProcessor extends KeyedRuleProcessor {
   private final String lateKind;
   // The key's held events beside its state value: by time bucket, and each event's bucket by its id.
   private transient BytesByLong buckets;
-  private transient HeldBuckets.Index index;
+  private transient LongById index;
 
   AsOfJoinProcessor(StructType input, long latenessMs, long disorderMs, String lateKind) {
     super(input, AsOfJoin.OUTPUT.size(), SIDE_OUT);
@@ -46,32 +45,13 @@ final class AsOfJoinProcessor extends KeyedRuleProcessor {
 
   @Override
   void initMore(StatefulProcessorHandle handle) {
-    MapState<Long, byte[]> byBucket =
-        handle.getMapState("held", Encoders.LONG(), Encoders.BINARY(), TTLConfig.NONE());
-    MapState<String, Long> byId =
-        handle.getMapState("heldIndex", Encoders.STRING(), Encoders.LONG(), TTLConfig.NONE());
     useStores(
-        BytesByLong.of(byBucket),
-        new HeldBuckets.Index() {
-          @Override
-          public Long get(String id) {
-            return byId.getValue(id);
-          }
-
-          @Override
-          public void put(String id, long bucket) {
-            byId.updateValue(id, bucket);
-          }
-
-          @Override
-          public void remove(String id) {
-            byId.removeKey(id);
-          }
-        });
+        BytesByLong.of(handle.getMapState("held", Encoders.LONG(), Encoders.BINARY(), TTLConfig.NONE())),
+        LongById.of(handle.getMapState("heldIndex", Encoders.STRING(), Encoders.LONG(), TTLConfig.NONE())));
   }
 
   /** Where the key's held events are kept: Spark's state variables (initMore), or a test's maps. */
-  AsOfJoinProcessor useStores(BytesByLong buckets, HeldBuckets.Index index) {
+  AsOfJoinProcessor useStores(BytesByLong buckets, LongById index) {
     this.buckets = buckets;
     this.index = index;
     return this;

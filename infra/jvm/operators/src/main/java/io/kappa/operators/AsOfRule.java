@@ -88,7 +88,7 @@ final class AsOfRule {
   static Changes apply(
       State state,
       BytesByLong buckets,
-      HeldBuckets.Index index,
+      LongById index,
       List<Version> versions,
       List<Event> events,
       long latenessMs,
@@ -148,7 +148,7 @@ final class AsOfRule {
 
   /** Moves the held events a first-layout value carried inline (in their order) beside the key's state. */
   static void moveInline(State state, List<HeldBuckets.Entry> inline, BytesByLong buckets,
-      HeldBuckets.Index index) {
+      LongById index) {
     HeldBuckets held = new HeldBuckets(buckets, index, state.held);
     for (HeldBuckets.Entry e : inline) {
       held.put(e.event, e.answer);

@@ -28,15 +28,6 @@ final class HeldBuckets {
   static final long BUCKET_MS = 60_000;
   private static final int FORMAT = 1;
 
-  /** The key's index in the state store: event id -> its bucket. */
-  interface Index {
-    Long get(String id); // null when absent
-
-    void put(String id, long bucket);
-
-    void remove(String id);
-  }
-
   /** What the key's head value keeps of its held events: the buckets that hold some, and the next number. */
   static final class Head {
     final TreeSet<Long> buckets = new TreeSet<>();
@@ -57,7 +48,7 @@ final class HeldBuckets {
   }
 
   private final BytesByLong buckets; // the key's buckets in the state store: bucket -> its events
-  private final Index index;
+  private final LongById index; // event id -> its bucket
   private final Head head;
   // The buckets this batch read or changed, as they are now, and those the store held; written back by flush().
   private final Map<Long, List<Entry>> read = new HashMap<>();
@@ -68,7 +59,7 @@ final class HeldBuckets {
   private final Map<String, Long> indexNow = new HashMap<>();
   private final Map<String, Long> indexBefore = new HashMap<>();
 
-  HeldBuckets(BytesByLong buckets, Index index, Head head) {
+  HeldBuckets(BytesByLong buckets, LongById index, Head head) {
     this.buckets = buckets;
     this.index = index;
     this.head = head;

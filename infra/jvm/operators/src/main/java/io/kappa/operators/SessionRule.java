@@ -1,7 +1,9 @@
 package io.kappa.operators;
 
 import java.io.ByteArrayOutputStream;
+import java.io.DataInputStream;
 import java.io.DataOutputStream;
+import java.io.EOFException;
 import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.util.ArrayList;
@@ -10,14 +12,17 @@ import java.util.Comparator;
 import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.Objects;
 import java.util.Set;
+import java.util.TreeSet;
 
 /**
  * The sessionization rule of jobs/sessionize/logic.py for one key, step for step: that file is the
  * specification (lateness from log order, gap, merges into the session created first, stable ids,
  * corrections, what state may forget). This class knows nothing of Spark; {@link SessionsProcessor} feeds
- * it one key's events of a batch in log order.
+ * it one key's events of a batch in log order. The sessions' event ids (logic.py's {@code event_ids}) are
+ * kept beside the key's value, by minute ({@link SessionIds}).
  */
 final class SessionRule {
   private SessionRule() {}
@@ -35,7 +40,6 @@ final class SessionRule {
     long createdSeq; // position in the key's log of the event that created it: merge order
     String segment; // the segment at the session's first click
     String firstEventId; // the session's first click (by event time)
-    Set<String> eventIds = new HashSet<>(); // clicks in the session: a repeat of one is a correction
 
     void absorb(Event e) {
       boolean first = e.timeMs() < startMs;
@@ -49,7 +53,6 @@ final class SessionRule {
         segment = e.segment();
         firstEventId = e.id();
       }
-      eventIds.add(e.id());
       if (last) {
         exitPage = e.page();
       }
@@ -70,7 +73,6 @@ final class SessionRule {
       exitPage = exit;
       segment = seg;
       firstEventId = firstId;
-      eventIds.addAll(other.eventIds);
     }
   }
 
@@ -79,28 +81,31 @@ final class SessionRule {
     Long latestMs;
     long seen; // events of this key processed so far (log position)
     final LinkedHashMap<String, Session> open = new LinkedHashMap<>();
+    final TreeSet<Long> idMinutes = new TreeSet<>(); // the minutes SessionIds holds ids in
   }
 
   record Changes(List<Session> upserts, List<String> retractions, List<Event> late) {}
 
-  /** Apply one key's next events (in log order) to its state; what to emit. Mutates {@code state}. */
-  static Changes apply(String key, State state, List<Event> events, long gapMs, long latenessMs) {
+  /**
+   * Apply one key's next events (in log order) to its state and its sessions' event ids ({@code byMinute},
+   * {@code index}: see {@link SessionIds}); what to emit. Mutates {@code state} and writes the ids.
+   */
+  static Changes apply(
+      String key, State state, BytesByLong byMinute, LongById index, List<Event> events, long gapMs,
+      long latenessMs) {
+    SessionIds ids = new SessionIds(byMinute, index, state.idMinutes);
     LinkedHashMap<String, Session> changed = new LinkedHashMap<>();
     List<String> retracted = new ArrayList<>();
     List<Event> late = new ArrayList<>();
     for (Event e : events) {
-      Session containing = null;
-      for (Session s : state.open.values()) {
-        if (s.eventIds.contains(e.id())) {
-          containing = s;
-          break;
-        }
-      }
-      if (containing != null) { // a correction of a click already counted
-        if (Objects.equals(containing.firstEventId, e.id())
-            && !Objects.equals(containing.segment, e.segment())) {
-          containing.segment = e.segment();
-          changed.put(containing.sessionId, containing);
+      Long seenAt = ids.timeOf(e.id());
+      Long earliest = earliestStart(state);
+      if (seenAt != null && earliest != null && seenAt >= earliest) { // a correction of a click in a session
+        for (Session s : state.open.values()) { // only the session's first click sets its segment
+          if (e.id().equals(s.firstEventId) && !Objects.equals(s.segment, e.segment())) {
+            s.segment = e.segment();
+            changed.put(s.sessionId, s);
+          }
         }
         continue;
       }
@@ -131,7 +136,6 @@ final class SessionRule {
         session.createdSeq = seq;
         session.segment = e.segment();
         session.firstEventId = e.id();
-        session.eventIds.add(e.id());
       } else {
         session = touching.get(0);
         session.absorb(e);
@@ -142,10 +146,12 @@ final class SessionRule {
           retracted.add(other.sessionId);
         }
       }
+      ids.add(e.id(), e.timeMs());
       state.open.put(session.sessionId, session);
       changed.put(session.sessionId, session);
     }
     forgetSettled(state, gapMs, latenessMs);
+    ids.flush(earliestStart(state));
     List<String> retractions = new ArrayList<>();
     for (String id : retracted) {
       if (!state.open.containsKey(id)) {
@@ -157,6 +163,15 @@ final class SessionRule {
     return new Changes(upserts, retractions, late);
   }
 
+  /** The earliest start of the key's open sessions, or null when none is open. */
+  private static Long earliestStart(State state) {
+    Long earliest = null;
+    for (Session s : state.open.values()) {
+      earliest = earliest == null ? s.startMs : Math.min(earliest, s.startMs);
+    }
+    return earliest;
+  }
+
   private static void forgetSettled(State state, long gapMs, long latenessMs) {
     if (state.latestMs == null) {
       return;
@@ -165,9 +180,29 @@ final class SessionRule {
     state.open.values().removeIf(s -> s.endMs < horizon);
   }
 
-  // The state as bytes (one value per key in Spark's state store): a versioned, compact layout.
+  /** Moves the event ids a first-layout value carried in its sessions into {@link SessionIds}, once. */
+  static void moveInline(State state, Map<String, String[]> inline, BytesByLong byMinute, LongById index) {
+    if (inline.isEmpty()) {
+      return;
+    }
+    SessionIds ids = new SessionIds(byMinute, index, state.idMinutes);
+    inline.forEach((sessionId, eventIds) -> { // any time within the session tells it is open: its start
+      for (String id : eventIds) {
+        ids.add(id, state.open.get(sessionId).startMs);
+      }
+    });
+    ids.flush(earliestStart(state));
+  }
 
-  private static final int FORMAT = 1;
+  // The state as bytes (one value per key in Spark's state store): a versioned, compact layout. Format 1
+  // carried each session's event ids in the value, rewritten whole by each batch that touched the key; such a
+  // value is read once, and its ids moved (moveInline).
+
+  private static final int FIRST_FORMAT = 1;
+  private static final int FORMAT = 2;
+
+  /** A key's value as read: its state, and the event ids a first-layout value carried by session (else empty). */
+  record Stored(State state, Map<String, String[]> inline) {}
 
   static byte[] serialize(State state) {
     ByteArrayOutputStream bytes = new ByteArrayOutputStream(256);
@@ -187,17 +222,19 @@ final class SessionRule {
         out.writeLong(s.createdSeq);
         Bytes.writeString(out, s.segment);
         Bytes.writeString(out, s.firstEventId);
-        Bytes.writeStrings(out, s.eventIds.toArray(new String[0]));
       }
+      writeRuns(out, state.idMinutes);
     } catch (IOException e) {
       throw new UncheckedIOException(e);
     }
     return bytes.toByteArray();
   }
 
-  static State deserialize(byte[] data) {
-    return Bytes.decode("sessions", FORMAT, data, in -> {
+  static Stored deserialize(byte[] data) {
+    boolean first = data.length > 0 && data[0] == FIRST_FORMAT;
+    return Bytes.decode("sessions", first ? FIRST_FORMAT : FORMAT, data, in -> {
       State state = new State();
+      Map<String, String[]> inline = new LinkedHashMap<>();
       state.latestMs = Bytes.readLong(in);
       state.seen = in.readLong();
       int open = in.readInt();
@@ -213,10 +250,52 @@ final class SessionRule {
         s.createdSeq = in.readLong();
         s.segment = Bytes.readString(in);
         s.firstEventId = Bytes.readString(in);
-        Collections.addAll(s.eventIds, Bytes.readStrings(in));
+        if (first) {
+          inline.put(s.sessionId, Bytes.readStrings(in));
+        }
         state.open.put(s.sessionId, s);
       }
-      return state;
+      if (!first) {
+        readRuns(in, state.idMinutes);
+      }
+      return new Stored(state, inline);
     });
+  }
+
+  // The minutes of ids as runs of consecutive minutes (first, last): a session's minutes are one run, so the
+  // value does not grow with the session's length.
+
+  private static void writeRuns(DataOutputStream out, TreeSet<Long> minutes) throws IOException {
+    List<long[]> runs = new ArrayList<>();
+    for (long minute : minutes) {
+      long[] last = runs.isEmpty() ? null : runs.get(runs.size() - 1);
+      if (last != null && last[1] == minute - 1) {
+        last[1] = minute;
+      } else {
+        runs.add(new long[] {minute, minute});
+      }
+    }
+    out.writeInt(runs.size());
+    for (long[] run : runs) {
+      out.writeLong(run[0]);
+      out.writeLong(run[1]);
+    }
+  }
+
+  private static void readRuns(DataInputStream in, TreeSet<Long> minutes) throws IOException {
+    int runs = in.readInt();
+    if (runs < 0 || runs > in.available() / 16) {
+      throw new EOFException();
+    }
+    for (int i = 0; i < runs; i++) {
+      long first = in.readLong();
+      long last = in.readLong();
+      if (last < first || last - first > 10_000_000) { // nineteen years of minutes: a broken value
+        throw new IllegalStateException("sessions state has a run of minutes from " + first + " to " + last);
+      }
+      for (long minute = first; minute <= last; minute++) {
+        minutes.add(minute);
+      }
+    }
   }
 }

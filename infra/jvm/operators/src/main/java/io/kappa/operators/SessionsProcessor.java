@@ -4,8 +4,11 @@ import java.util.ArrayList;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Set;
+import org.apache.spark.sql.Encoders;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
+import org.apache.spark.sql.streaming.StatefulProcessorHandle;
+import org.apache.spark.sql.streaming.TTLConfig;
 import org.apache.spark.sql.types.StructType;
 
 /** Spark's side of sessionization: one key's rows of a batch, in log order, through {@link SessionRule}. */
@@ -19,6 +22,9 @@ final class SessionsProcessor extends KeyedRuleProcessor {
   private final long gapMs;
   private final long latenessMs;
   private final String lateKind;
+  // The key's sessions' event ids beside its state value: by minute, and each id's time by the id.
+  private transient BytesByLong idsByMinute;
+  private transient LongById idIndex;
 
   SessionsProcessor(StructType input, long gapMs, long latenessMs, String lateKind) {
     super(input, Sessions.OUTPUT.size(), SIDE_OUT);
@@ -32,6 +38,20 @@ final class SessionsProcessor extends KeyedRuleProcessor {
   }
 
   @Override
+  void initMore(StatefulProcessorHandle handle) {
+    useStores(
+        BytesByLong.of(handle.getMapState("ids", Encoders.LONG(), Encoders.BINARY(), TTLConfig.NONE())),
+        LongById.of(handle.getMapState("idIndex", Encoders.STRING(), Encoders.LONG(), TTLConfig.NONE())));
+  }
+
+  /** Where the key's event ids are kept: Spark's state variables (initMore), or a test's maps. */
+  SessionsProcessor useStores(BytesByLong idsByMinute, LongById idIndex) {
+    this.idsByMinute = idsByMinute;
+    this.idIndex = idIndex;
+    return this;
+  }
+
+  @Override
   byte[] apply(String key, byte[] stored, List<Row> rows, List<Row> out) {
     List<SessionRule.Event> events = new ArrayList<>(rows.size());
     for (Row r : rows) {
@@ -39,9 +59,14 @@ final class SessionsProcessor extends KeyedRuleProcessor {
           new SessionRule.Event(
               r.getString(eventId), r.getLong(eventTime), r.getString(page), r.getString(segment)));
     }
-    SessionRule.State current =
-        stored != null ? SessionRule.deserialize(stored) : new SessionRule.State();
-    SessionRule.Changes changes = SessionRule.apply(key, current, events, gapMs, latenessMs);
+    SessionRule.State current = new SessionRule.State();
+    if (stored != null) {
+      SessionRule.Stored read = SessionRule.deserialize(stored);
+      current = read.state();
+      SessionRule.moveInline(current, read.inline(), idsByMinute, idIndex); // a first-layout value's ids, once
+    }
+    SessionRule.Changes changes =
+        SessionRule.apply(key, current, idsByMinute, idIndex, events, gapMs, latenessMs);
     for (SessionRule.Session s : changes.upserts()) {
       Object[] values = new Object[Sessions.OUTPUT.size()];
       values[0] = "upsert";

@@ -21,7 +21,7 @@ class AsOfRuleTest {
   /** One key's state and its store, as the processor keeps them from batch to batch. */
   private static final class Key {
     final AsOfRule.State state = new AsOfRule.State();
-    final HeldBucketsTest.Store store = new HeldBucketsTest.Store();
+    final MapStore store = new MapStore();
 
     AsOfRule.Changes apply(List<AsOfRule.Version> versions, List<AsOfRule.Event> events) {
       return AsOfRule.apply(state, store, store, versions, events, L, D);

@@ -82,7 +82,8 @@ class ColumnsByNameTest {
   // ---- sessions
 
   private static SessionsProcessor sessionsProcessor(StructType schema) {
-    return new SessionsProcessor(schema, 10, 100, "late_event");
+    MapStore store = new MapStore();
+    return new SessionsProcessor(schema, 10, 100, "late_event").useStores(store, store);
   }
 
   private static List<Row> clicks(StructType schema) {
@@ -145,7 +146,7 @@ class ColumnsByNameTest {
             row(schema, values("key", "u", "is_entity", true, "kafka_topic", "profiles", "kafka_partition", 0,
                 "kafka_offset", 8L, "raw_value", new byte[] {7}, "entity_version", 1L, "valid_from_ms", 0L,
                 "published_ms", 0L, "payload", seq("GOLD"))));
-    HeldBucketsTest.Store store = new HeldBucketsTest.Store();
+    MapStore store = new MapStore();
     AsOfJoinProcessor processor = new AsOfJoinProcessor(schema, 50, 10, "late_profile").useStores(store, store);
     Batch batch = handle(processor, AsOfJoin.OUTPUT, "u", rows, () -> null);
     AsOfRule.State state = AsOfRule.deserialize(batch.state()).state();

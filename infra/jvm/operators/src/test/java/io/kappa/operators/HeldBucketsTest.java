@@ -5,7 +5,6 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.util.ArrayList;
-import java.util.HashMap;
 import java.util.Iterator;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -20,37 +19,6 @@ import org.junit.jupiter.api.Test;
  * horizon. Each batch runs on a new HeldBuckets over the same store, as Spark's batches do.
  */
 class HeldBucketsTest {
-  /** The store's two maps, counting what a batch writes. */
-  static final class Store extends MapBytesByLong implements HeldBuckets.Index {
-    final Map<String, Long> index = new HashMap<>();
-    int indexWrites;
-
-    /** Another store holding the same values, for a second run from the same point. */
-    Store copy() {
-      Store copy = new Store();
-      copy.values.putAll(values);
-      copy.index.putAll(index);
-      return copy;
-    }
-
-    @Override
-    public Long get(String id) {
-      return index.get(id);
-    }
-
-    @Override
-    public void put(String id, long bucket) {
-      index.put(id, bucket);
-      indexWrites++;
-    }
-
-    @Override
-    public void remove(String id) {
-      index.remove(id);
-      indexWrites++;
-    }
-  }
-
   private record Held(AsOfRule.Event event, Long answer) {}
 
   private static AsOfRule.Event event(String id, long time) {
@@ -63,7 +31,7 @@ class HeldBucketsTest {
     return out;
   }
 
-  private static List<String> ofStore(Store store, HeldBuckets.Head head) {
+  private static List<String> ofStore(MapStore store, HeldBuckets.Head head) {
     List<String> out = new ArrayList<>();
     for (HeldBuckets.Entry e : new HeldBuckets(store, store, head).inOrder()) {
       out.add(e.event.id() + "@" + e.event.timeMs() + "=" + e.answer);
@@ -75,7 +43,7 @@ class HeldBucketsTest {
   void everyBatchLeavesTheEventsTheDictWouldHoldInItsOrder() {
     Random random = new Random(41);
     LinkedHashMap<String, Held> model = new LinkedHashMap<>();
-    Store store = new Store();
+    MapStore store = new MapStore();
     HeldBuckets.Head head = new HeldBuckets.Head();
     long frontier = -5 * HeldBuckets.BUCKET_MS; // times before the epoch too: buckets round down
     List<String> ever = new ArrayList<>();
@@ -128,7 +96,7 @@ class HeldBucketsTest {
 
   @Test
   void aNewEventWritesItsBucketAndOneIndexEntryHoweverManyAreHeld() {
-    Store store = new Store();
+    MapStore store = new MapStore();
     HeldBuckets.Head head = new HeldBuckets.Head();
     HeldBuckets held = new HeldBuckets(store, store, head);
     for (int i = 0; i < 900; i++) { // 30 minutes of a user's clicks, one every 2 s
@@ -147,7 +115,7 @@ class HeldBucketsTest {
 
   @Test
   void eventsHeldAndSettledInOneBatchWriteNothing() {
-    Store store = new Store();
+    MapStore store = new MapStore();
     HeldBuckets.Head head = new HeldBuckets.Head();
     HeldBuckets held = new HeldBuckets(store, store, head);
     for (int i = 0; i < 100; i++) { // a replay's batch: a user's clicks, and a frontier far past them
@@ -161,7 +129,7 @@ class HeldBucketsTest {
 
   @Test
   void anEventPutAgainWithAnotherTimeMovesBucketsAndKeepsItsPlace() {
-    Store store = new Store();
+    MapStore store = new MapStore();
     HeldBuckets.Head head = new HeldBuckets.Head();
     HeldBuckets held = new HeldBuckets(store, store, head);
     held.put(event("a", 1_000), 1L);
@@ -176,7 +144,7 @@ class HeldBucketsTest {
 
   @Test
   void aBucketTheIndexNamesWithoutTheEventIsRefused() {
-    Store store = new Store();
+    MapStore store = new MapStore();
     HeldBuckets.Head head = new HeldBuckets.Head();
     store.index.put("ghost", 3L);
     HeldBuckets held = new HeldBuckets(store, store, head);

@@ -2,6 +2,7 @@ package io.kappa.operators;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.util.ArrayList;
 import java.util.List;
@@ -22,8 +23,14 @@ class SessionRuleTest {
     return new SessionRule.Event(id, time, page, "S-" + id);
   }
 
-  private static SessionRule.Changes run(SessionRule.State state, SessionRule.Event... events) {
-    return SessionRule.apply("u", state, List.of(events), G, A);
+  /** A key's state value and its state-store maps (the sessions' event ids), as Spark keeps them. */
+  private static final class Key {
+    final SessionRule.State state = new SessionRule.State();
+    final MapStore store = new MapStore();
+  }
+
+  private static SessionRule.Changes run(Key key, SessionRule.Event... events) {
+    return SessionRule.apply("u", key.state, key.store, key.store, List.of(events), G, A);
   }
 
   /** id [start, end] clicks pages entry>exit segment, per upsert. */
@@ -53,83 +60,83 @@ class SessionRuleTest {
 
   @Test
   void aGapExactlyEqualToGJoinsOneMoreStartsANewSession() {
-    SessionRule.State state = new SessionRule.State();
-    SessionRule.Changes changes = run(state, e("e1", 0, "a"), e("e2", 10, "b"), e("e3", 21, "c"));
+    Key key = new Key();
+    SessionRule.Changes changes = run(key, e("e1", 0, "a"), e("e2", 10, "b"), e("e3", 21, "c"));
     assertEquals(List.of("u:e1 [0,10] 2 2 a>b S-e1", "u:e3 [21,21] 1 1 c>c S-e3"), upserts(changes));
     assertEquals(List.of(), changes.retractions());
-    assertEquals(3L, state.seen);
-    assertEquals(21L, state.latestMs);
+    assertEquals(3L, key.state.seen);
+    assertEquals(21L, key.state.latestMs);
   }
 
   @Test
   void anEarlierEventWithinGBecomesTheEntryAndTheSessionKeepsItsId() {
-    SessionRule.State state = new SessionRule.State();
-    run(state, e("e1", 100, "a"));
-    SessionRule.Changes changes = run(state, e("e0", 90, "z")); // exactly G before the start
+    Key key = new Key();
+    run(key, e("e1", 100, "a"));
+    SessionRule.Changes changes = run(key, e("e0", 90, "z")); // exactly G before the start
     assertEquals(List.of("u:e1 [90,100] 2 2 z>a S-e0"), upserts(changes), "the first click's segment");
   }
 
   @Test
   void anEventTouchingTwoSessionsMergesThemIntoTheOneCreatedFirst() {
-    SessionRule.State state = new SessionRule.State();
-    assertEquals(2, run(state, e("e1", 0, "a"), e("e2", 20, "b")).upserts().size());
-    SessionRule.Changes changes = run(state, e("e3", 10, "c")); // within G of both
+    Key key = new Key();
+    assertEquals(2, run(key, e("e1", 0, "a"), e("e2", 20, "b")).upserts().size());
+    SessionRule.Changes changes = run(key, e("e3", 10, "c")); // within G of both
     assertMerged("u:e1 [0,20] 3 3 a>b S-e1", "u:e2", changes);
-    assertEquals(Set.of("u:e1"), state.open.keySet());
+    assertEquals(Set.of("u:e1"), key.state.open.keySet());
   }
 
   @Test
   void aSessionMergedAwayInTheBatchThatCreatedItIsRetractedNotUpserted() {
     SessionRule.Changes changes =
-        run(new SessionRule.State(), e("e1", 0, "a"), e("e2", 20, "b"), e("e3", 10, "c"));
+        run(new Key(), e("e1", 0, "a"), e("e2", 20, "b"), e("e3", 10, "c"));
     assertMerged("u:e1 [0,20] 3 3 a>b S-e1", "u:e2", changes);
   }
 
   @Test
   void theMergeOrderIsLogOrderNotTimeOrder() {
-    SessionRule.State state = new SessionRule.State();
+    Key key = new Key();
     // e1 (time 20) creates the first session, e2 (time 0) the second: then e3 (time 10) joins them.
-    SessionRule.Changes changes = run(state, e("e1", 20, "x"), e("e2", 0, "y"), e("e3", 10, "z"));
+    SessionRule.Changes changes = run(key, e("e1", 20, "x"), e("e2", 0, "y"), e("e3", 10, "z"));
     // the id is e1's, the entry page and the segment are those of the earliest click (e2), the exit e1's
     assertMerged("u:e1 [0,20] 3 3 y>x S-e2", "u:e2", changes);
   }
 
   @Test
   void anEventMoreThanABehindTheLatestIsLateAndChangesNothing() {
-    SessionRule.State state = new SessionRule.State();
-    SessionRule.Changes changes = run(state, e("e1", 1000, "a"), e("e2", 900, "b"), e("e3", 899, "c"));
+    Key key = new Key();
+    SessionRule.Changes changes = run(key, e("e1", 1000, "a"), e("e2", 900, "b"), e("e3", 899, "c"));
     assertEquals(List.of("u:e1 [1000,1000] 1 1 a>a S-e1", "u:e2 [900,900] 1 1 b>b S-e2"), upserts(changes),
         "900 is exactly A behind 1000: not late");
     assertEquals(List.of("e3"), late(changes));
-    assertEquals(3L, state.seen, "a late event still takes its log position");
-    assertEquals(1000L, state.latestMs);
+    assertEquals(3L, key.state.seen, "a late event still takes its log position");
+    assertEquals(1000L, key.state.latestMs);
   }
 
   @Test
   void aRepeatedFirstClickWithANewSegmentCorrectsTheSessionAndCountsNothing() {
-    SessionRule.State state = new SessionRule.State();
-    run(state, e("e1", 0, "a"), e("e2", 5, "b"));
+    Key key = new Key();
+    run(key, e("e1", 0, "a"), e("e2", 5, "b"));
     SessionRule.Changes changes =
-        run(state, new SessionRule.Event("e1", 0, "a", "GOLD"), new SessionRule.Event("e2", 5, "b", "SILVER"));
+        run(key, new SessionRule.Event("e1", 0, "a", "GOLD"), new SessionRule.Event("e2", 5, "b", "SILVER"));
     assertEquals(List.of("u:e1 [0,5] 2 2 a>b GOLD"), upserts(changes), "only the first click sets the segment");
-    assertEquals(2L, state.seen, "a correction takes no log position");
+    assertEquals(2L, key.state.seen, "a correction takes no log position");
     assertEquals(
-        List.of(), upserts(run(state, new SessionRule.Event("e1", 0, "a", "GOLD"))), "same segment: nothing");
+        List.of(), upserts(run(key, new SessionRule.Event("e1", 0, "a", "GOLD"))), "same segment: nothing");
   }
 
   @Test
   void aSessionIsForgottenOnlyOnceItEndsMoreThanAPlusGBeforeTheLatest() {
-    SessionRule.State kept = new SessionRule.State();
+    Key kept = new Key();
     run(kept, e("e1", 0, "a"), e("e9", 110, "z")); // horizon 110 - 110 = 0: a session ending at 0 stays
-    assertEquals(Set.of("u:e1", "u:e9"), kept.open.keySet());
+    assertEquals(Set.of("u:e1", "u:e9"), kept.state.open.keySet());
     assertEquals(
         List.of("u:e1 [0,0] 1 1 a>a GOLD"),
         upserts(run(kept, new SessionRule.Event("e1", 0, "a", "GOLD"))),
         "still open: corrected");
 
-    SessionRule.State forgot = new SessionRule.State();
+    Key forgot = new Key();
     run(forgot, e("e1", 0, "a"), e("e9", 111, "z")); // horizon 1
-    assertEquals(Set.of("u:e9"), forgot.open.keySet());
+    assertEquals(Set.of("u:e9"), forgot.state.open.keySet());
     SessionRule.Changes changes = run(forgot, new SessionRule.Event("e1", 0, "a", "GOLD"));
     assertEquals(List.of(), upserts(changes));
     assertEquals(List.of("e1"), late(changes), "a correction of a forgotten session is late");
@@ -137,10 +144,80 @@ class SessionRuleTest {
 
   @Test
   void aFirstBatchWithNoEventsLeavesAnEmptyState() {
-    SessionRule.State state = new SessionRule.State();
-    SessionRule.Changes changes = run(state);
+    Key key = new Key();
+    SessionRule.Changes changes = run(key);
     assertEquals(List.of(), changes.upserts());
-    assertNull(state.latestMs);
-    assertEquals(0L, state.seen);
+    assertNull(key.state.latestMs);
+    assertEquals(0L, key.state.seen);
+  }
+
+  // ---- the sessions' event ids in the state store (SessionIds)
+
+  @Test
+  void aRepeatedIdWithAnotherTimeIsStillACorrection() {
+    Key key = new Key();
+    run(key, e("e1", 0, "a"), e("e2", 5, "b"));
+    SessionRule.Changes changes = run(key, new SessionRule.Event("e1", 90, "q", "GOLD"));
+    assertEquals(List.of("u:e1 [0,5] 2 2 a>b GOLD"), upserts(changes), "the id, not the time, names the click");
+    assertEquals(2L, key.state.seen);
+  }
+
+  @Test
+  void anIdSeenAgainAfterItsSessionWasForgottenIsNewIfNotLate() {
+    Key key = new Key();
+    run(key, e("e1", 0, "a"));
+    run(key, e("e9", 200, "z")); // forgets u:e1 (horizon 90); e1's id stays only as a harmless stale entry
+    assertEquals(Set.of("u:e9"), key.state.open.keySet());
+    SessionRule.Changes changes = run(key, e("e1", 195, "b")); // a new time, within A: a click, not a correction
+    assertEquals(List.of("u:e9 [195,200] 2 2 b>z S-e1"), upserts(changes));
+    assertEquals(3L, key.state.seen);
+    assertEquals(List.of(), upserts(run(key, e("e1", 195, "b"))), "and now a correction of that click");
+  }
+
+  private static SessionRule.Changes runLive(Key key, SessionRule.Event... events) {
+    return SessionRule.apply("u", key.state, key.store, key.store, List.of(events), 30 * 60_000, 120 * 60_000);
+  }
+
+  @Test
+  void aNewClickWritesItsMinuteAndOneIndexEntryHoweverLongTheSession() {
+    Key key = new Key();
+    List<SessionRule.Event> hour = new ArrayList<>();
+    for (int i = 0; i < 1_800; i++) { // an hour of a user's clicks, one every 2 s: one session
+      hour.add(e("e" + i, i * 2_000L, "/p" + i % 20));
+    }
+    runLive(key, hour.toArray(new SessionRule.Event[0]));
+    assertEquals(60, key.store.values.size());
+    assertEquals(1_800, key.store.index.size());
+    key.store.resetCounts();
+    key.store.indexWrites = 0;
+    runLive(key, e("new", 3_600_000L, "/p0"));
+    assertEquals(1, key.store.puts + key.store.removes, "the new click's minute only");
+    assertEquals(1, key.store.indexWrites);
+    assertTrue(SessionRule.serialize(key.state).length < 400, "the value holds no id");
+  }
+
+  @Test
+  void sessionsOpenedAndForgottenInOneBatchWriteNoIds() {
+    Key key = new Key();
+    List<SessionRule.Event> replay = new ArrayList<>();
+    for (int i = 0; i < 300; i++) { // a replay's batch: a session every 3 hours, each forgotten by the next
+      replay.add(e("a" + i, i * 3 * 3_600_000L, "/a"));
+      replay.add(e("b" + i, i * 3 * 3_600_000L + 90_000, "/b"));
+    }
+    runLive(key, replay.toArray(new SessionRule.Event[0]));
+    assertEquals(1, key.state.open.size());
+    assertEquals(2, key.store.puts, "the open session's two minutes");
+    assertEquals(2, key.store.indexWrites, "its two ids");
+  }
+
+  @Test
+  void theMinutesBeforeTheEarliestOpenSessionAreDroppedWithTheirIndexEntries() {
+    Key key = new Key();
+    runLive(key, e("a", 0, "/a"), e("b", 60_000, "/a"), e("c", 120_000, "/a"));
+    runLive(key, e("d", 3 * 3_600_000L, "/b")); // 3 hours later: the first session is forgotten
+    assertEquals(Set.of("u:d"), key.state.open.keySet());
+    assertEquals(Set.of(180L), key.store.values.keySet());
+    assertEquals(Set.of(180L), key.state.idMinutes);
+    assertEquals(Set.of("d"), key.store.index.keySet());
   }
 }

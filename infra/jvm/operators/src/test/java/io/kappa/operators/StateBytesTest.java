@@ -20,7 +20,7 @@ import java.util.function.Function;
 import org.junit.jupiter.api.Test;
 
 /**
- * The state bytes (FORMAT = 1) of both rules: every kind of value survives a round trip, the layout is the
+ * The state bytes (FORMAT = 2, format 1 still read) of both rules: every kind of value survives a round trip, the layout is the
  * one written down here byte by byte (a change to it must change FORMAT), and bytes of another format, cut
  * short or with bytes left over are refused with a message that says so.
  */
@@ -115,12 +115,12 @@ class StateBytesTest {
 
   @Test
   void theAsOfRuleContinuesFromItsBytesAsFromItsMemory() {
-    HeldBucketsTest.Store store = new HeldBucketsTest.Store();
+    MapStore store = new MapStore();
     AsOfRule.State kept = new AsOfRule.State();
     List<AsOfRule.Version> first = List.of(new AsOfRule.Version(1, 0, 0, new String[] {"A"}));
     AsOfRule.apply(kept, store, store, first, events("a", 100, "b", 400), 50, 10);
     AsOfRule.State stored = AsOfRule.deserialize(AsOfRule.serialize(kept)).state();
-    HeldBucketsTest.Store copy = store.copy();
+    MapStore copy = store.copy();
     List<AsOfRule.Version> next = List.of(new AsOfRule.Version(2, 90, 95, new String[] {"B"}));
     AsOfRule.Changes fromMemory = AsOfRule.apply(kept, store, store, next, events("c", 410), 50, 10);
     AsOfRule.Changes fromBytes = AsOfRule.apply(stored, copy, copy, next, events("c", 410), 50, 10);
@@ -180,7 +180,7 @@ class StateBytesTest {
     AsOfRule.Stored read = AsOfRule.deserialize(firstFormatValue());
     assertEquals(List.of(List.of(3L, 4L, 5L, List.of("S")), Arrays.asList(9L, null, 0L, List.of())),
         asOfValues(read.state()));
-    HeldBucketsTest.Store store = new HeldBucketsTest.Store();
+    MapStore store = new MapStore();
     AsOfRule.moveInline(read.state(), read.inline(), store, store);
     List<String> held = new ArrayList<>();
     new HeldBuckets(store, store, read.state().held).inOrder()
@@ -194,7 +194,7 @@ class StateBytesTest {
   /** A session with its fields in SessionRule.Session's order. */
   private static SessionRule.Session session(
       String id, long startMs, long endMs, int clicks, Set<String> pages, String entryPage, String exitPage,
-      long createdSeq, String segment, String firstEventId, Set<String> eventIds) {
+      long createdSeq, String segment, String firstEventId) {
     SessionRule.Session x = new SessionRule.Session();
     x.sessionId = id;
     x.startMs = startMs;
@@ -206,7 +206,6 @@ class StateBytesTest {
     x.createdSeq = createdSeq;
     x.segment = segment;
     x.firstEventId = firstEventId;
-    x.eventIds.addAll(eventIds);
     return x;
   }
 
@@ -215,59 +214,90 @@ class StateBytesTest {
     s.latestMs = 5_000L;
     s.seen = 12;
     SessionRule.Session one =
-        session("u:e1", 1_000, 2_000, 3, Set.of("/a", "/b\u00e9"), "/a", "/b\u00e9", 4, null, "e1",
-            Set.of("e1", "e2", "e3"));
-    SessionRule.Session two =
-        session("u:e9", 4_000, 4_000, 1, Set.of("/z"), "/z", "/z", 11, "GOLD", "e9", Set.of("e9"));
+        session("u:e1", 1_000, 2_000, 3, Set.of("/a", "/b\u00e9"), "/a", "/b\u00e9", 4, null, "e1");
+    SessionRule.Session two = session("u:e9", 4_000, 4_000, 1, Set.of("/z"), "/z", "/z", 11, "GOLD", "e9");
     s.open.put(two.sessionId, two); // not in created order: the map's order must survive
     s.open.put(one.sessionId, one);
+    s.idMinutes.addAll(List.of(-2L, -1L, 0L, 1L, 7L)); // two runs, one before the epoch
     return s;
   }
 
   private static List<Object> sessionsValues(SessionRule.State s) {
     List<Object> values = new ArrayList<>();
-    values.add(Arrays.asList(s.latestMs, s.seen));
+    values.add(Arrays.asList(s.latestMs, s.seen, List.copyOf(s.idMinutes)));
     s.open.forEach(
         (id, x) ->
             values.add(
                 Arrays.asList(
                     id, x.sessionId, x.startMs, x.endMs, x.clicks, x.pages, x.entryPage, x.exitPage,
-                    x.createdSeq, x.segment, x.firstEventId, x.eventIds)));
+                    x.createdSeq, x.segment, x.firstEventId)));
     return values;
   }
 
   @Test
   void theSessionsStateRoundTrips() {
     SessionRule.State original = sessionsState();
-    SessionRule.State back = SessionRule.deserialize(SessionRule.serialize(original));
-    assertEquals(sessionsValues(original), sessionsValues(back));
-    assertEquals(List.of("u:e9", "u:e1"), new ArrayList<>(back.open.keySet()));
-    assertEquals(Set.of("e1", "e2", "e3"), back.open.get("u:e1").eventIds);
+    SessionRule.Stored back = SessionRule.deserialize(SessionRule.serialize(original));
+    assertEquals(sessionsValues(original), sessionsValues(back.state()));
+    assertEquals(List.of("u:e9", "u:e1"), new ArrayList<>(back.state().open.keySet()));
+    assertTrue(back.inline().isEmpty());
 
-    SessionRule.State empty = SessionRule.deserialize(SessionRule.serialize(new SessionRule.State()));
+    SessionRule.State empty = SessionRule.deserialize(SessionRule.serialize(new SessionRule.State())).state();
     assertNull(empty.latestMs);
     assertEquals(sessionsValues(new SessionRule.State()), sessionsValues(empty));
   }
 
   @Test
-  void theSessionsLayoutIsFormatOneAsWrittenDownHere() {
-    ByteBuffer expected = ByteBuffer.allocate(1 + 1 + 8 + 4);
-    expected.put((byte) 1).put((byte) 0).putLong(0).putInt(0); // FORMAT, latest: none, seen 0, no session
+  void theSessionsLayoutIsFormatTwoAsWrittenDownHere() {
+    ByteBuffer expected = ByteBuffer.allocate(1 + 1 + 8 + 4 + 4);
+    expected.put((byte) 2).put((byte) 0).putLong(0).putInt(0).putInt(0); // FORMAT, latest: none, seen 0, none
     assertArrayEquals(expected.array(), SessionRule.serialize(new SessionRule.State()));
 
     SessionRule.State s = new SessionRule.State();
     s.latestMs = 7L;
     s.seen = 1;
-    s.open.put("i", session("i", 7, 7, 1, Set.of("p"), "p", "p", 0, null, "e", Set.of("e")));
-    ByteBuffer one = ByteBuffer.allocate(1 + 9 + 8 + 4 + 5 + 16 + 4 + 9 + 5 + 5 + 8 + 4 + 5 + 9);
-    one.put((byte) 1).put((byte) 1).putLong(7).putLong(1).putInt(1); // FORMAT, latest 7, seen 1, one session
+    s.open.put("i", session("i", 7, 7, 1, Set.of("p"), "p", "p", 0, null, "e"));
+    s.idMinutes.addAll(List.of(0L, 1L, 5L));
+    ByteBuffer one = ByteBuffer.allocate(1 + 9 + 8 + 4 + 5 + 16 + 4 + 9 + 5 + 5 + 8 + 4 + 5 + 4 + 32);
+    one.put((byte) 2).put((byte) 1).putLong(7).putLong(1).putInt(1); // FORMAT, latest 7, seen 1, one session
     one.putInt(1).put((byte) 'i').putLong(7).putLong(7).putInt(1); // id, start, end, clicks
     one.putInt(1).putInt(1).put((byte) 'p'); // pages
     one.putInt(1).put((byte) 'p').putInt(1).put((byte) 'p'); // entry, exit
     one.putLong(0).putInt(-1); // created seq, segment: none
-    one.putInt(1).put((byte) 'e').putInt(1).putInt(1).put((byte) 'e'); // first event id, event ids
+    one.putInt(1).put((byte) 'e'); // first event id
+    one.putInt(2).putLong(0).putLong(1).putLong(5).putLong(5); // the minutes of ids: two runs
     assertEquals(0, one.remaining(), "the expected layout above is complete");
     assertArrayEquals(one.array(), SessionRule.serialize(s));
+  }
+
+  /** A format-1 value (the layout before SessionIds): one session holding its event ids e and f. */
+  private static byte[] sessionsFirstFormatValue() {
+    ByteBuffer one = ByteBuffer.allocate(1 + 9 + 8 + 4 + 5 + 16 + 4 + 9 + 5 + 5 + 8 + 4 + 5 + 14);
+    one.put((byte) 1).put((byte) 1).putLong(130_000).putLong(2).putInt(1); // FORMAT, latest, seen, one session
+    one.putInt(1).put((byte) 'i').putLong(125_000).putLong(130_000).putInt(2); // id, start, end, clicks
+    one.putInt(1).putInt(1).put((byte) 'p'); // pages
+    one.putInt(1).put((byte) 'p').putInt(1).put((byte) 'p'); // entry, exit
+    one.putLong(0).putInt(-1); // created seq, segment: none
+    one.putInt(1).put((byte) 'e'); // first event id
+    one.putInt(2).putInt(1).put((byte) 'e').putInt(1).put((byte) 'f'); // event ids
+    assertEquals(0, one.remaining(), "the layout above is complete");
+    return one.array();
+  }
+
+  @Test
+  void aFirstLayoutSessionsValueIsReadWithItsIdsAndTheyAreMovedBesideIt() {
+    SessionRule.Stored read = SessionRule.deserialize(sessionsFirstFormatValue());
+    assertEquals(List.of("e", "f"), List.of(read.inline().get("i")));
+    assertEquals(Set.of(), read.state().idMinutes);
+    MapStore store = new MapStore();
+    SessionRule.moveInline(read.state(), read.inline(), store, store);
+    assertEquals(Set.of(2L), read.state().idMinutes, "at the session's start, minute 2");
+    assertEquals(java.util.Map.of("e", 125_000L, "f", 125_000L), store.index);
+    SessionRule.Changes again =
+        SessionRule.apply("u", read.state(), store, store, List.of(new SessionRule.Event("f", 130_000, "p", "X")),
+            10, 100_000);
+    assertEquals(List.of(), again.upserts(), "a moved id is still known: its repeat is a correction");
+    assertEquals(2L, read.state().seen);
   }
 
   // ---- refusals
@@ -286,7 +316,7 @@ class StateBytesTest {
     refuses(AsOfRule::deserialize, asOf, "as-of", "format 3, this operator reads 2");
     byte[] sessions = SessionRule.serialize(sessionsState());
     sessions[0] = 0;
-    refuses(SessionRule::deserialize, sessions, "sessions", "format 0, this operator reads 1");
+    refuses(SessionRule::deserialize, sessions, "sessions", "format 0, this operator reads 2");
   }
 
   @Test
@@ -296,9 +326,10 @@ class StateBytesTest {
         refuses(AsOfRule::deserialize, Arrays.copyOf(asOf, length), "as-of", "truncated");
       }
     }
-    byte[] sessions = SessionRule.serialize(sessionsState());
-    for (int length = 0; length < sessions.length; length++) {
-      refuses(SessionRule::deserialize, Arrays.copyOf(sessions, length), "sessions", "truncated");
+    for (byte[] sessions : List.of(SessionRule.serialize(sessionsState()), sessionsFirstFormatValue())) {
+      for (int length = 0; length < sessions.length; length++) {
+        refuses(SessionRule::deserialize, Arrays.copyOf(sessions, length), "sessions", "truncated");
+      }
     }
   }
 
@@ -322,5 +353,9 @@ class StateBytesTest {
     ByteBuffer buckets = ByteBuffer.allocate(1 + 4 + 1 + 1 + 8 + 4);
     buckets.put((byte) 2).putInt(0).put((byte) 0).put((byte) 0).putLong(0).putInt(Integer.MAX_VALUE);
     refuses(AsOfRule::deserialize, buckets.array(), "as-of", "truncated");
+    // FORMAT 2, no session, one run of minutes that ends before it starts
+    ByteBuffer run = ByteBuffer.allocate(1 + 1 + 8 + 4 + 4 + 16);
+    run.put((byte) 2).put((byte) 0).putLong(0).putInt(0).putInt(1).putLong(5).putLong(4);
+    refuses(SessionRule::deserialize, run.array(), "sessions", "a run of minutes from 5 to 4");
   }
 }
