@@ -25,7 +25,7 @@ import java.util.TreeSet;
  * it starts (a later one starts past the forgotten one's end plus G, or its event would have been late). So an
  * id is in an open session exactly when it is indexed at a time at or after the earliest open session's start:
  * the minutes before that start can be dropped whole, and a minute that holds the start keeps harmless ids
- * until it is dropped in turn.
+ * until it is dropped in turn. (This needs G >= 0, which {@link Sessions#apply} checks.)
  */
 final class SessionIds {
   static final long BUCKET_MS = 60_000;
@@ -53,6 +53,9 @@ final class SessionIds {
 
   /** The time {@code id} was added at, or null if it never was or its minute was dropped. */
   Long timeOf(String id) {
+    if (id == null) { // the state store keys by id: none is no key (the input's contract makes it required)
+      throw new IllegalStateException("sessions: an event without an event_id cannot be told from its repeats");
+    }
     Long time = added.get(id);
     if (time != null || minutes.isEmpty()) { // no minute in the store: no index read (a key's first batch)
       return time;

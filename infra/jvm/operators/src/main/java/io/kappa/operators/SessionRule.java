@@ -102,7 +102,7 @@ final class SessionRule {
       Long earliest = earliestStart(state);
       if (seenAt != null && earliest != null && seenAt >= earliest) { // a correction of a click in a session
         for (Session s : state.open.values()) { // only the session's first click sets its segment
-          if (e.id().equals(s.firstEventId) && !Objects.equals(s.segment, e.segment())) {
+          if (Objects.equals(e.id(), s.firstEventId) && !Objects.equals(s.segment, e.segment())) {
             s.segment = e.segment();
             changed.put(s.sessionId, s);
           }
@@ -290,7 +290,8 @@ final class SessionRule {
     for (int i = 0; i < runs; i++) {
       long first = in.readLong();
       long last = in.readLong();
-      if (last < first || last - first > 10_000_000) { // nineteen years of minutes: a broken value
+      // nineteen years of minutes, or a difference that overflows: a broken value
+      if (last < first || last - first < 0 || last - first > 10_000_000) {
         throw new IllegalStateException("sessions state has a run of minutes from " + first + " to " + last);
       }
       for (long minute = first; minute <= last; minute++) {

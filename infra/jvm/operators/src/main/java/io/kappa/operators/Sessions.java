@@ -55,6 +55,7 @@ public final class Sessions {
    * @param lateKind the side_kind of a late event (the dead-letter header)
    */
   public static Dataset<Row> apply(Dataset<Row> inputs, long gapMs, long latenessMs, String lateKind) {
+    requireSettings(gapMs, latenessMs);
     StructType input = inputs.schema();
     SideRows.check("sessions", INPUT, input);
     int key = input.fieldIndex("key");
@@ -65,5 +66,14 @@ public final class Sessions {
             TimeMode.None(),
             OutputMode.Update(),
             Encoders.row(OUTPUT));
+  }
+
+  /** SessionIds' reasoning needs sessions that never overlap, so a gap of 0 or more; a lateness too. */
+  static void requireSettings(long gapMs, long latenessMs) {
+    if (gapMs < 0 || latenessMs < 0) {
+      throw new IllegalArgumentException(
+          "sessions: the gap and the lateness must be 0 or more (gap " + gapMs + " ms, lateness " + latenessMs
+              + " ms)");
+    }
   }
 }

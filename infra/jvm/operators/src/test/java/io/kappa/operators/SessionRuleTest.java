@@ -2,11 +2,14 @@ package io.kappa.operators;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Random;
 import java.util.Set;
+import java.util.TreeSet;
 import org.junit.jupiter.api.Test;
 
 /**
@@ -219,5 +222,130 @@ class SessionRuleTest {
     assertEquals(Set.of(180L), key.store.values.keySet());
     assertEquals(Set.of(180L), key.state.idMinutes);
     assertEquals(Set.of("d"), key.store.index.keySet());
+  }
+
+  @Test
+  void anIdIndexedAgainAtALaterMinuteSurvivesTheDropOfItsFirstMinute() {
+    Key key = new Key();
+    long g = 10_000;
+    long a = 100_000;
+    SessionRule.apply("u", key.state, key.store, key.store, List.of(e("x", 61_000, "a"), e("z", 100_000, "b"),
+        e("w", 180_000, "c")), g, a); // u:x is forgotten; u:z keeps minute 1 and with it x's stale entry
+    SessionRule.apply("u", key.state, key.store, key.store, List.of(e("x", 175_000, "d")), g, a); // new: joins u:w
+    assertEquals(175_000L, key.store.index.get("x"));
+    SessionRule.apply("u", key.state, key.store, key.store, List.of(e("v", 230_000, "e")), g, a); // drops minute 1
+    assertEquals(Set.of(2L, 3L), key.store.values.keySet());
+    assertEquals(Set.of("x", "w", "v"), key.store.index.keySet(), "x stays indexed at its later minute");
+    long seen = key.state.seen;
+    SessionRule.Changes again =
+        SessionRule.apply("u", key.state, key.store, key.store, List.of(e("x", 175_000, "d")), g, a);
+    assertEquals(List.of(), upserts(again), "a correction of the click x opened u:w with");
+    assertEquals(seen, key.state.seen);
+  }
+
+  // ---- against the rule with every session's ids in a set (logic.py's layout), batch after batch
+
+  private static String rendered(String id, long start, long end, int clicks, Set<String> pages, String entry,
+      String exit, long createdSeq, String segment, String firstEventId) {
+    return id + " [" + start + "," + end + "] " + clicks + " " + new TreeSet<>(
+        pages.stream().map(String::valueOf).toList()) + " " + entry + ">" + exit + " #" + createdSeq + " " + segment
+        + " first " + firstEventId;
+  }
+
+  private static List<String> renderedNew(SessionRule.Changes c, SessionRule.State s) {
+    List<String> out = new ArrayList<>();
+    c.upserts().forEach(x -> out.add("upsert " + rendered(x.sessionId, x.startMs, x.endMs, x.clicks, x.pages,
+        x.entryPage, x.exitPage, x.createdSeq, x.segment, x.firstEventId)));
+    c.retractions().forEach(id -> out.add("retract " + id));
+    c.late().forEach(ev -> out.add("late " + ev.id() + "@" + ev.timeMs()));
+    out.add("seen " + s.seen + " latest " + s.latestMs);
+    s.open.values().forEach(x -> out.add("open " + rendered(x.sessionId, x.startMs, x.endMs, x.clicks, x.pages,
+        x.entryPage, x.exitPage, x.createdSeq, x.segment, x.firstEventId)));
+    return out;
+  }
+
+  private static List<String> renderedBySets(SessionRuleBySets.Changes c, SessionRuleBySets.State s) {
+    List<String> out = new ArrayList<>();
+    c.upserts().forEach(x -> out.add("upsert " + rendered(x.sessionId, x.startMs, x.endMs, x.clicks, x.pages,
+        x.entryPage, x.exitPage, x.createdSeq, x.segment, x.firstEventId)));
+    c.retractions().forEach(id -> out.add("retract " + id));
+    c.late().forEach(ev -> out.add("late " + ev.id() + "@" + ev.timeMs()));
+    out.add("seen " + s.seen + " latest " + s.latestMs);
+    s.open.values().forEach(x -> out.add("open " + rendered(x.sessionId, x.startMs, x.endMs, x.clicks, x.pages,
+        x.entryPage, x.exitPage, x.createdSeq, x.segment, x.firstEventId)));
+    return out;
+  }
+
+  @Test
+  void everyBatchDecidesWhatTheRuleWithIdSetsDecides() {
+    long[][] settings = { // {G, A}: gaps under a minute, of a minute's order, and the job's; lateness 0 too
+      {10, 100}, {10_000, 100_000}, {45_000, 0}, {60_000, 90_000}, {1_800_000, 7_200_000}, {0, 30_000}};
+    Random random = new Random(67);
+    int corrections = 0;
+    int forgotten = 0;
+    for (long[] ga : settings) {
+      long g = ga[0];
+      long a = ga[1];
+      long[] steps = {0, 1, g / 2, g, g + 1, 2 * g, 59_999, 61_000, a / 2, a + g + 1, 3 * 60_000};
+      for (int run = 0; run < 4; run++) {
+        SessionRule.State state = new SessionRule.State();
+        MapStore store = new MapStore();
+        SessionRuleBySets.State model = new SessionRuleBySets.State();
+        List<SessionRule.Event> ever = new ArrayList<>();
+        long now = -3 * 60_000 - random.nextInt(60_000); // before the epoch too: minutes round down
+        for (int batch = 0; batch < 150; batch++) {
+          List<SessionRule.Event> events = new ArrayList<>();
+          for (int i = random.nextInt(8); i > 0; i--) {
+            SessionRule.Event ev;
+            int kind = random.nextInt(10);
+            if (kind == 0 && !ever.isEmpty()) { // a correction: the same click, another segment
+              SessionRule.Event was = ever.get(random.nextInt(ever.size()));
+              ev = new SessionRule.Event(was.id(), was.timeMs(), was.page(), "S" + random.nextInt(3));
+              corrections++;
+            } else if (kind == 1 && !ever.isEmpty()) { // the same id at another time
+              SessionRule.Event was = ever.get(random.nextInt(ever.size()));
+              ev = new SessionRule.Event(was.id(), now - random.nextInt(Math.toIntExact(Math.max(1, a + g))),
+                  "/p" + random.nextInt(3), "S" + random.nextInt(3));
+            } else {
+              now += steps[random.nextInt(steps.length)];
+              long back = random.nextInt(4) == 0 ? steps[random.nextInt(steps.length)] : 0; // out of order, late
+              ev = new SessionRule.Event("e" + ever.size(), now - back, random.nextInt(9) == 0 ? null
+                  : "/p" + random.nextInt(4), random.nextInt(5) == 0 ? null : "S" + random.nextInt(3));
+            }
+            ever.add(ev);
+            events.add(ev);
+          }
+          int openBefore = model.open.size();
+          List<String> expected =
+              renderedBySets(SessionRuleBySets.apply("u", model, events, g, a), model);
+          state = SessionRule.deserialize(SessionRule.serialize(state)).state(); // as the state store keeps it
+          List<String> actual = renderedNew(SessionRule.apply("u", state, store, store, events, g, a), state);
+          assertEquals(expected, actual, "G " + g + ", A " + a + ", run " + run + ", batch " + batch);
+          forgotten += Math.max(0, openBefore - model.open.size());
+        }
+        // far ahead: every session but the new one is forgotten, and its minutes and ids leave the store
+        long far = now + a + g + 5 * 60_000;
+        SessionRule.apply("u", state, store, store, List.of(e("last", far, "/z")), g, a);
+        assertEquals(Set.of("last"), store.index.keySet(), "G " + g + ", A " + a + ", run " + run);
+        assertEquals(Set.of(Math.floorDiv(far, 60_000)), store.values.keySet());
+        assertEquals(store.values.keySet(), state.idMinutes);
+      }
+    }
+    assertTrue(corrections > 500 && forgotten > 500, corrections + " corrections, " + forgotten + " forgotten");
+  }
+
+  @Test
+  void aNegativeGapOrLatenessAndAnEventWithoutAnIdAreRefusedClearly() {
+    IllegalArgumentException settings =
+        assertThrows(IllegalArgumentException.class, () -> Sessions.requireSettings(-5, 100));
+    assertEquals("sessions: the gap and the lateness must be 0 or more (gap -5 ms, lateness 100 ms)",
+        settings.getMessage());
+    assertThrows(IllegalArgumentException.class, () -> Sessions.requireSettings(10, -1));
+    Sessions.requireSettings(0, 0);
+    Key key = new Key();
+    run(key, e("e1", 0, "a"));
+    IllegalStateException noId =
+        assertThrows(IllegalStateException.class, () -> run(key, new SessionRule.Event(null, 1, "a", "S")));
+    assertEquals("sessions: an event without an event_id cannot be told from its repeats", noId.getMessage());
   }
 }

@@ -15,6 +15,7 @@ import java.nio.ByteBuffer;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
+import java.util.Map;
 import java.util.Set;
 import java.util.function.Function;
 import org.junit.jupiter.api.Test;
@@ -292,7 +293,7 @@ class StateBytesTest {
     MapStore store = new MapStore();
     SessionRule.moveInline(read.state(), read.inline(), store, store);
     assertEquals(Set.of(2L), read.state().idMinutes, "at the session's start, minute 2");
-    assertEquals(java.util.Map.of("e", 125_000L, "f", 125_000L), store.index);
+    assertEquals(Map.of("e", 125_000L, "f", 125_000L), store.index);
     SessionRule.Changes again =
         SessionRule.apply("u", read.state(), store, store, List.of(new SessionRule.Event("f", 130_000, "p", "X")),
             10, 100_000);
