@@ -348,6 +348,39 @@ def _actual_sessions(rows: list[Row]) -> dict[Any, list[tuple[Any, ...]]]:
     return {user: records for user, records in per_user.items() if records}
 
 
+def sessions_upgrade_log() -> tuple[list[list[dict[str, Any]]], int]:
+    """The log of the kept sessions checkpoint (checkpoints/README.md), cut into batches, and how many of them the
+    old jar ran."""
+    rng = random.Random(7)
+    return cut(_click_log(seed=7, users=150), 12, rng, lambda i: _dead_letter(i, SESSION_COLUMNS)), 6
+
+
+def sessions_of(clicks: DataFrame) -> DataFrame:
+    return session_changes(clicks, GAP, LATENESS)
+
+
+@pytest.mark.slow
+def test_a_checkpoint_of_the_first_sessions_layout_runs_on_equal_to_the_python_rule(
+    spark: SparkSession, tmp_path: Path, session_conf_restored: None
+) -> None:
+    """A deployed sessionize keeps its checkpoint across the jar that moved its sessions' event ids out of the
+    user's value (format 1: every id inline; now by minute in state variables the old checkpoint does not have),
+    and every later batch equals the rule: corrections of clicks the old jar counted are still known."""
+    batches, first = sessions_upgrade_log()
+    write_batches(tmp_path / "in", batches, SESSION_SCHEMA)
+    placed(CHECKPOINTS / "sessions_format1", tmp_path / "in-checkpoint", tmp_path / "in")
+    expected = _expected_sessions(batches)
+    later = [r for b in expected[first:] for user, rs in b.items() if user is not None for r in rs]
+    assert sum(r[0] == UPSERT for r in later) >= 50, "the later batches change sessions the old jar opened"
+
+    seen = run_batches(spark, tmp_path / "in", SESSION_SCHEMA, sessions_of)
+
+    assert sorted(seen) == list(range(first, len(batches)))  # resumed, nothing run again
+    for batch_id, rows in sorted(seen.items()):
+        assert _actual_sessions(rows) == expected[batch_id], f"batch {batch_id}"
+    assert partitions_of(tmp_path / "in-checkpoint") == (4, 4)  # the checkpoint's partitions, not the session's
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("shuffle_partitions", [1, 4])
 def test_the_sessions_operator_equals_the_python_rule(
@@ -362,8 +395,7 @@ def test_the_sessions_operator_equals_the_python_rule(
     kinds = {kind: sum(r[0] == kind for r in emitted) for kind in (UPSERT, RETRACT, LATE)}
     assert min(kinds.values()) >= 5, kinds  # the log exercises merges and late events
 
-    sessionize = lambda s: session_changes(s, GAP, LATENESS)  # noqa: E731
-    seen = run_batches(spark, tmp_path / "in", SESSION_SCHEMA, sessionize, shuffle_partitions)
+    seen = run_batches(spark, tmp_path / "in", SESSION_SCHEMA, sessions_of, shuffle_partitions)
 
     assert sorted(seen) == list(range(len(batches)))
     for batch_id, rows in sorted(seen.items()):

@@ -29,6 +29,20 @@ def write_as_of(target: Path) -> None:
         keep(folder.parent / "in-checkpoint", target, str(folder))
 
 
+def write_sessions(target: Path) -> None:
+    from tests.integration import test_operators_differential as differential
+
+    batches, first = differential.sessions_upgrade_log()
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = Path(scratch) / "in"
+        write_batches(folder, batches[:first], differential.SESSION_SCHEMA)
+        spark = get_spark(load_settings(), "write-checkpoint")
+        seen = run_batches(spark, folder, differential.SESSION_SCHEMA, differential.sessions_of, 4)
+        spark.stop()
+        assert sorted(seen) == list(range(first)), sorted(seen)
+        keep(folder.parent / "in-checkpoint", target, str(folder))
+
+
 def keep(checkpoint: Path, target: Path, input_folder: str) -> None:
     """The checkpoint without Hadoop's checksums, the input folder's absolute path replaced (the checkpoint is its
     sibling, so that replaces the checkpoint's own paths too)."""
@@ -52,4 +66,4 @@ def placed(fixture: Path, checkpoint: Path, input_folder: Path) -> None:
 
 
 if __name__ == "__main__":
-    {"as_of_format1": write_as_of}[sys.argv[1]](CHECKPOINTS / sys.argv[1])
+    {"as_of_format1": write_as_of, "sessions_format1": write_sessions}[sys.argv[1]](CHECKPOINTS / sys.argv[1])
