@@ -406,7 +406,8 @@ def throughput(
         print(f"running {spec.name} over {events:,} input records ({sizes}) ...")
         sampler = WorkerSampler(Path(f"{settings.checkpoint_root}/{spec.name}.pyspy")) if py_spy else None
         memory = MemorySampler(spark._jvm.ProcessHandle.current().pid())  # type: ignore[union-attr]
-        run = run_job(spec, settings, available_now=True, max_offsets_per_trigger=max_offsets)
+        state_ops = StateOperatorTimes()
+        run = run_job(spec, settings, available_now=True, max_offsets_per_trigger=max_offsets, on_batch=state_ops.add)
         rss = memory.stop()
         state = state_bytes(Path(version_checkpoints(settings, spec.name, run.version)))
         if sampler is not None:
@@ -422,6 +423,8 @@ def throughput(
         query = f"{spec.name}_v{run.version}"
         note = f"{run.batches.get(query, 0)} batch(es), {run.input_rows.get(query, 0):,} rows read by {query}"
         note += note_sampled
+        if state_ops.seen:
+            notes.append(f"{spec.name}: {state_ops}")
         row = _rate_row(f"{spec.name}: job (availableNow)", events, run.seconds, note)
         row |= {"driver_rss_mb": round(rss / 2**20), "state_mb": round(state / 2**20, 1)}
         row["of_pass_through"] = f"{row['events_per_s'] / copied['events_per_s']:.0%}" if copied["events_per_s"] else ""
@@ -436,6 +439,44 @@ def throughput(
             if produced:
                 filled.add(spec.output.name)
     return rows, notes, samples
+
+
+class StateOperatorTimes:
+    """Where a stateful job's batches spent their state store time: summed over the batches' stateful operators
+    (Spark's progress: updating the state, committing it, and RocksDB's own counts and latencies)."""
+
+    SUMMED = ("allUpdatesTimeMs", "commitTimeMs", "numRowsUpdated", "numRowsRemoved")
+    ROCKSDB = (
+        "rocksdbGetCount",
+        "rocksdbPutCount",
+        "rocksdbGetLatency",
+        "rocksdbPutLatency",
+        "rocksdbCommitWriteBatchLatency",
+        "rocksdbCommitCheckpointLatency",
+        "rocksdbCommitFlushLatency",
+    )
+
+    def __init__(self) -> None:
+        self.seen = False
+        self.totals: dict[str, int] = {}
+
+    def add(self, progress: dict[str, Any]) -> None:
+        for op in progress.get("stateOperators") or []:
+            self.seen = True
+            figures = {k: op.get(k, 0) for k in self.SUMMED} | {
+                k: (op.get("customMetrics") or {}).get(k, 0) for k in self.ROCKSDB
+            }
+            for k, v in figures.items():
+                self.totals[k] = self.totals.get(k, 0) + int(v or 0)
+
+    def __str__(self) -> str:
+        t = {k: v / 1000 if k.endswith(("Ms", "Latency")) else v for k, v in self.totals.items()}  # ms -> s
+        return (f"state operators: updates {t['allUpdatesTimeMs']:.1f} s, commits {t['commitTimeMs']:.1f} s; "
+                f"{t['numRowsUpdated']:,} rows updated, {t['numRowsRemoved']:,} removed; RocksDB "
+                f"{t['rocksdbGetCount']:,} gets ({t['rocksdbGetLatency']:.1f} s), {t['rocksdbPutCount']:,} puts "
+                f"({t['rocksdbPutLatency']:.1f} s), commit: write batch "
+                f"{t['rocksdbCommitWriteBatchLatency']:.1f} s, flush {t['rocksdbCommitFlushLatency']:.1f} s, "
+                f"checkpoint {t['rocksdbCommitCheckpointLatency']:.1f} s")  # fmt: skip
 
 
 def _rate_row(what: str, events: int, seconds: float, note: str = "") -> dict[str, Any]:
