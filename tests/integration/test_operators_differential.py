@@ -360,15 +360,18 @@ def sessions_of(clicks: DataFrame) -> DataFrame:
 
 
 @pytest.mark.slow
-def test_a_checkpoint_of_the_first_sessions_layout_runs_on_equal_to_the_python_rule(
-    spark: SparkSession, tmp_path: Path, session_conf_restored: None
+@pytest.mark.parametrize("layout", ["sessions_format1", "sessions_format2"])
+def test_a_checkpoint_of_an_earlier_sessions_layout_runs_on_equal_to_the_python_rule(
+    spark: SparkSession, tmp_path: Path, layout: str, session_conf_restored: None
 ) -> None:
-    """A deployed sessionize keeps its checkpoint across the jar that moved its sessions' event ids out of the
-    user's value (format 1: every id inline; now by minute in state variables the old checkpoint does not have),
-    and every later batch equals the rule: corrections of clicks the old jar counted are still known."""
+    """A deployed sessionize keeps its checkpoint across the jars that changed its layout, and every later batch
+    equals the rule: corrections of clicks the old jar counted are still known. Format 1 kept every id inline in
+    the user's value (now in an index the old checkpoint does not have); format 2 kept them in today's index and
+    also in lists by minute, uncounted (the next batch of each user counts its index once and removes the
+    lists)."""
     batches, first = sessions_upgrade_log()
     write_batches(tmp_path / "in", batches, SESSION_SCHEMA)
-    placed(CHECKPOINTS / "sessions_format1", tmp_path / "in-checkpoint", tmp_path / "in")
+    placed(CHECKPOINTS / layout, tmp_path / "in-checkpoint", tmp_path / "in")
     expected = _expected_sessions(batches)
     later = [r for b in expected[first:] for user, rs in b.items() if user is not None for r in rs]
     assert sum(r[0] == UPSERT for r in later) >= 50, "the later batches change sessions the old jar opened"

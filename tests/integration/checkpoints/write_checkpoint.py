@@ -15,29 +15,22 @@ CHECKPOINTS = Path(__file__).parent
 INPUT = "@KAPPA_CHECKPOINT_INPUT@"  # where the file source's log names the input folder
 
 
-def write_as_of(target: Path) -> None:
+def write(target: Path) -> None:
+    """Runs the first batches of the operator's upgrade log (the folder's name, `<operator>_format<N>`, names the
+    operator) with the jar of this process, and keeps the checkpoint at `target`."""
     from tests.integration import test_operators_differential as differential  # which imports `placed` from here
 
-    batches, first = differential.upgrade_log()
+    operators = {
+        "as_of": (differential.upgrade_log, differential.SCHEMA, differential.enriched_changes_of_both),
+        "sessions": (differential.sessions_upgrade_log, differential.SESSION_SCHEMA, differential.sessions_of),
+    }
+    upgrade_log, schema, job = operators[target.name.rsplit("_format", 1)[0]]
+    batches, first = upgrade_log()
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch) / "in"
-        write_batches(folder, batches[:first], differential.SCHEMA)
+        write_batches(folder, batches[:first], schema)
         spark = get_spark(load_settings(), "write-checkpoint")
-        seen = run_batches(spark, folder, differential.SCHEMA, differential.enriched_changes_of_both, 4)
-        spark.stop()
-        assert sorted(seen) == list(range(first)), sorted(seen)
-        keep(folder.parent / "in-checkpoint", target, str(folder))
-
-
-def write_sessions(target: Path) -> None:
-    from tests.integration import test_operators_differential as differential
-
-    batches, first = differential.sessions_upgrade_log()
-    with tempfile.TemporaryDirectory() as scratch:
-        folder = Path(scratch) / "in"
-        write_batches(folder, batches[:first], differential.SESSION_SCHEMA)
-        spark = get_spark(load_settings(), "write-checkpoint")
-        seen = run_batches(spark, folder, differential.SESSION_SCHEMA, differential.sessions_of, 4)
+        seen = run_batches(spark, folder, schema, job, 4)
         spark.stop()
         assert sorted(seen) == list(range(first)), sorted(seen)
         keep(folder.parent / "in-checkpoint", target, str(folder))
@@ -66,4 +59,4 @@ def placed(fixture: Path, checkpoint: Path, input_folder: Path) -> None:
 
 
 if __name__ == "__main__":
-    {"as_of_format1": write_as_of, "sessions_format1": write_sessions}[sys.argv[1]](CHECKPOINTS / sys.argv[1])
+    write(CHECKPOINTS / sys.argv[1])

@@ -1,10 +1,13 @@
 package io.kappa.operators;
 
+import java.util.function.BiConsumer;
 import org.apache.spark.sql.streaming.MapState;
+import scala.Tuple2;
 
 /**
  * One key's longs by an id (an event's time bucket, an event's time), as the state store keeps them: the index
- * beside {@link HeldBuckets} and {@link SessionIds}, read and written an id at a time, or a test's map.
+ * beside {@link HeldBuckets} and {@link SessionIds}, read and written an id at a time or scanned whole, or a
+ * test's map.
  */
 interface LongById {
   Long get(String id); // null when absent
@@ -12,6 +15,9 @@ interface LongById {
   void put(String id, long value);
 
   void remove(String id);
+
+  /** Every entry of the key's map, read in one scan of the store. */
+  void forEach(BiConsumer<String, Long> action);
 
   /** Spark's map state of the current key. */
   static LongById of(MapState<String, Long> state) {
@@ -29,6 +35,15 @@ interface LongById {
       @Override
       public void remove(String id) {
         state.removeKey(id);
+      }
+
+      @Override
+      public void forEach(BiConsumer<String, Long> action) {
+        scala.collection.Iterator<Tuple2<String, Long>> entries = state.iterator();
+        while (entries.hasNext()) {
+          Tuple2<String, Long> entry = entries.next();
+          action.accept(entry._1(), entry._2());
+        }
       }
     };
   }

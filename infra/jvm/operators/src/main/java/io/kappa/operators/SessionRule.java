@@ -15,14 +15,13 @@ import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 import java.util.Set;
-import java.util.TreeSet;
 
 /**
  * The sessionization rule of jobs/sessionize/logic.py for one key, step for step: that file is the
  * specification (lateness from log order, gap, merges into the session created first, stable ids,
  * corrections, what state may forget). This class knows nothing of Spark; {@link SessionsProcessor} feeds
  * it one key's events of a batch in log order. The sessions' event ids (logic.py's {@code event_ids}) are
- * kept beside the key's value, by minute ({@link SessionIds}).
+ * kept beside the key's value, in an index by id ({@link SessionIds}).
  */
 final class SessionRule {
   private SessionRule() {}
@@ -81,19 +80,20 @@ final class SessionRule {
     Long latestMs;
     long seen; // events of this key processed so far (log position)
     final LinkedHashMap<String, Session> open = new LinkedHashMap<>();
-    final TreeSet<Long> idMinutes = new TreeSet<>(); // the minutes SessionIds holds ids in
+    long indexedIds; // the entries of SessionIds' index, or SessionIds.UNKNOWN (a format-2 value's)
+    Long earliestIndexedMs; // no entry of the index is earlier (null: none)
   }
 
   record Changes(List<Session> upserts, List<String> retractions, List<Event> late) {}
 
   /**
-   * Apply one key's next events (in log order) to its state and its sessions' event ids ({@code byMinute},
-   * {@code index}: see {@link SessionIds}); what to emit. Mutates {@code state} and writes the ids.
+   * Apply one key's next events (in log order) to its state and its sessions' event ids ({@code index}: see
+   * {@link SessionIds}); what to emit. Mutates {@code state} and writes the ids.
    */
   static Changes apply(
-      String key, State state, BytesByLong byMinute, LongById index, List<Event> events, long gapMs,
-      long latenessMs) {
-    SessionIds ids = new SessionIds(byMinute, index, state.idMinutes);
+      String key, State state, LongById index, List<Event> events, long gapMs, long latenessMs) {
+    SessionIds ids = new SessionIds(index, state.indexedIds, state.earliestIndexedMs);
+    ids.expectLookups(events.size());
     LinkedHashMap<String, Session> changed = new LinkedHashMap<>();
     List<String> retracted = new ArrayList<>();
     List<Event> late = new ArrayList<>();
@@ -152,6 +152,8 @@ final class SessionRule {
     }
     forgetSettled(state, gapMs, latenessMs);
     ids.flush(earliestStart(state));
+    state.indexedIds = ids.indexed();
+    state.earliestIndexedMs = ids.earliestMs();
     List<String> retractions = new ArrayList<>();
     for (String id : retracted) {
       if (!state.open.containsKey(id)) {
@@ -180,29 +182,41 @@ final class SessionRule {
     state.open.values().removeIf(s -> s.endMs < horizon);
   }
 
-  /** Moves the event ids a first-layout value carried in its sessions into {@link SessionIds}, once. */
-  static void moveInline(State state, Map<String, String[]> inline, BytesByLong byMinute, LongById index) {
-    if (inline.isEmpty()) {
-      return;
+  /**
+   * Brings a value of an earlier layout to today's, once, on its key's next batch: the event ids a format-1 value
+   * carried in its sessions move into {@link SessionIds}' index; the by-minute lists of the ids a format-2 value
+   * kept beside it ({@code byMinute}, the index their duplicate) are removed.
+   */
+  static void upgrade(Stored read, BytesByLong byMinute, LongById index) {
+    State state = read.state();
+    if (!read.inline().isEmpty()) {
+      SessionIds ids = new SessionIds(index, state.indexedIds, state.earliestIndexedMs);
+      read.inline().forEach((sessionId, eventIds) -> { // any time within the session tells it is open: its start
+        for (String id : eventIds) {
+          ids.add(id, state.open.get(sessionId).startMs);
+        }
+      });
+      ids.flush(earliestStart(state));
+      state.indexedIds = ids.indexed();
+      state.earliestIndexedMs = ids.earliestMs();
     }
-    SessionIds ids = new SessionIds(byMinute, index, state.idMinutes);
-    inline.forEach((sessionId, eventIds) -> { // any time within the session tells it is open: its start
-      for (String id : eventIds) {
-        ids.add(id, state.open.get(sessionId).startMs);
-      }
-    });
-    ids.flush(earliestStart(state));
+    read.idMinutes().forEach(byMinute::remove);
   }
 
   // The state as bytes (one value per key in Spark's state store): a versioned, compact layout. Format 1
-  // carried each session's event ids in the value, rewritten whole by each batch that touched the key; such a
-  // value is read once, and its ids moved (moveInline).
+  // carried each session's event ids in the value, rewritten whole by each batch that touched the key; format 2
+  // kept them by minute beside the value as well as in the index, and did not count them. Either is read once
+  // and brought to today's layout (upgrade); the first batch that reads a format-2 value counts its index.
 
   private static final int FIRST_FORMAT = 1;
-  private static final int FORMAT = 2;
+  private static final int BY_MINUTE_FORMAT = 2;
+  private static final int FORMAT = 3;
 
-  /** A key's value as read: its state, and the event ids a first-layout value carried by session (else empty). */
-  record Stored(State state, Map<String, String[]> inline) {}
+  /**
+   * A key's value as read: its state, the event ids a format-1 value carried by session, and the minutes a
+   * format-2 value kept ids in (both empty for today's layout).
+   */
+  record Stored(State state, Map<String, String[]> inline, List<Long> idMinutes) {}
 
   static byte[] serialize(State state) {
     ByteArrayOutputStream bytes = new ByteArrayOutputStream(256);
@@ -223,7 +237,8 @@ final class SessionRule {
         Bytes.writeString(out, s.segment);
         Bytes.writeString(out, s.firstEventId);
       }
-      writeRuns(out, state.idMinutes);
+      out.writeLong(state.indexedIds);
+      Bytes.writeLong(out, state.earliestIndexedMs);
     } catch (IOException e) {
       throw new UncheckedIOException(e);
     }
@@ -231,8 +246,9 @@ final class SessionRule {
   }
 
   static Stored deserialize(byte[] data) {
-    boolean first = data.length > 0 && data[0] == FIRST_FORMAT;
-    return Bytes.decode("sessions", first ? FIRST_FORMAT : FORMAT, data, in -> {
+    int format = data.length > 0 && (data[0] == FIRST_FORMAT || data[0] == BY_MINUTE_FORMAT) ? data[0] : FORMAT;
+    boolean first = format == FIRST_FORMAT;
+    return Bytes.decode("sessions", format, data, in -> {
       State state = new State();
       Map<String, String[]> inline = new LinkedHashMap<>();
       state.latestMs = Bytes.readLong(in);
@@ -255,34 +271,23 @@ final class SessionRule {
         }
         state.open.put(s.sessionId, s);
       }
-      if (!first) {
-        readRuns(in, state.idMinutes);
+      List<Long> idMinutes = new ArrayList<>();
+      if (format == FIRST_FORMAT) { // its ids are in the value, none in the index
+        state.indexedIds = 0;
+      } else if (format == BY_MINUTE_FORMAT) {
+        readRuns(in, idMinutes);
+        state.indexedIds = SessionIds.UNKNOWN;
+      } else {
+        state.indexedIds = in.readLong();
+        state.earliestIndexedMs = Bytes.readLong(in);
       }
-      return new Stored(state, inline);
+      return new Stored(state, inline, idMinutes);
     });
   }
 
-  // The minutes of ids as runs of consecutive minutes (first, last): a session's minutes are one run, so the
-  // value does not grow with the session's length.
+  // A format-2 value's minutes of ids, as runs of consecutive minutes (first, last).
 
-  private static void writeRuns(DataOutputStream out, TreeSet<Long> minutes) throws IOException {
-    List<long[]> runs = new ArrayList<>();
-    for (long minute : minutes) {
-      long[] last = runs.isEmpty() ? null : runs.get(runs.size() - 1);
-      if (last != null && last[1] == minute - 1) {
-        last[1] = minute;
-      } else {
-        runs.add(new long[] {minute, minute});
-      }
-    }
-    out.writeInt(runs.size());
-    for (long[] run : runs) {
-      out.writeLong(run[0]);
-      out.writeLong(run[1]);
-    }
-  }
-
-  private static void readRuns(DataInputStream in, TreeSet<Long> minutes) throws IOException {
+  private static void readRuns(DataInputStream in, List<Long> minutes) throws IOException {
     int runs = in.readInt();
     if (runs < 0 || runs > in.available() / 16) {
       throw new EOFException();

@@ -22,7 +22,8 @@ final class SessionsProcessor extends KeyedRuleProcessor {
   private final long gapMs;
   private final long latenessMs;
   private final String lateKind;
-  // The key's sessions' event ids beside its state value: by minute, and each id's time by the id.
+  // The key's sessions' event ids beside its state value: each id's time by the id; and the by-minute lists
+  // of ids a format-2 value kept (declared still, so that its upgrade can remove them: SessionRule.upgrade).
   private transient BytesByLong idsByMinute;
   private transient LongById idIndex;
 
@@ -63,10 +64,10 @@ final class SessionsProcessor extends KeyedRuleProcessor {
     if (stored != null) {
       SessionRule.Stored read = SessionRule.deserialize(stored);
       current = read.state();
-      SessionRule.moveInline(current, read.inline(), idsByMinute, idIndex); // a first-layout value's ids, once
+      SessionRule.upgrade(read, idsByMinute, idIndex); // an earlier layout's, once
     }
     SessionRule.Changes changes =
-        SessionRule.apply(key, current, idsByMinute, idIndex, events, gapMs, latenessMs);
+        SessionRule.apply(key, current, idIndex, events, gapMs, latenessMs);
     for (SessionRule.Session s : changes.upserts()) {
       Object[] values = new Object[Sessions.OUTPUT.size()];
       values[0] = "upsert";

@@ -2,11 +2,15 @@ package io.kappa.operators;
 
 import java.util.HashMap;
 import java.util.Map;
+import java.util.function.BiConsumer;
 
-/** A key's state-store maps held in HashMaps: values by a long and longs by an id, counting what is written. */
+/** A key's state-store maps held in HashMaps: values by a long and longs by an id, counting what is written and
+ * how the index is read. */
 final class MapStore extends MapBytesByLong implements LongById {
   final Map<String, Long> index = new HashMap<>();
   int indexWrites;
+  int indexGets;
+  int indexScans;
 
   /** Another store holding the same values, for a second run from the same point. */
   MapStore copy() {
@@ -18,6 +22,7 @@ final class MapStore extends MapBytesByLong implements LongById {
 
   @Override
   public Long get(String id) {
+    indexGets++;
     return index.get(id);
   }
 
@@ -31,5 +36,11 @@ final class MapStore extends MapBytesByLong implements LongById {
   public void remove(String id) {
     index.remove(id);
     indexWrites++;
+  }
+
+  @Override
+  public void forEach(BiConsumer<String, Long> action) {
+    indexScans++;
+    Map.copyOf(index).forEach(action);
   }
 }

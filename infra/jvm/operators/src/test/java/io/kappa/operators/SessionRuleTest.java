@@ -6,10 +6,13 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.util.ArrayList;
+import java.util.Collection;
 import java.util.List;
+import java.util.Map;
 import java.util.Random;
 import java.util.Set;
 import java.util.TreeSet;
+import java.util.function.Function;
 import org.junit.jupiter.api.Test;
 
 /**
@@ -33,7 +36,7 @@ class SessionRuleTest {
   }
 
   private static SessionRule.Changes run(Key key, SessionRule.Event... events) {
-    return SessionRule.apply("u", key.state, key.store, key.store, List.of(events), G, A);
+    return SessionRule.apply("u", key.state, key.store, List.of(events), G, A);
   }
 
   /** id [start, end] clicks pages entry>exit segment, per upsert. */
@@ -178,25 +181,62 @@ class SessionRuleTest {
   }
 
   private static SessionRule.Changes runLive(Key key, SessionRule.Event... events) {
-    return SessionRule.apply("u", key.state, key.store, key.store, List.of(events), 30 * 60_000, 120 * 60_000);
+    return SessionRule.apply("u", key.state, key.store, List.of(events), 30 * 60_000, 120 * 60_000);
   }
 
   @Test
-  void aNewClickWritesItsMinuteAndOneIndexEntryHoweverLongTheSession() {
+  void aNewClickWritesOneIndexEntryHoweverLongTheSession() {
     Key key = new Key();
     List<SessionRule.Event> hour = new ArrayList<>();
     for (int i = 0; i < 1_800; i++) { // an hour of a user's clicks, one every 2 s: one session
       hour.add(e("e" + i, i * 2_000L, "/p" + i % 20));
     }
     runLive(key, hour.toArray(new SessionRule.Event[0]));
-    assertEquals(60, key.store.values.size());
     assertEquals(1_800, key.store.index.size());
-    key.store.resetCounts();
+    assertEquals(1_800, key.state.indexedIds);
+    assertEquals(0L, key.state.earliestIndexedMs);
     key.store.indexWrites = 0;
+    key.store.indexGets = 0;
     runLive(key, e("new", 3_600_000L, "/p0"));
-    assertEquals(1, key.store.puts + key.store.removes, "the new click's minute only");
     assertEquals(1, key.store.indexWrites);
+    assertEquals(1, key.store.indexGets, "one lookup, not a scan of 1,800 entries");
+    assertEquals(0, key.store.indexScans);
+    assertEquals(1_801, key.state.indexedIds);
     assertTrue(SessionRule.serialize(key.state).length < 400, "the value holds no id");
+  }
+
+  @Test
+  void aBatchWithAsManyEventsAsTheIndexHoldsReadsItInOneScan() {
+    Key key = new Key();
+    List<SessionRule.Event> first = new ArrayList<>();
+    for (int i = 0; i < 40; i++) {
+      first.add(e("a" + i, i * 2_000L, "/a"));
+    }
+    runLive(key, first.toArray(new SessionRule.Event[0]));
+    assertEquals(40, key.state.indexedIds);
+    List<SessionRule.Event> next = new ArrayList<>();
+    next.add(new SessionRule.Event("a3", 6_000, "/a", "GOLD")); // a repeat among them
+    for (int i = 40; i < 50; i++) { // 11 events, 40 entries: under SCAN_PER_LOOKUP (4) entries per event
+      next.add(e("a" + i, i * 2_000L, "/a"));
+    }
+    SessionRule.Changes changes = runLive(key, next.toArray(new SessionRule.Event[0]));
+    assertEquals(1, key.store.indexScans);
+    assertEquals(0, key.store.indexGets);
+    assertEquals(50L, key.state.seen, "the repeat is a correction, not an event: 40 + 10");
+    assertEquals(50, key.state.indexedIds);
+    assertEquals(50, key.store.index.size());
+    assertEquals(List.of("u:a0 [0,98000] 50 1 /a>/a S-a0"), upserts(changes));
+  }
+
+  @Test
+  void aValueWithoutTheCountOfItsIdsCountsThemInItsNextBatch() {
+    Key key = new Key();
+    runLive(key, e("a", 0, "/a"), e("b", 60_000, "/a"), e("c", 120_000, "/a"));
+    key.state.indexedIds = SessionIds.UNKNOWN; // as a format-2 value is read
+    runLive(key, e("d", 130_000, "/b"));
+    assertEquals(1, key.store.indexScans, "the whole index read once, whatever its size");
+    assertEquals(0, key.store.indexGets);
+    assertEquals(4, key.state.indexedIds);
   }
 
   @Test
@@ -209,36 +249,47 @@ class SessionRuleTest {
     }
     runLive(key, replay.toArray(new SessionRule.Event[0]));
     assertEquals(1, key.state.open.size());
-    assertEquals(2, key.store.puts, "the open session's two minutes");
-    assertEquals(2, key.store.indexWrites, "its two ids");
+    assertEquals(2, key.store.indexWrites, "the open session's two ids");
+    assertEquals(0, key.store.indexScans + key.store.indexGets, "nothing read: the index was empty");
   }
 
   @Test
-  void theMinutesBeforeTheEarliestOpenSessionAreDroppedWithTheirIndexEntries() {
+  void theBatchThatForgetsASessionReadsTheIndexOnceAndRemovesItsEntries() {
     Key key = new Key();
-    runLive(key, e("a", 0, "/a"), e("b", 60_000, "/a"), e("c", 120_000, "/a"));
-    runLive(key, e("d", 3 * 3_600_000L, "/b")); // 3 hours later: the first session is forgotten
+    List<SessionRule.Event> hour = new ArrayList<>();
+    for (int i = 0; i < 1_800; i++) {
+      hour.add(e("e" + i, i * 2_000L, "/p"));
+    }
+    runLive(key, hour.toArray(new SessionRule.Event[0]));
+    key.store.indexWrites = 0;
+    runLive(key, e("d", 6 * 3_600_000L, "/b")); // 5 hours after its end: the hour's session is forgotten
     assertEquals(Set.of("u:d"), key.state.open.keySet());
-    assertEquals(Set.of(180L), key.store.values.keySet());
-    assertEquals(Set.of(180L), key.state.idMinutes);
     assertEquals(Set.of("d"), key.store.index.keySet());
+    assertEquals(1, key.store.indexGets, "d's lookup");
+    assertEquals(1, key.store.indexScans, "the entries to remove, found in one scan");
+    assertEquals(1_801, key.store.indexWrites, "1,800 removed, d written");
+    assertEquals(1, key.state.indexedIds);
+    assertEquals(6 * 3_600_000L, key.state.earliestIndexedMs);
+    key.store.indexWrites = 0;
+    runLive(key, e("f", 6 * 3_600_000L + 5_000, "/b"));
+    assertEquals(1, key.store.indexWrites, "f written, nothing removed");
   }
 
   @Test
-  void anIdIndexedAgainAtALaterMinuteSurvivesTheDropOfItsFirstMinute() {
+  void anIdSeenAgainAfterItsSessionWasForgottenIsIndexedAtItsNewTime() {
     Key key = new Key();
     long g = 10_000;
     long a = 100_000;
-    SessionRule.apply("u", key.state, key.store, key.store, List.of(e("x", 61_000, "a"), e("z", 100_000, "b"),
-        e("w", 180_000, "c")), g, a); // u:x is forgotten; u:z keeps minute 1 and with it x's stale entry
-    SessionRule.apply("u", key.state, key.store, key.store, List.of(e("x", 175_000, "d")), g, a); // new: joins u:w
+    SessionRule.apply("u", key.state, key.store, List.of(e("x", 61_000, "a"), e("z", 100_000, "b"),
+        e("w", 180_000, "c")), g, a); // u:x is forgotten in its own batch: x is never written
+    assertEquals(Set.of("z", "w"), key.store.index.keySet());
+    SessionRule.apply("u", key.state, key.store, List.of(e("x", 175_000, "d")), g, a); // new: joins u:w
     assertEquals(175_000L, key.store.index.get("x"));
-    SessionRule.apply("u", key.state, key.store, key.store, List.of(e("v", 230_000, "e")), g, a); // drops minute 1
-    assertEquals(Set.of(2L, 3L), key.store.values.keySet());
-    assertEquals(Set.of("x", "w", "v"), key.store.index.keySet(), "x stays indexed at its later minute");
+    SessionRule.apply("u", key.state, key.store, List.of(e("v", 230_000, "e")), g, a); // forgets u:z
+    assertEquals(Set.of("x", "w", "v"), key.store.index.keySet(), "z's entry removed, x's kept at its new time");
     long seen = key.state.seen;
     SessionRule.Changes again =
-        SessionRule.apply("u", key.state, key.store, key.store, List.of(e("x", 175_000, "d")), g, a);
+        SessionRule.apply("u", key.state, key.store, List.of(e("x", 175_000, "d")), g, a);
     assertEquals(List.of(), upserts(again), "a correction of the click x opened u:w with");
     assertEquals(seen, key.state.seen);
   }
@@ -252,28 +303,28 @@ class SessionRuleTest {
         + " first " + firstEventId;
   }
 
-  private static List<String> renderedNew(SessionRule.Changes c, SessionRule.State s) {
+  /** A batch's changes and the state after it, as lines: the same for both rules' types of session. */
+  private static <S> List<String> rendered(List<S> upserts, List<String> retractions, List<SessionRule.Event> late,
+      long seen, Long latestMs, Collection<S> open, Function<S, String> session) {
     List<String> out = new ArrayList<>();
-    c.upserts().forEach(x -> out.add("upsert " + rendered(x.sessionId, x.startMs, x.endMs, x.clicks, x.pages,
-        x.entryPage, x.exitPage, x.createdSeq, x.segment, x.firstEventId)));
-    c.retractions().forEach(id -> out.add("retract " + id));
-    c.late().forEach(ev -> out.add("late " + ev.id() + "@" + ev.timeMs()));
-    out.add("seen " + s.seen + " latest " + s.latestMs);
-    s.open.values().forEach(x -> out.add("open " + rendered(x.sessionId, x.startMs, x.endMs, x.clicks, x.pages,
-        x.entryPage, x.exitPage, x.createdSeq, x.segment, x.firstEventId)));
+    upserts.forEach(x -> out.add("upsert " + session.apply(x)));
+    retractions.forEach(id -> out.add("retract " + id));
+    late.forEach(ev -> out.add("late " + ev.id() + "@" + ev.timeMs()));
+    out.add("seen " + seen + " latest " + latestMs);
+    open.forEach(x -> out.add("open " + session.apply(x)));
     return out;
   }
 
+  private static List<String> renderedNew(SessionRule.Changes c, SessionRule.State s) {
+    return rendered(c.upserts(), c.retractions(), c.late(), s.seen, s.latestMs, s.open.values(), x -> rendered(
+        x.sessionId, x.startMs, x.endMs, x.clicks, x.pages, x.entryPage, x.exitPage, x.createdSeq, x.segment,
+        x.firstEventId));
+  }
+
   private static List<String> renderedBySets(SessionRuleBySets.Changes c, SessionRuleBySets.State s) {
-    List<String> out = new ArrayList<>();
-    c.upserts().forEach(x -> out.add("upsert " + rendered(x.sessionId, x.startMs, x.endMs, x.clicks, x.pages,
-        x.entryPage, x.exitPage, x.createdSeq, x.segment, x.firstEventId)));
-    c.retractions().forEach(id -> out.add("retract " + id));
-    c.late().forEach(ev -> out.add("late " + ev.id() + "@" + ev.timeMs()));
-    out.add("seen " + s.seen + " latest " + s.latestMs);
-    s.open.values().forEach(x -> out.add("open " + rendered(x.sessionId, x.startMs, x.endMs, x.clicks, x.pages,
-        x.entryPage, x.exitPage, x.createdSeq, x.segment, x.firstEventId)));
-    return out;
+    return rendered(c.upserts(), c.retractions(), c.late(), s.seen, s.latestMs, s.open.values(), x -> rendered(
+        x.sessionId, x.startMs, x.endMs, x.clicks, x.pages, x.entryPage, x.exitPage, x.createdSeq, x.segment,
+        x.firstEventId));
   }
 
   @Test
@@ -283,6 +334,8 @@ class SessionRuleTest {
     Random random = new Random(67);
     int corrections = 0;
     int forgotten = 0;
+    int scans = 0;
+    int gets = 0;
     for (long[] ga : settings) {
       long g = ga[0];
       long a = ga[1];
@@ -319,19 +372,27 @@ class SessionRuleTest {
           List<String> expected =
               renderedBySets(SessionRuleBySets.apply("u", model, events, g, a), model);
           state = SessionRule.deserialize(SessionRule.serialize(state)).state(); // as the state store keeps it
-          List<String> actual = renderedNew(SessionRule.apply("u", state, store, store, events, g, a), state);
+          List<String> actual = renderedNew(SessionRule.apply("u", state, store, events, g, a), state);
           assertEquals(expected, actual, "G " + g + ", A " + a + ", run " + run + ", batch " + batch);
+          String where = "G " + g + ", A " + a + ", run " + run + ", batch " + batch;
+          assertEquals(store.index.size(), state.indexedIds, where);
+          Long earliestOpen = state.open.values().stream().map(x -> x.startMs).min(Long::compare).orElse(null);
+          for (long time : store.index.values()) { // exactly the open sessions' ids: none stale is left
+            assertTrue(earliestOpen != null && time >= earliestOpen && time >= state.earliestIndexedMs, where);
+          }
           forgotten += Math.max(0, openBefore - model.open.size());
         }
         // far ahead: every session but the new one is forgotten, and its minutes and ids leave the store
         long far = now + a + g + 5 * 60_000;
-        SessionRule.apply("u", state, store, store, List.of(e("last", far, "/z")), g, a);
+        SessionRule.apply("u", state, store, List.of(e("last", far, "/z")), g, a);
         assertEquals(Set.of("last"), store.index.keySet(), "G " + g + ", A " + a + ", run " + run);
-        assertEquals(Set.of(Math.floorDiv(far, 60_000)), store.values.keySet());
-        assertEquals(store.values.keySet(), state.idMinutes);
+        assertEquals(Map.of(), store.values, "no by-minute list is written any more");
+        scans += store.indexScans;
+        gets += store.indexGets;
       }
     }
     assertTrue(corrections > 500 && forgotten > 500, corrections + " corrections, " + forgotten + " forgotten");
+    assertTrue(scans > 500 && gets > 100, "both ways of reading the index: " + scans + " scans, " + gets + " gets");
   }
 
   @Test

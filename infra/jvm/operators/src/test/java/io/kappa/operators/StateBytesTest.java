@@ -21,7 +21,8 @@ import java.util.function.Function;
 import org.junit.jupiter.api.Test;
 
 /**
- * The state bytes (FORMAT = 2, format 1 still read) of both rules: every kind of value survives a round trip, the layout is the
+ * The state bytes of both rules (the as-of rule's format 2, format 1 still read; the sessions' format 3, formats
+ * 1 and 2 still read): every kind of value survives a round trip, the layout is the
  * one written down here byte by byte (a change to it must change FORMAT), and bytes of another format, cut
  * short or with bytes left over are refused with a message that says so.
  */
@@ -219,13 +220,14 @@ class StateBytesTest {
     SessionRule.Session two = session("u:e9", 4_000, 4_000, 1, Set.of("/z"), "/z", "/z", 11, "GOLD", "e9");
     s.open.put(two.sessionId, two); // not in created order: the map's order must survive
     s.open.put(one.sessionId, one);
-    s.idMinutes.addAll(List.of(-2L, -1L, 0L, 1L, 7L)); // two runs, one before the epoch
+    s.indexedIds = 9;
+    s.earliestIndexedMs = -120_000L; // before the epoch
     return s;
   }
 
   private static List<Object> sessionsValues(SessionRule.State s) {
     List<Object> values = new ArrayList<>();
-    values.add(Arrays.asList(s.latestMs, s.seen, List.copyOf(s.idMinutes)));
+    values.add(Arrays.asList(s.latestMs, s.seen, s.indexedIds, s.earliestIndexedMs));
     s.open.forEach(
         (id, x) ->
             values.add(
@@ -249,26 +251,45 @@ class StateBytesTest {
   }
 
   @Test
-  void theSessionsLayoutIsFormatTwoAsWrittenDownHere() {
-    ByteBuffer expected = ByteBuffer.allocate(1 + 1 + 8 + 4 + 4);
-    expected.put((byte) 2).put((byte) 0).putLong(0).putInt(0).putInt(0); // FORMAT, latest: none, seen 0, none
+  void theSessionsLayoutIsFormatThreeAsWrittenDownHere() {
+    ByteBuffer expected = ByteBuffer.allocate(1 + 1 + 8 + 4 + 8 + 1);
+    expected.put((byte) 3).put((byte) 0).putLong(0).putInt(0); // FORMAT, latest: none, seen 0, no session
+    expected.putLong(0).put((byte) 0); // no id indexed, so no earliest time
     assertArrayEquals(expected.array(), SessionRule.serialize(new SessionRule.State()));
 
     SessionRule.State s = new SessionRule.State();
     s.latestMs = 7L;
     s.seen = 1;
     s.open.put("i", session("i", 7, 7, 1, Set.of("p"), "p", "p", 0, null, "e"));
-    s.idMinutes.addAll(List.of(0L, 1L, 5L));
-    ByteBuffer one = ByteBuffer.allocate(1 + 9 + 8 + 4 + 5 + 16 + 4 + 9 + 5 + 5 + 8 + 4 + 5 + 4 + 32);
-    one.put((byte) 2).put((byte) 1).putLong(7).putLong(1).putInt(1); // FORMAT, latest 7, seen 1, one session
+    s.indexedIds = 3;
+    s.earliestIndexedMs = 5L;
+    ByteBuffer one = ByteBuffer.allocate(1 + 9 + 8 + 4 + 5 + 16 + 4 + 9 + 5 + 5 + 8 + 4 + 5 + 8 + 9);
+    one.put((byte) 3).put((byte) 1).putLong(7).putLong(1).putInt(1); // FORMAT, latest 7, seen 1, one session
     one.putInt(1).put((byte) 'i').putLong(7).putLong(7).putInt(1); // id, start, end, clicks
     one.putInt(1).putInt(1).put((byte) 'p'); // pages
     one.putInt(1).put((byte) 'p').putInt(1).put((byte) 'p'); // entry, exit
     one.putLong(0).putInt(-1); // created seq, segment: none
     one.putInt(1).put((byte) 'e'); // first event id
-    one.putInt(2).putLong(0).putLong(1).putLong(5).putLong(5); // the minutes of ids: two runs
+    one.putLong(3).put((byte) 1).putLong(5); // the ids indexed, the earliest time indexed
     assertEquals(0, one.remaining(), "the expected layout above is complete");
     assertArrayEquals(one.array(), SessionRule.serialize(s));
+  }
+
+  @Test
+  void aSecondLayoutSessionsValueIsReadAndItsByMinuteListsRemoved() {
+    ByteBuffer two = ByteBuffer.allocate(1 + 1 + 8 + 4 + 4 + 16);
+    two.put((byte) 2).put((byte) 0).putLong(3).putInt(0); // FORMAT, latest: none, seen 3, no session
+    two.putInt(1).putLong(4).putLong(4); // ids in minute 4 (of a session forgotten since), no count after
+    assertEquals(0, two.remaining(), "the layout above is complete");
+    SessionRule.Stored read = SessionRule.deserialize(two.array());
+    assertEquals(3L, read.state().seen);
+    assertEquals(List.of(4L), read.idMinutes());
+    assertEquals(SessionIds.UNKNOWN, read.state().indexedIds, "counted by its key's next batch");
+    MapStore store = new MapStore();
+    store.values.put(4L, new byte[] {1, 0, 0, 0, 0});
+    store.values.put(9L, new byte[] {1, 0, 0, 0, 0}); // not the value's: left alone
+    SessionRule.upgrade(read, store, store);
+    assertEquals(Set.of(9L), store.values.keySet());
   }
 
   /** A format-1 value (the layout before SessionIds): one session holding its event ids e and f. */
@@ -289,13 +310,13 @@ class StateBytesTest {
   void aFirstLayoutSessionsValueIsReadWithItsIdsAndTheyAreMovedBesideIt() {
     SessionRule.Stored read = SessionRule.deserialize(sessionsFirstFormatValue());
     assertEquals(List.of("e", "f"), List.of(read.inline().get("i")));
-    assertEquals(Set.of(), read.state().idMinutes);
     MapStore store = new MapStore();
-    SessionRule.moveInline(read.state(), read.inline(), store, store);
-    assertEquals(Set.of(2L), read.state().idMinutes, "at the session's start, minute 2");
-    assertEquals(Map.of("e", 125_000L, "f", 125_000L), store.index);
+    SessionRule.upgrade(read, store, store);
+    assertEquals(Map.of("e", 125_000L, "f", 125_000L), store.index, "at the session's start");
+    assertEquals(2, read.state().indexedIds);
+    assertEquals(125_000L, read.state().earliestIndexedMs);
     SessionRule.Changes again =
-        SessionRule.apply("u", read.state(), store, store, List.of(new SessionRule.Event("f", 130_000, "p", "X")),
+        SessionRule.apply("u", read.state(), store, List.of(new SessionRule.Event("f", 130_000, "p", "X")),
             10, 100_000);
     assertEquals(List.of(), again.upserts(), "a moved id is still known: its repeat is a correction");
     assertEquals(2L, read.state().seen);
@@ -317,7 +338,7 @@ class StateBytesTest {
     refuses(AsOfRule::deserialize, asOf, "as-of", "format 3, this operator reads 2");
     byte[] sessions = SessionRule.serialize(sessionsState());
     sessions[0] = 0;
-    refuses(SessionRule::deserialize, sessions, "sessions", "format 0, this operator reads 2");
+    refuses(SessionRule::deserialize, sessions, "sessions", "format 0, this operator reads 3");
   }
 
   @Test
