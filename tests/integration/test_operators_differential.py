@@ -366,9 +366,8 @@ def test_a_checkpoint_of_an_earlier_sessions_layout_runs_on_equal_to_the_python_
 ) -> None:
     """A deployed sessionize keeps its checkpoint across the jars that changed its layout, and every later batch
     equals the rule: corrections of clicks the old jar counted are still known. Format 1 kept every id inline in
-    the user's value (now in an index the old checkpoint does not have); format 2 kept them in today's index and
-    also in lists by minute, uncounted (the next batch of each user counts its index once and removes the
-    lists)."""
+    the user's value (now in buckets the old checkpoint does not have); format 2 kept them in an index by id and
+    in lists by minute (the next batch of each user moves its index into buckets and removes both)."""
     batches, first = sessions_upgrade_log()
     write_batches(tmp_path / "in", batches, SESSION_SCHEMA)
     placed(CHECKPOINTS / layout, tmp_path / "in-checkpoint", tmp_path / "in")

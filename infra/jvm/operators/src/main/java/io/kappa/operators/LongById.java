@@ -19,6 +19,9 @@ interface LongById {
   /** Every entry of the key's map, read in one scan of the store. */
   void forEach(BiConsumer<String, Long> action);
 
+  /** Removes every entry of the key's map. */
+  void clear();
+
   /** Spark's map state of the current key. */
   static LongById of(MapState<String, Long> state) {
     return new LongById() {
@@ -44,6 +47,11 @@ interface LongById {
           Tuple2<String, Long> entry = entries.next();
           action.accept(entry._1(), entry._2());
         }
+      }
+
+      @Override
+      public void clear() {
+        state.clear();
       }
     };
   }

@@ -1,87 +1,81 @@
 package io.kappa.operators;
 
+import java.io.ByteArrayOutputStream;
+import java.io.DataInputStream;
+import java.io.DataOutputStream;
+import java.io.EOFException;
+import java.io.IOException;
+import java.io.UncheckedIOException;
 import java.util.HashMap;
+import java.util.HashSet;
+import java.util.LinkedHashMap;
 import java.util.Map;
+import java.util.Set;
 
 /**
- * One key's event ids in its sessions ({@link SessionRule}: an id seen again is a correction), kept in the
- * state store as an index from id to event time beside the key's value, so that a batch writes the ids it adds
- * and removes the ids it forgets, not every open session's ids (a session open for an hour holds 1,800 of a user
- * who clicks every 2 s, and the rule's value was rewritten whole by each batch that touched the user).
+ * One key's event ids in its sessions ({@link SessionRule}: an id seen again is a correction), each with its
+ * event time, kept in the state store beside the key's value in buckets by the id's hash: a batch reads and
+ * writes the buckets its ids fall in, not every open session's ids (a session open for an hour holds 1,800 of a
+ * user who clicks every 2 s, and the rule's value was rewritten whole by each batch that touched the user), and
+ * a replay's batch, tens of a user's events, writes a few buckets instead of an entry per id (a state store
+ * write costs microseconds however small it is).
  *
  * <p>An id's time is enough to tell whether its session is still open. Sessions in state never overlap in
  * time (an event within G of two merges them), and the horizon that forgets a session is one for all of a
  * key's sessions and only moves forward, so a forgotten session ended before every session open with or after
  * it starts (a later one starts past the forgotten one's end plus G, or its event would have been late). So an
- * id is in an open session exactly when it is indexed at a time at or after the earliest open session's start,
- * and the entries before that start can be removed: the batch that forgets a session reads the key's index once
- * and removes them. (This needs G >= 0, which {@link Sessions#apply} checks.)
+ * id is in an open session exactly when it is kept at a time at or after the earliest open session's start,
+ * and the entries before that start can be removed: the batch that forgets a session reads the key's buckets
+ * once and removes them. (This needs G >= 0, which {@link Sessions#apply} checks.)
  *
- * <p>A batch's lookups are a get each, or one scan of the key's whole index when it holds at most
- * {@link #SCAN_PER_LOOKUP} entries per event of the batch (a replay's batch brings tens of a key's events, and
- * its index holds about as many; a live batch brings one, beside an hour-long session's 1,800). The value keeps
- * the count of entries and the earliest time indexed, so that choosing, and knowing that nothing is to be
- * removed, cost nothing.
+ * <p>The buckets hold {@link #MIN_PER_BUCKET} to {@link #MAX_PER_BUCKET} entries each (a key with fewer than
+ * the minimum has one): their number doubles or halves, every entry moved, when the count leaves that range.
+ * The key's value keeps the count, the number of buckets and the earliest time kept, so that finding an id's
+ * bucket, and knowing that nothing is to be removed, cost nothing.
  */
 final class SessionIds {
-  // A scan reads an entry for a fraction of a get's cost (the store's iterator against a lookup each).
-  static final int SCAN_PER_LOOKUP = 4;
-  static final long UNKNOWN = -1;
+  static final int MIN_PER_BUCKET = 4;
+  static final int MAX_PER_BUCKET = 32;
+  private static final int FORMAT = 1;
 
-  private final LongById index; // id -> its time
-  private long indexed; // entries in the index, or UNKNOWN (a value written before the count was kept)
-  private Long earliestMs; // no entry is earlier (null: no entry)
+  private final BytesByLong store; // bucket number -> its ids and their times
+  private long count; // entries in the buckets
+  private int buckets; // a power of two (1 when the key keeps none)
+  private Long earliestMs; // no entry is earlier (null: none)
   private final Map<String, Long> added = new HashMap<>(); // this batch's ids and their times
-  private final Map<String, Long> indexRead = new HashMap<>(); // the entries read (null: none), kept up to date
-  private boolean wholeIndexRead; // indexRead holds every entry: an id it lacks has none
+  private final Map<Integer, Map<String, Long>> read = new HashMap<>(); // the buckets read, kept up to date
+  private final Set<Integer> changed = new HashSet<>();
 
-  SessionIds(LongById index, long indexed, Long earliestMs) {
-    this.index = index;
-    this.indexed = indexed;
+  SessionIds(BytesByLong store, long count, int buckets, Long earliestMs) {
+    this.store = store;
+    this.count = count;
+    this.buckets = buckets;
     this.earliestMs = earliestMs;
   }
 
-  /** The index's entries after {@link #flush} (never {@link #UNKNOWN} after a batch). */
-  long indexed() {
-    return indexed;
+  long count() {
+    return count;
   }
 
-  /** No entry of the index is earlier than this after {@link #flush}; null when none is left. */
+  int buckets() {
+    return buckets;
+  }
+
+  /** No entry is earlier than this after {@link #flush}; null when none is left. */
   Long earliestMs() {
     return earliestMs;
   }
 
-  /**
-   * Before a batch of {@code lookups} events: reads the whole index in one scan when that is cheaper than a get
-   * per event, or when its size is unknown (which the scan then learns).
-   */
-  void expectLookups(int lookups) {
-    if (indexed == UNKNOWN || (indexed > 0 && indexed <= (long) SCAN_PER_LOOKUP * lookups)) {
-      readWholeIndex();
-    }
-  }
-
-  private void readWholeIndex() {
-    indexRead.clear();
-    index.forEach(indexRead::put);
-    wholeIndexRead = true;
-    indexed = indexRead.size();
-    earliestMs = indexRead.values().stream().min(Long::compare).orElse(null);
-  }
-
   /** The time {@code id} was added at, or null if it never was or its entry was removed. */
   Long timeOf(String id) {
-    if (id == null) { // the state store keys by id: none is no key (the input's contract makes it required)
+    if (id == null) { // a null id cannot be told from its repeats (the input's contract makes it required)
       throw new IllegalStateException("sessions: an event without an event_id cannot be told from its repeats");
     }
     Long time = added.get(id);
-    if (time != null || indexed == 0) { // an empty index: no read (a key's first batch)
+    if (time != null || count == 0) { // nothing kept: no read (a key's first batch)
       return time;
     }
-    if (!wholeIndexRead && !indexRead.containsKey(id)) {
-      indexRead.put(id, index.get(id));
-    }
-    return indexRead.get(id);
+    return bucket(bucketOf(id, buckets)).get(id);
   }
 
   /** An event of a session, looked up first ({@link #timeOf}): its id is kept until its session is forgotten. */
@@ -96,36 +90,111 @@ final class SessionIds {
   void flush(Long earliestOpenStartMs) {
     long keepFrom = earliestOpenStartMs == null ? Long.MAX_VALUE : earliestOpenStartMs;
     added.values().removeIf(time -> time < keepFrom);
-    if (indexed != 0 && (earliestMs == null || earliestMs < keepFrom)) { // some entry may be stale
-      if (!wholeIndexRead) {
-        readWholeIndex();
-      }
+    if (count > 0 && (earliestMs == null || earliestMs < keepFrom)) { // some entry may be stale
       Long earliestKept = null;
-      for (Map.Entry<String, Long> entry : indexRead.entrySet()) {
-        Long time = entry.getValue();
-        if (time == null || added.containsKey(entry.getKey())) { // none, or written again below at a kept time
-          continue;
-        }
-        if (time >= keepFrom) {
+      for (int b = 0; b < buckets; b++) {
+        Map<String, Long> entries = bucket(b);
+        int before = entries.size();
+        entries.values().removeIf(time -> time < keepFrom);
+        for (long time : entries.values()) {
           earliestKept = earliestKept == null ? time : Math.min(earliestKept, time);
-        } else {
-          index.remove(entry.getKey());
-          entry.setValue(null);
-          indexed -= 1;
+        }
+        if (entries.size() != before) {
+          count -= before - entries.size();
+          changed.add(b);
         }
       }
       earliestMs = earliestKept;
     }
     for (Map.Entry<String, Long> entry : added.entrySet()) {
-      // indexRead knows each added id's entry: it was looked up, or the index was empty then
-      if (indexRead.get(entry.getKey()) == null) {
-        indexed += 1;
+      int b = bucketOf(entry.getKey(), buckets);
+      if (bucket(b).put(entry.getKey(), entry.getValue()) == null) {
+        count += 1;
       }
-      index.put(entry.getKey(), entry.getValue());
+      changed.add(b);
       earliestMs = earliestMs == null ? entry.getValue() : Math.min(earliestMs, entry.getValue());
     }
+    resizeIfOutOfRange();
+    for (int b : changed) {
+      Map<String, Long> entries = read.get(b);
+      if (entries.isEmpty()) {
+        store.remove(b);
+      } else {
+        store.put(b, encode(entries));
+      }
+    }
     added.clear(); // flushed once a batch; cleared so that a second flush writes nothing again
-    indexRead.clear();
-    wholeIndexRead = false;
+    read.clear();
+    changed.clear();
+  }
+
+  /** Doubles or halves the buckets until the count fits them; every entry moves. */
+  private void resizeIfOutOfRange() {
+    int fitting = buckets;
+    while (count > (long) MAX_PER_BUCKET * fitting) {
+      fitting *= 2;
+    }
+    while (fitting > 1 && count < (long) MIN_PER_BUCKET * fitting) {
+      fitting /= 2;
+    }
+    if (fitting == buckets) {
+      return;
+    }
+    int resized = fitting;
+    Map<Integer, Map<String, Long>> moved = new HashMap<>();
+    for (int b = 0; b < Math.max(buckets, resized); b++) {
+      moved.put(b, new LinkedHashMap<>());
+      changed.add(b); // a bucket past the new number is left empty: removed
+    }
+    for (int b = 0; b < buckets; b++) {
+      bucket(b).forEach((id, time) -> moved.get(bucketOf(id, resized)).put(id, time));
+    }
+    read.clear();
+    read.putAll(moved);
+    buckets = resized;
+  }
+
+  private Map<String, Long> bucket(int b) {
+    return read.computeIfAbsent(b, k -> decode(store.get(k)));
+  }
+
+  /** A stable choice: String.hashCode is the same in every JVM, so a checkpoint finds its ids after a restart. */
+  static int bucketOf(String id, int buckets) {
+    return Math.floorMod(id.hashCode(), buckets);
+  }
+
+  private static byte[] encode(Map<String, Long> entries) {
+    ByteArrayOutputStream bytes = new ByteArrayOutputStream(48 * entries.size());
+    try (DataOutputStream out = new DataOutputStream(bytes)) {
+      out.writeByte(FORMAT);
+      out.writeInt(entries.size());
+      for (Map.Entry<String, Long> entry : entries.entrySet()) {
+        Bytes.writeString(out, entry.getKey());
+        out.writeLong(entry.getValue());
+      }
+    } catch (IOException e) {
+      throw new UncheckedIOException(e);
+    }
+    return bytes.toByteArray();
+  }
+
+  /** A bucket's entries (none when it is absent). */
+  static Map<String, Long> decode(byte[] stored) {
+    if (stored == null) {
+      return new LinkedHashMap<>();
+    }
+    return Bytes.decode("sessions' event ids", FORMAT, stored, SessionIds::readEntries);
+  }
+
+  private static Map<String, Long> readEntries(DataInputStream in) throws IOException {
+    int n = in.readInt();
+    if (n < 0 || n > in.available() / 12) { // each entry takes at least its 4-byte length and 8-byte time
+      throw new EOFException();
+    }
+    Map<String, Long> entries = new LinkedHashMap<>();
+    for (int i = 0; i < n; i++) {
+      entries.put(Bytes.readString(in), in.readLong());
+    }
+    return entries;
   }
 }

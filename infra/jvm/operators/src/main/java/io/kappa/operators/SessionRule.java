@@ -21,7 +21,7 @@ import java.util.Set;
  * specification (lateness from log order, gap, merges into the session created first, stable ids,
  * corrections, what state may forget). This class knows nothing of Spark; {@link SessionsProcessor} feeds
  * it one key's events of a batch in log order. The sessions' event ids (logic.py's {@code event_ids}) are
- * kept beside the key's value, in an index by id ({@link SessionIds}).
+ * kept beside the key's value, in buckets by id ({@link SessionIds}).
  */
 final class SessionRule {
   private SessionRule() {}
@@ -80,20 +80,20 @@ final class SessionRule {
     Long latestMs;
     long seen; // events of this key processed so far (log position)
     final LinkedHashMap<String, Session> open = new LinkedHashMap<>();
-    long indexedIds; // the entries of SessionIds' index, or SessionIds.UNKNOWN (a format-2 value's)
-    Long earliestIndexedMs; // no entry of the index is earlier (null: none)
+    long idCount; // the ids SessionIds keeps
+    int idBuckets = 1; // in this many buckets
+    Long earliestIdMs; // no id is kept at an earlier time (null: none kept)
   }
 
   record Changes(List<Session> upserts, List<String> retractions, List<Event> late) {}
 
   /**
-   * Apply one key's next events (in log order) to its state and its sessions' event ids ({@code index}: see
+   * Apply one key's next events (in log order) to its state and its sessions' event ids ({@code idBuckets}: see
    * {@link SessionIds}); what to emit. Mutates {@code state} and writes the ids.
    */
   static Changes apply(
-      String key, State state, LongById index, List<Event> events, long gapMs, long latenessMs) {
-    SessionIds ids = new SessionIds(index, state.indexedIds, state.earliestIndexedMs);
-    ids.expectLookups(events.size());
+      String key, State state, BytesByLong idBuckets, List<Event> events, long gapMs, long latenessMs) {
+    SessionIds ids = ids(state, idBuckets);
     LinkedHashMap<String, Session> changed = new LinkedHashMap<>();
     List<String> retracted = new ArrayList<>();
     List<Event> late = new ArrayList<>();
@@ -151,9 +151,7 @@ final class SessionRule {
       changed.put(session.sessionId, session);
     }
     forgetSettled(state, gapMs, latenessMs);
-    ids.flush(earliestStart(state));
-    state.indexedIds = ids.indexed();
-    state.earliestIndexedMs = ids.earliestMs();
+    flush(ids, state);
     List<String> retractions = new ArrayList<>();
     for (String id : retracted) {
       if (!state.open.containsKey(id)) {
@@ -182,41 +180,55 @@ final class SessionRule {
     state.open.values().removeIf(s -> s.endMs < horizon);
   }
 
+  private static SessionIds ids(State state, BytesByLong idBuckets) {
+    return new SessionIds(idBuckets, state.idCount, state.idBuckets, state.earliestIdMs);
+  }
+
+  private static void flush(SessionIds ids, State state) {
+    ids.flush(earliestStart(state));
+    state.idCount = ids.count();
+    state.idBuckets = ids.buckets();
+    state.earliestIdMs = ids.earliestMs();
+  }
+
   /**
    * Brings a value of an earlier layout to today's, once, on its key's next batch: the event ids a format-1 value
-   * carried in its sessions move into {@link SessionIds}' index; the by-minute lists of the ids a format-2 value
-   * kept beside it ({@code byMinute}, the index their duplicate) are removed.
+   * carried in its sessions, and those a format-2 value kept in an index by id ({@code byId}, with lists by
+   * minute beside it, {@code byMinute}), move into {@link SessionIds}' buckets, and the old entries are removed.
    */
-  static void upgrade(Stored read, BytesByLong byMinute, LongById index) {
+  static void upgrade(Stored read, BytesByLong byMinute, LongById byId, BytesByLong idBuckets) {
     State state = read.state();
-    if (!read.inline().isEmpty()) {
-      SessionIds ids = new SessionIds(index, state.indexedIds, state.earliestIndexedMs);
-      read.inline().forEach((sessionId, eventIds) -> { // any time within the session tells it is open: its start
-        for (String id : eventIds) {
-          ids.add(id, state.open.get(sessionId).startMs);
-        }
-      });
-      ids.flush(earliestStart(state));
-      state.indexedIds = ids.indexed();
-      state.earliestIndexedMs = ids.earliestMs();
+    if (read.format() == FORMAT) {
+      return;
     }
-    read.idMinutes().forEach(byMinute::remove);
+    SessionIds ids = ids(state, idBuckets);
+    read.inline().forEach((sessionId, eventIds) -> { // any time within the session tells it is open: its start
+      for (String id : eventIds) {
+        ids.add(id, state.open.get(sessionId).startMs);
+      }
+    });
+    if (read.format() == BY_MINUTE_FORMAT) {
+      byId.forEach(ids::add); // the ids of forgotten sessions too: flush removes them
+      byId.clear();
+      read.idMinutes().forEach(byMinute::remove);
+    }
+    flush(ids, state);
   }
 
   // The state as bytes (one value per key in Spark's state store): a versioned, compact layout. Format 1
   // carried each session's event ids in the value, rewritten whole by each batch that touched the key; format 2
-  // kept them by minute beside the value as well as in the index, and did not count them. Either is read once
-  // and brought to today's layout (upgrade); the first batch that reads a format-2 value counts its index.
+  // kept them beside the value in an index by id (an entry a state store write) and in lists by minute. Either
+  // is read once and brought to today's layout (upgrade).
 
   private static final int FIRST_FORMAT = 1;
   private static final int BY_MINUTE_FORMAT = 2;
   private static final int FORMAT = 3;
 
   /**
-   * A key's value as read: its state, the event ids a format-1 value carried by session, and the minutes a
-   * format-2 value kept ids in (both empty for today's layout).
+   * A key's value as read: its format, its state, the event ids a format-1 value carried by session, and the
+   * minutes a format-2 value kept lists of ids in (both empty for today's layout).
    */
-  record Stored(State state, Map<String, String[]> inline, List<Long> idMinutes) {}
+  record Stored(int format, State state, Map<String, String[]> inline, List<Long> idMinutes) {}
 
   static byte[] serialize(State state) {
     ByteArrayOutputStream bytes = new ByteArrayOutputStream(256);
@@ -237,8 +249,9 @@ final class SessionRule {
         Bytes.writeString(out, s.segment);
         Bytes.writeString(out, s.firstEventId);
       }
-      out.writeLong(state.indexedIds);
-      Bytes.writeLong(out, state.earliestIndexedMs);
+      out.writeLong(state.idCount);
+      out.writeInt(state.idBuckets);
+      Bytes.writeLong(out, state.earliestIdMs);
     } catch (IOException e) {
       throw new UncheckedIOException(e);
     }
@@ -272,16 +285,18 @@ final class SessionRule {
         state.open.put(s.sessionId, s);
       }
       List<Long> idMinutes = new ArrayList<>();
-      if (format == FIRST_FORMAT) { // its ids are in the value, none in the index
-        state.indexedIds = 0;
-      } else if (format == BY_MINUTE_FORMAT) {
+      if (format == BY_MINUTE_FORMAT) {
         readRuns(in, idMinutes);
-        state.indexedIds = SessionIds.UNKNOWN;
-      } else {
-        state.indexedIds = in.readLong();
-        state.earliestIndexedMs = Bytes.readLong(in);
+      } else if (format == FORMAT) {
+        state.idCount = in.readLong();
+        state.idBuckets = in.readInt();
+        state.earliestIdMs = Bytes.readLong(in);
+        if (state.idCount < 0 || state.idBuckets < 1 || Integer.bitCount(state.idBuckets) != 1) {
+          throw new IllegalStateException(
+              "sessions state keeps " + state.idCount + " ids in " + state.idBuckets + " buckets");
+        }
       }
-      return new Stored(state, inline, idMinutes);
+      return new Stored(format, state, inline, idMinutes);
     });
   }
 

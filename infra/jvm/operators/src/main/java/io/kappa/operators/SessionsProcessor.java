@@ -22,10 +22,11 @@ final class SessionsProcessor extends KeyedRuleProcessor {
   private final long gapMs;
   private final long latenessMs;
   private final String lateKind;
-  // The key's sessions' event ids beside its state value: each id's time by the id; and the by-minute lists
-  // of ids a format-2 value kept (declared still, so that its upgrade can remove them: SessionRule.upgrade).
-  private transient BytesByLong idsByMinute;
-  private transient LongById idIndex;
+  // The key's sessions' event ids beside its state value, in buckets; and where a format-2 value kept them, an
+  // index by id and lists by minute (declared still, so that its upgrade can move them: SessionRule.upgrade).
+  private transient BytesByLong idBuckets;
+  private transient BytesByLong formerIdsByMinute;
+  private transient LongById formerIdIndex;
 
   SessionsProcessor(StructType input, long gapMs, long latenessMs, String lateKind) {
     super(input, Sessions.OUTPUT.size(), SIDE_OUT);
@@ -41,14 +42,16 @@ final class SessionsProcessor extends KeyedRuleProcessor {
   @Override
   void initMore(StatefulProcessorHandle handle) {
     useStores(
+        BytesByLong.of(handle.getMapState("idBuckets", Encoders.LONG(), Encoders.BINARY(), TTLConfig.NONE())),
         BytesByLong.of(handle.getMapState("ids", Encoders.LONG(), Encoders.BINARY(), TTLConfig.NONE())),
         LongById.of(handle.getMapState("idIndex", Encoders.STRING(), Encoders.LONG(), TTLConfig.NONE())));
   }
 
   /** Where the key's event ids are kept: Spark's state variables (initMore), or a test's maps. */
-  SessionsProcessor useStores(BytesByLong idsByMinute, LongById idIndex) {
-    this.idsByMinute = idsByMinute;
-    this.idIndex = idIndex;
+  SessionsProcessor useStores(BytesByLong idBuckets, BytesByLong formerIdsByMinute, LongById formerIdIndex) {
+    this.idBuckets = idBuckets;
+    this.formerIdsByMinute = formerIdsByMinute;
+    this.formerIdIndex = formerIdIndex;
     return this;
   }
 
@@ -64,10 +67,10 @@ final class SessionsProcessor extends KeyedRuleProcessor {
     if (stored != null) {
       SessionRule.Stored read = SessionRule.deserialize(stored);
       current = read.state();
-      SessionRule.upgrade(read, idsByMinute, idIndex); // an earlier layout's, once
+      SessionRule.upgrade(read, formerIdsByMinute, formerIdIndex, idBuckets); // an earlier layout's, once
     }
     SessionRule.Changes changes =
-        SessionRule.apply(key, current, idIndex, events, gapMs, latenessMs);
+        SessionRule.apply(key, current, idBuckets, events, gapMs, latenessMs);
     for (SessionRule.Session s : changes.upserts()) {
       Object[] values = new Object[Sessions.OUTPUT.size()];
       values[0] = "upsert";

@@ -83,7 +83,7 @@ class ColumnsByNameTest {
 
   private static SessionsProcessor sessionsProcessor(StructType schema) {
     MapStore store = new MapStore();
-    return new SessionsProcessor(schema, 10, 100, "late_event").useStores(store, store);
+    return new SessionsProcessor(schema, 10, 100, "late_event").useStores(new MapBytesByLong(), store, store);
   }
 
   private static List<Row> clicks(StructType schema) {

@@ -4,13 +4,10 @@ import java.util.HashMap;
 import java.util.Map;
 import java.util.function.BiConsumer;
 
-/** A key's state-store maps held in HashMaps: values by a long and longs by an id, counting what is written and
- * how the index is read. */
+/** A key's state-store maps held in HashMaps: values by a long and longs by an id, counting what is written. */
 final class MapStore extends MapBytesByLong implements LongById {
   final Map<String, Long> index = new HashMap<>();
   int indexWrites;
-  int indexGets;
-  int indexScans;
 
   /** Another store holding the same values, for a second run from the same point. */
   MapStore copy() {
@@ -22,7 +19,6 @@ final class MapStore extends MapBytesByLong implements LongById {
 
   @Override
   public Long get(String id) {
-    indexGets++;
     return index.get(id);
   }
 
@@ -40,7 +36,12 @@ final class MapStore extends MapBytesByLong implements LongById {
 
   @Override
   public void forEach(BiConsumer<String, Long> action) {
-    indexScans++;
     Map.copyOf(index).forEach(action);
+  }
+
+  @Override
+  public void clear() {
+    indexWrites += index.size();
+    index.clear();
   }
 }

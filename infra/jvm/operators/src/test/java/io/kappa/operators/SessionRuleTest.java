@@ -7,6 +7,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.util.ArrayList;
 import java.util.Collection;
+import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Random;
@@ -172,7 +173,7 @@ class SessionRuleTest {
   void anIdSeenAgainAfterItsSessionWasForgottenIsNewIfNotLate() {
     Key key = new Key();
     run(key, e("e1", 0, "a"));
-    run(key, e("e9", 200, "z")); // forgets u:e1 (horizon 90); e1's id stays only as a harmless stale entry
+    run(key, e("e9", 200, "z")); // forgets u:e1 (horizon 90) and removes its id
     assertEquals(Set.of("u:e9"), key.state.open.keySet());
     SessionRule.Changes changes = run(key, e("e1", 195, "b")); // a new time, within A: a click, not a correction
     assertEquals(List.of("u:e9 [195,200] 2 2 b>z S-e1"), upserts(changes));
@@ -184,59 +185,55 @@ class SessionRuleTest {
     return SessionRule.apply("u", key.state, key.store, List.of(events), 30 * 60_000, 120 * 60_000);
   }
 
+  /** The ids the key's buckets keep, with their times. */
+  private static Map<String, Long> kept(MapBytesByLong buckets) {
+    Map<String, Long> all = new HashMap<>();
+    buckets.values.values().forEach(bucket -> all.putAll(SessionIds.decode(bucket)));
+    return all;
+  }
+
   @Test
-  void aNewClickWritesOneIndexEntryHoweverLongTheSession() {
+  void aNewClickWritesOneBucketHoweverLongTheSession() {
     Key key = new Key();
     List<SessionRule.Event> hour = new ArrayList<>();
     for (int i = 0; i < 1_800; i++) { // an hour of a user's clicks, one every 2 s: one session
       hour.add(e("e" + i, i * 2_000L, "/p" + i % 20));
     }
     runLive(key, hour.toArray(new SessionRule.Event[0]));
-    assertEquals(1_800, key.store.index.size());
-    assertEquals(1_800, key.state.indexedIds);
-    assertEquals(0L, key.state.earliestIndexedMs);
-    key.store.indexWrites = 0;
-    key.store.indexGets = 0;
+    assertEquals(1_800, kept(key.store).size());
+    assertEquals(1_800, key.state.idCount);
+    assertEquals(64, key.state.idBuckets, "at most 32 ids a bucket");
+    assertEquals(0L, key.state.earliestIdMs);
+    key.store.resetCounts();
     runLive(key, e("new", 3_600_000L, "/p0"));
-    assertEquals(1, key.store.indexWrites);
-    assertEquals(1, key.store.indexGets, "one lookup, not a scan of 1,800 entries");
-    assertEquals(0, key.store.indexScans);
-    assertEquals(1_801, key.state.indexedIds);
+    assertEquals(1, key.store.puts + key.store.removes, "the new click's bucket");
+    assertTrue(key.store.bytesPut < 33 * 20, key.store.bytesPut + " bytes: its bucket's ids, not the session's");
+    assertEquals(3_600_000L, kept(key.store).get("new"));
     assertTrue(SessionRule.serialize(key.state).length < 400, "the value holds no id");
   }
 
   @Test
-  void aBatchWithAsManyEventsAsTheIndexHoldsReadsItInOneScan() {
+  void aReplaysBatchWritesItsIdsBucketsNotAnEntryPerId() {
     Key key = new Key();
     List<SessionRule.Event> first = new ArrayList<>();
     for (int i = 0; i < 40; i++) {
       first.add(e("a" + i, i * 2_000L, "/a"));
     }
     runLive(key, first.toArray(new SessionRule.Event[0]));
-    assertEquals(40, key.state.indexedIds);
+    assertEquals(2, key.state.idBuckets, "40 ids: more than 32 in one");
+    assertEquals(2, key.store.puts);
     List<SessionRule.Event> next = new ArrayList<>();
-    next.add(new SessionRule.Event("a3", 6_000, "/a", "GOLD")); // a repeat among them
-    for (int i = 40; i < 50; i++) { // 11 events, 40 entries: under SCAN_PER_LOOKUP (4) entries per event
+    next.add(new SessionRule.Event("a3", 6_000, "/a", "GOLD")); // a repeat among them: a correction
+    for (int i = 40; i < 60; i++) {
       next.add(e("a" + i, i * 2_000L, "/a"));
     }
+    key.store.resetCounts();
     SessionRule.Changes changes = runLive(key, next.toArray(new SessionRule.Event[0]));
-    assertEquals(1, key.store.indexScans);
-    assertEquals(0, key.store.indexGets);
-    assertEquals(50L, key.state.seen, "the repeat is a correction, not an event: 40 + 10");
-    assertEquals(50, key.state.indexedIds);
-    assertEquals(50, key.store.index.size());
-    assertEquals(List.of("u:a0 [0,98000] 50 1 /a>/a S-a0"), upserts(changes));
-  }
-
-  @Test
-  void aValueWithoutTheCountOfItsIdsCountsThemInItsNextBatch() {
-    Key key = new Key();
-    runLive(key, e("a", 0, "/a"), e("b", 60_000, "/a"), e("c", 120_000, "/a"));
-    key.state.indexedIds = SessionIds.UNKNOWN; // as a format-2 value is read
-    runLive(key, e("d", 130_000, "/b"));
-    assertEquals(1, key.store.indexScans, "the whole index read once, whatever its size");
-    assertEquals(0, key.store.indexGets);
-    assertEquals(4, key.state.indexedIds);
+    assertEquals(2, key.store.puts, "20 new ids in 2 buckets");
+    assertEquals(60L, key.state.seen, "the repeat is a correction, not an event: 40 + 20");
+    assertEquals(60, key.state.idCount);
+    assertEquals(60, kept(key.store).size());
+    assertEquals(List.of("u:a0 [0,118000] 60 1 /a>/a S-a0"), upserts(changes));
   }
 
   @Test
@@ -249,44 +246,42 @@ class SessionRuleTest {
     }
     runLive(key, replay.toArray(new SessionRule.Event[0]));
     assertEquals(1, key.state.open.size());
-    assertEquals(2, key.store.indexWrites, "the open session's two ids");
-    assertEquals(0, key.store.indexScans + key.store.indexGets, "nothing read: the index was empty");
+    assertEquals(1, key.store.puts, "one bucket");
+    assertEquals(Set.of("a299", "b299"), kept(key.store).keySet(), "the open session's two ids");
   }
 
   @Test
-  void theBatchThatForgetsASessionReadsTheIndexOnceAndRemovesItsEntries() {
+  void theBatchThatForgetsASessionRemovesItsIdsAndHalvesTheBuckets() {
     Key key = new Key();
     List<SessionRule.Event> hour = new ArrayList<>();
     for (int i = 0; i < 1_800; i++) {
       hour.add(e("e" + i, i * 2_000L, "/p"));
     }
     runLive(key, hour.toArray(new SessionRule.Event[0]));
-    key.store.indexWrites = 0;
     runLive(key, e("d", 6 * 3_600_000L, "/b")); // 5 hours after its end: the hour's session is forgotten
     assertEquals(Set.of("u:d"), key.state.open.keySet());
-    assertEquals(Set.of("d"), key.store.index.keySet());
-    assertEquals(1, key.store.indexGets, "d's lookup");
-    assertEquals(1, key.store.indexScans, "the entries to remove, found in one scan");
-    assertEquals(1_801, key.store.indexWrites, "1,800 removed, d written");
-    assertEquals(1, key.state.indexedIds);
-    assertEquals(6 * 3_600_000L, key.state.earliestIndexedMs);
-    key.store.indexWrites = 0;
+    assertEquals(Map.of("d", 6 * 3_600_000L), kept(key.store));
+    assertEquals(1, key.store.values.size(), "every other bucket removed");
+    assertEquals(1, key.state.idCount);
+    assertEquals(1, key.state.idBuckets);
+    assertEquals(6 * 3_600_000L, key.state.earliestIdMs);
+    key.store.resetCounts();
     runLive(key, e("f", 6 * 3_600_000L + 5_000, "/b"));
-    assertEquals(1, key.store.indexWrites, "f written, nothing removed");
+    assertEquals(1, key.store.puts + key.store.removes, "f's bucket: nothing to remove");
   }
 
   @Test
-  void anIdSeenAgainAfterItsSessionWasForgottenIsIndexedAtItsNewTime() {
+  void anIdSeenAgainAfterItsSessionWasForgottenIsKeptAtItsNewTime() {
     Key key = new Key();
     long g = 10_000;
     long a = 100_000;
     SessionRule.apply("u", key.state, key.store, List.of(e("x", 61_000, "a"), e("z", 100_000, "b"),
         e("w", 180_000, "c")), g, a); // u:x is forgotten in its own batch: x is never written
-    assertEquals(Set.of("z", "w"), key.store.index.keySet());
+    assertEquals(Set.of("z", "w"), kept(key.store).keySet());
     SessionRule.apply("u", key.state, key.store, List.of(e("x", 175_000, "d")), g, a); // new: joins u:w
-    assertEquals(175_000L, key.store.index.get("x"));
+    assertEquals(175_000L, kept(key.store).get("x"));
     SessionRule.apply("u", key.state, key.store, List.of(e("v", 230_000, "e")), g, a); // forgets u:z
-    assertEquals(Set.of("x", "w", "v"), key.store.index.keySet(), "z's entry removed, x's kept at its new time");
+    assertEquals(Set.of("x", "w", "v"), kept(key.store).keySet(), "z removed, x kept at its new time");
     long seen = key.state.seen;
     SessionRule.Changes again =
         SessionRule.apply("u", key.state, key.store, List.of(e("x", 175_000, "d")), g, a);
@@ -334,8 +329,7 @@ class SessionRuleTest {
     Random random = new Random(67);
     int corrections = 0;
     int forgotten = 0;
-    int scans = 0;
-    int gets = 0;
+    int resized = 0;
     for (long[] ga : settings) {
       long g = ga[0];
       long a = ga[1];
@@ -343,12 +337,16 @@ class SessionRuleTest {
       for (int run = 0; run < 4; run++) {
         SessionRule.State state = new SessionRule.State();
         MapStore store = new MapStore();
+        int bucketsBefore = 1;
         SessionRuleBySets.State model = new SessionRuleBySets.State();
         List<SessionRule.Event> ever = new ArrayList<>();
         long now = -3 * 60_000 - random.nextInt(60_000); // before the epoch too: minutes round down
         for (int batch = 0; batch < 150; batch++) {
           List<SessionRule.Event> events = new ArrayList<>();
-          for (int i = random.nextInt(8); i > 0; i--) {
+          // now and then a replay's batch of clicks within the gap, so that the key keeps more ids than a
+          // bucket holds (and its buckets double, and halve when the session is forgotten)
+          boolean replay = random.nextInt(15) == 0;
+          for (int i = replay ? 40 + random.nextInt(80) : random.nextInt(8); i > 0; i--) {
             SessionRule.Event ev;
             int kind = random.nextInt(10);
             if (kind == 0 && !ever.isEmpty()) { // a correction: the same click, another segment
@@ -360,7 +358,7 @@ class SessionRuleTest {
               ev = new SessionRule.Event(was.id(), now - random.nextInt(Math.toIntExact(Math.max(1, a + g))),
                   "/p" + random.nextInt(3), "S" + random.nextInt(3));
             } else {
-              now += steps[random.nextInt(steps.length)];
+              now += replay ? random.nextInt(Math.toIntExact(g / 2 + 1)) : steps[random.nextInt(steps.length)];
               long back = random.nextInt(4) == 0 ? steps[random.nextInt(steps.length)] : 0; // out of order, late
               ev = new SessionRule.Event("e" + ever.size(), now - back, random.nextInt(9) == 0 ? null
                   : "/p" + random.nextInt(4), random.nextInt(5) == 0 ? null : "S" + random.nextInt(3));
@@ -375,24 +373,29 @@ class SessionRuleTest {
           List<String> actual = renderedNew(SessionRule.apply("u", state, store, events, g, a), state);
           assertEquals(expected, actual, "G " + g + ", A " + a + ", run " + run + ", batch " + batch);
           String where = "G " + g + ", A " + a + ", run " + run + ", batch " + batch;
-          assertEquals(store.index.size(), state.indexedIds, where);
+          Map<String, Long> kept = kept(store);
+          assertEquals(kept.size(), state.idCount, where);
           Long earliestOpen = state.open.values().stream().map(x -> x.startMs).min(Long::compare).orElse(null);
-          for (long time : store.index.values()) { // exactly the open sessions' ids: none stale is left
-            assertTrue(earliestOpen != null && time >= earliestOpen && time >= state.earliestIndexedMs, where);
+          for (long time : kept.values()) { // exactly the open sessions' ids: none stale is left
+            assertTrue(earliestOpen != null && time >= earliestOpen && time >= state.earliestIdMs, where);
           }
+          int buckets = state.idBuckets;
+          assertTrue(buckets == 1 || (kept.size() >= 4 * buckets && kept.size() <= 32 * buckets), where);
+          store.values.forEach((b, bucket) -> SessionIds.decode(bucket).keySet().forEach(
+              id -> assertEquals((long) SessionIds.bucketOf(id, buckets), b, where)));
+          resized += buckets != bucketsBefore ? 1 : 0;
+          bucketsBefore = buckets;
           forgotten += Math.max(0, openBefore - model.open.size());
         }
         // far ahead: every session but the new one is forgotten, and its minutes and ids leave the store
         long far = now + a + g + 5 * 60_000;
         SessionRule.apply("u", state, store, List.of(e("last", far, "/z")), g, a);
-        assertEquals(Set.of("last"), store.index.keySet(), "G " + g + ", A " + a + ", run " + run);
-        assertEquals(Map.of(), store.values, "no by-minute list is written any more");
-        scans += store.indexScans;
-        gets += store.indexGets;
+        assertEquals(Set.of("last"), kept(store).keySet(), "G " + g + ", A " + a + ", run " + run);
+        assertEquals(1, store.values.size());
       }
     }
     assertTrue(corrections > 500 && forgotten > 500, corrections + " corrections, " + forgotten + " forgotten");
-    assertTrue(scans > 500 && gets > 100, "both ways of reading the index: " + scans + " scans, " + gets + " gets");
+    assertTrue(resized > 50, resized + " batches changed the number of buckets");
   }
 
   @Test

@@ -220,14 +220,15 @@ class StateBytesTest {
     SessionRule.Session two = session("u:e9", 4_000, 4_000, 1, Set.of("/z"), "/z", "/z", 11, "GOLD", "e9");
     s.open.put(two.sessionId, two); // not in created order: the map's order must survive
     s.open.put(one.sessionId, one);
-    s.indexedIds = 9;
-    s.earliestIndexedMs = -120_000L; // before the epoch
+    s.idCount = 9;
+    s.idBuckets = 2;
+    s.earliestIdMs = -120_000L; // before the epoch
     return s;
   }
 
   private static List<Object> sessionsValues(SessionRule.State s) {
     List<Object> values = new ArrayList<>();
-    values.add(Arrays.asList(s.latestMs, s.seen, s.indexedIds, s.earliestIndexedMs));
+    values.add(Arrays.asList(s.latestMs, s.seen, s.idCount, s.idBuckets, s.earliestIdMs));
     s.open.forEach(
         (id, x) ->
             values.add(
@@ -252,44 +253,49 @@ class StateBytesTest {
 
   @Test
   void theSessionsLayoutIsFormatThreeAsWrittenDownHere() {
-    ByteBuffer expected = ByteBuffer.allocate(1 + 1 + 8 + 4 + 8 + 1);
+    ByteBuffer expected = ByteBuffer.allocate(1 + 1 + 8 + 4 + 8 + 4 + 1);
     expected.put((byte) 3).put((byte) 0).putLong(0).putInt(0); // FORMAT, latest: none, seen 0, no session
-    expected.putLong(0).put((byte) 0); // no id indexed, so no earliest time
+    expected.putLong(0).putInt(1).put((byte) 0); // no id kept, in one bucket, so no earliest time
     assertArrayEquals(expected.array(), SessionRule.serialize(new SessionRule.State()));
 
     SessionRule.State s = new SessionRule.State();
     s.latestMs = 7L;
     s.seen = 1;
     s.open.put("i", session("i", 7, 7, 1, Set.of("p"), "p", "p", 0, null, "e"));
-    s.indexedIds = 3;
-    s.earliestIndexedMs = 5L;
-    ByteBuffer one = ByteBuffer.allocate(1 + 9 + 8 + 4 + 5 + 16 + 4 + 9 + 5 + 5 + 8 + 4 + 5 + 8 + 9);
+    s.idCount = 3;
+    s.earliestIdMs = 5L;
+    ByteBuffer one = ByteBuffer.allocate(1 + 9 + 8 + 4 + 5 + 16 + 4 + 9 + 5 + 5 + 8 + 4 + 5 + 8 + 4 + 9);
     one.put((byte) 3).put((byte) 1).putLong(7).putLong(1).putInt(1); // FORMAT, latest 7, seen 1, one session
     one.putInt(1).put((byte) 'i').putLong(7).putLong(7).putInt(1); // id, start, end, clicks
     one.putInt(1).putInt(1).put((byte) 'p'); // pages
     one.putInt(1).put((byte) 'p').putInt(1).put((byte) 'p'); // entry, exit
     one.putLong(0).putInt(-1); // created seq, segment: none
     one.putInt(1).put((byte) 'e'); // first event id
-    one.putLong(3).put((byte) 1).putLong(5); // the ids indexed, the earliest time indexed
+    one.putLong(3).putInt(1).put((byte) 1).putLong(5); // the ids kept, in one bucket, the earliest time kept
     assertEquals(0, one.remaining(), "the expected layout above is complete");
     assertArrayEquals(one.array(), SessionRule.serialize(s));
   }
 
   @Test
-  void aSecondLayoutSessionsValueIsReadAndItsByMinuteListsRemoved() {
+  void aSecondLayoutSessionsValueIsReadAndItsIndexAndListsRemoved() {
     ByteBuffer two = ByteBuffer.allocate(1 + 1 + 8 + 4 + 4 + 16);
     two.put((byte) 2).put((byte) 0).putLong(3).putInt(0); // FORMAT, latest: none, seen 3, no session
     two.putInt(1).putLong(4).putLong(4); // ids in minute 4 (of a session forgotten since), no count after
     assertEquals(0, two.remaining(), "the layout above is complete");
     SessionRule.Stored read = SessionRule.deserialize(two.array());
+    assertEquals(2, read.format());
     assertEquals(3L, read.state().seen);
     assertEquals(List.of(4L), read.idMinutes());
-    assertEquals(SessionIds.UNKNOWN, read.state().indexedIds, "counted by its key's next batch");
-    MapStore store = new MapStore();
-    store.values.put(4L, new byte[] {1, 0, 0, 0, 0});
-    store.values.put(9L, new byte[] {1, 0, 0, 0, 0}); // not the value's: left alone
-    SessionRule.upgrade(read, store, store);
-    assertEquals(Set.of(9L), store.values.keySet());
+    MapStore former = new MapStore();
+    former.values.put(4L, new byte[] {1, 0, 0, 0, 0});
+    former.values.put(9L, new byte[] {1, 0, 0, 0, 0}); // not the value's: left alone
+    former.index.put("x", 240_000L);
+    MapBytesByLong buckets = new MapBytesByLong();
+    SessionRule.upgrade(read, former, former, buckets);
+    assertEquals(Set.of(9L), former.values.keySet());
+    assertEquals(Map.of(), former.index);
+    assertEquals(Map.of(), buckets.values, "no session open: x's is forgotten, and its id with it");
+    assertEquals(0, read.state().idCount);
   }
 
   /** A format-1 value (the layout before SessionIds): one session holding its event ids e and f. */
@@ -310,11 +316,12 @@ class StateBytesTest {
   void aFirstLayoutSessionsValueIsReadWithItsIdsAndTheyAreMovedBesideIt() {
     SessionRule.Stored read = SessionRule.deserialize(sessionsFirstFormatValue());
     assertEquals(List.of("e", "f"), List.of(read.inline().get("i")));
-    MapStore store = new MapStore();
-    SessionRule.upgrade(read, store, store);
-    assertEquals(Map.of("e", 125_000L, "f", 125_000L), store.index, "at the session's start");
-    assertEquals(2, read.state().indexedIds);
-    assertEquals(125_000L, read.state().earliestIndexedMs);
+    MapStore former = new MapStore();
+    MapBytesByLong store = new MapBytesByLong();
+    SessionRule.upgrade(read, former, former, store);
+    assertEquals(Map.of("e", 125_000L, "f", 125_000L), SessionIds.decode(store.values.get(0L)), "at the session's start");
+    assertEquals(2, read.state().idCount);
+    assertEquals(125_000L, read.state().earliestIdMs);
     SessionRule.Changes again =
         SessionRule.apply("u", read.state(), store, List.of(new SessionRule.Event("f", 130_000, "p", "X")),
             10, 100_000);
@@ -339,6 +346,9 @@ class StateBytesTest {
     byte[] sessions = SessionRule.serialize(sessionsState());
     sessions[0] = 0;
     refuses(SessionRule::deserialize, sessions, "sessions", "format 0, this operator reads 3");
+    SessionRule.State threeBuckets = sessionsState();
+    threeBuckets.idBuckets = 3;
+    refuses(SessionRule::deserialize, SessionRule.serialize(threeBuckets), "sessions", "keeps 9 ids in 3 buckets");
   }
 
   @Test
