@@ -3,9 +3,9 @@ package io.kappa.operators;
 import org.apache.spark.sql.streaming.MapState;
 
 /**
- * One key's values by a long (a time bucket, a range's index), as the state store keeps them: what {@link
- * GroupTimes} and {@link HeldBuckets} read and write a value at a time, so that a batch writes only what it
- * changes, and a test can keep them in a map.
+ * One key's values by a long (a time bucket, a range's index, a hash bucket), as the state store keeps them: what
+ * {@link GroupTimes}, {@link HeldBuckets} and {@link SessionIds} read and write a value at a time, so that a batch
+ * writes only what it changes, and a test can keep them in a map.
  */
 interface BytesByLong {
   byte[] get(long key); // null when absent

@@ -6,8 +6,8 @@ import scala.Tuple2;
 
 /**
  * One key's longs by an id (an event's time bucket, an event's time), as the state store keeps them: the index
- * beside {@link HeldBuckets} and {@link SessionIds}, read and written an id at a time or scanned whole, or a
- * test's map.
+ * beside {@link HeldBuckets}, read and written an id at a time, and sessionize's former index, read whole and
+ * cleared by {@link SessionRule#upgrade}; or a test's map.
  */
 interface LongById {
   Long get(String id); // null when absent

@@ -36,21 +36,24 @@ import java.util.Set;
 final class SessionIds {
   static final int MIN_PER_BUCKET = 4;
   static final int MAX_PER_BUCKET = 32;
+  static final int MAX_BUCKETS = 1 << 24; // 500 million ids of one key: a broken value, not a user
   private static final int FORMAT = 1;
 
   private final BytesByLong store; // bucket number -> its ids and their times
   private long count; // entries in the buckets
-  private int buckets; // a power of two (1 when the key keeps none)
+  private int buckets; // a power of two (1 when the key keeps fewer than 2 * MIN_PER_BUCKET)
   private Long earliestMs; // no entry is earlier (null: none)
   private final Map<String, Long> added = new HashMap<>(); // this batch's ids and their times
   private final Map<Integer, Map<String, Long>> read = new HashMap<>(); // the buckets read, kept up to date
   private final Set<Integer> changed = new HashSet<>();
+  private final boolean noneStored; // the key kept no id before this batch: no bucket to read (its first batch)
 
   SessionIds(BytesByLong store, long count, int buckets, Long earliestMs) {
     this.store = store;
     this.count = count;
     this.buckets = buckets;
     this.earliestMs = earliestMs;
+    this.noneStored = count == 0; // a flush that keeps none removes every bucket it empties
   }
 
   long count() {
@@ -92,18 +95,32 @@ final class SessionIds {
     added.values().removeIf(time -> time < keepFrom);
     if (count > 0 && (earliestMs == null || earliestMs < keepFrom)) { // some entry may be stale
       Long earliestKept = null;
+      long stored = 0;
+      long removed = 0;
       for (int b = 0; b < buckets; b++) {
         Map<String, Long> entries = bucket(b);
         int before = entries.size();
+        stored += before;
+        for (String id : entries.keySet()) { // every bucket read: where the value and the buckets disagree, stop
+          if (bucketOf(id, buckets) != b) {
+            throw new IllegalStateException("sessions: the event id " + id + " is kept in bucket " + b + " of "
+                + buckets + ", not in its hash's");
+          }
+        }
         entries.values().removeIf(time -> time < keepFrom);
         for (long time : entries.values()) {
           earliestKept = earliestKept == null ? time : Math.min(earliestKept, time);
         }
         if (entries.size() != before) {
-          count -= before - entries.size();
+          removed += before - entries.size();
           changed.add(b);
         }
       }
+      if (stored != count) {
+        throw new IllegalStateException(
+            "sessions: the value counts " + count + " event ids, its " + buckets + " buckets hold " + stored);
+      }
+      count -= removed;
       earliestMs = earliestKept;
     }
     for (Map.Entry<String, Long> entry : added.entrySet()) {
@@ -132,6 +149,9 @@ final class SessionIds {
   private void resizeIfOutOfRange() {
     int fitting = buckets;
     while (count > (long) MAX_PER_BUCKET * fitting) {
+      if (fitting == MAX_BUCKETS) {
+        throw new IllegalStateException("sessions: " + count + " event ids of one key, more than its buckets hold");
+      }
       fitting *= 2;
     }
     while (fitting > 1 && count < (long) MIN_PER_BUCKET * fitting) {
@@ -155,7 +175,7 @@ final class SessionIds {
   }
 
   private Map<String, Long> bucket(int b) {
-    return read.computeIfAbsent(b, k -> decode(store.get(k)));
+    return read.computeIfAbsent(b, k -> noneStored ? new LinkedHashMap<>() : decode(store.get(k)));
   }
 
   /** A stable choice: String.hashCode is the same in every JVM, so a checkpoint finds its ids after a restart. */
@@ -163,7 +183,7 @@ final class SessionIds {
     return Math.floorMod(id.hashCode(), buckets);
   }
 
-  private static byte[] encode(Map<String, Long> entries) {
+  static byte[] encode(Map<String, Long> entries) {
     ByteArrayOutputStream bytes = new ByteArrayOutputStream(48 * entries.size());
     try (DataOutputStream out = new DataOutputStream(bytes)) {
       out.writeByte(FORMAT);
@@ -193,7 +213,11 @@ final class SessionIds {
     }
     Map<String, Long> entries = new LinkedHashMap<>();
     for (int i = 0; i < n; i++) {
-      entries.put(Bytes.readString(in), in.readLong());
+      String id = Bytes.readString(in);
+      if (id == null || entries.put(id, in.readLong()) != null) {
+        throw new IllegalStateException(
+            "sessions' event ids state holds " + (id == null ? "an entry without an id" : "the id " + id + " twice"));
+      }
     }
     return entries;
   }

@@ -222,7 +222,7 @@ final class SessionRule {
 
   private static final int FIRST_FORMAT = 1;
   private static final int BY_MINUTE_FORMAT = 2;
-  private static final int FORMAT = 3;
+  private static final int FORMAT = 4; // 3 was a layout of ec77239's that no release wrote
 
   /**
    * A key's value as read: its format, its state, the event ids a format-1 value carried by session, and the
@@ -291,9 +291,16 @@ final class SessionRule {
         state.idCount = in.readLong();
         state.idBuckets = in.readInt();
         state.earliestIdMs = Bytes.readLong(in);
-        if (state.idCount < 0 || state.idBuckets < 1 || Integer.bitCount(state.idBuckets) != 1) {
-          throw new IllegalStateException(
-              "sessions state keeps " + state.idCount + " ids in " + state.idBuckets + " buckets");
+        // what every flush leaves (SessionIds): a power of two of buckets that fits the count, an earliest time
+        // exactly when an id is kept
+        boolean fits = state.idCount >= 0 && state.idBuckets >= 1 && state.idBuckets <= SessionIds.MAX_BUCKETS
+            && Integer.bitCount(state.idBuckets) == 1
+            && state.idCount <= (long) SessionIds.MAX_PER_BUCKET * state.idBuckets
+            && (state.idBuckets == 1 || state.idCount >= (long) SessionIds.MIN_PER_BUCKET * state.idBuckets)
+            && (state.idCount == 0) == (state.earliestIdMs == null);
+        if (!fits) {
+          throw new IllegalStateException("sessions state keeps " + state.idCount + " ids in " + state.idBuckets
+              + " buckets, the earliest at " + state.earliestIdMs);
         }
       }
       return new Stored(format, state, inline, idMinutes);

@@ -200,13 +200,15 @@ class SessionRuleTest {
       hour.add(e("e" + i, i * 2_000L, "/p" + i % 20));
     }
     runLive(key, hour.toArray(new SessionRule.Event[0]));
+    assertEquals(0, key.store.gets, "a key's first batch reads no bucket");
     assertEquals(1_800, kept(key.store).size());
     assertEquals(1_800, key.state.idCount);
     assertEquals(64, key.state.idBuckets, "at most 32 ids a bucket");
     assertEquals(0L, key.state.earliestIdMs);
     key.store.resetCounts();
     runLive(key, e("new", 3_600_000L, "/p0"));
-    assertEquals(1, key.store.puts + key.store.removes, "the new click's bucket");
+    assertEquals(1, key.store.gets, "the new click's bucket, read once");
+    assertEquals(1, key.store.puts + key.store.removes, "and written once");
     assertTrue(key.store.bytesPut < 33 * 20, key.store.bytesPut + " bytes: its bucket's ids, not the session's");
     assertEquals(3_600_000L, kept(key.store).get("new"));
     assertTrue(SessionRule.serialize(key.state).length < 400, "the value holds no id");
@@ -268,6 +270,30 @@ class SessionRuleTest {
     key.store.resetCounts();
     runLive(key, e("f", 6 * 3_600_000L + 5_000, "/b"));
     assertEquals(1, key.store.puts + key.store.removes, "f's bucket: nothing to remove");
+  }
+
+  @Test
+  void bucketsThatDisagreeWithTheValueAreAClearErrorNotAWrongAnswer() {
+    Key misplaced = new Key();
+    List<SessionRule.Event> forty = new ArrayList<>();
+    for (int i = 0; i < 40; i++) {
+      forty.add(e("m" + i, i * 1_000L, "/m"));
+    }
+    runLive(misplaced, forty.toArray(new SessionRule.Event[0]));
+    assertEquals(2, misplaced.state.idBuckets);
+    Map<String, Long> all = kept(misplaced.store);
+    misplaced.store.values.clear();
+    misplaced.store.values.put(0L, SessionIds.encode(all)); // every id in bucket 0
+    IllegalStateException wrongBucket = assertThrows(IllegalStateException.class,
+        () -> runLive(misplaced, e("later", 6 * 3_600_000L, "/m"))); // forgets the session: reads every bucket
+    assertTrue(wrongBucket.getMessage().contains("is kept in bucket 0 of 2"), wrongBucket.getMessage());
+
+    Key miscounted = new Key();
+    runLive(miscounted, e("a", 0, "/a"), e("b", 1_000, "/a"));
+    miscounted.state.idCount = 3;
+    IllegalStateException count = assertThrows(IllegalStateException.class,
+        () -> runLive(miscounted, e("later", 6 * 3_600_000L, "/m")));
+    assertEquals("sessions: the value counts 3 event ids, its 1 buckets hold 2", count.getMessage());
   }
 
   @Test
@@ -340,7 +366,7 @@ class SessionRuleTest {
         int bucketsBefore = 1;
         SessionRuleBySets.State model = new SessionRuleBySets.State();
         List<SessionRule.Event> ever = new ArrayList<>();
-        long now = -3 * 60_000 - random.nextInt(60_000); // before the epoch too: minutes round down
+        long now = -3 * 60_000 - random.nextInt(60_000); // before the epoch too
         for (int batch = 0; batch < 150; batch++) {
           List<SessionRule.Event> events = new ArrayList<>();
           // now and then a replay's batch of clicks within the gap, so that the key keeps more ids than a
@@ -387,7 +413,7 @@ class SessionRuleTest {
           bucketsBefore = buckets;
           forgotten += Math.max(0, openBefore - model.open.size());
         }
-        // far ahead: every session but the new one is forgotten, and its minutes and ids leave the store
+        // far ahead: every session but the new one is forgotten, and their ids leave the store
         long far = now + a + g + 5 * 60_000;
         SessionRule.apply("u", state, store, List.of(e("last", far, "/z")), g, a);
         assertEquals(Set.of("last"), kept(store).keySet(), "G " + g + ", A " + a + ", run " + run);

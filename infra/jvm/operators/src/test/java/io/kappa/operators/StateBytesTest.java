@@ -12,6 +12,7 @@ import java.io.DataInputStream;
 import java.io.DataOutputStream;
 import java.io.IOException;
 import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
@@ -252,9 +253,9 @@ class StateBytesTest {
   }
 
   @Test
-  void theSessionsLayoutIsFormatThreeAsWrittenDownHere() {
+  void theSessionsLayoutIsFormatFourAsWrittenDownHere() {
     ByteBuffer expected = ByteBuffer.allocate(1 + 1 + 8 + 4 + 8 + 4 + 1);
-    expected.put((byte) 3).put((byte) 0).putLong(0).putInt(0); // FORMAT, latest: none, seen 0, no session
+    expected.put((byte) 4).put((byte) 0).putLong(0).putInt(0); // FORMAT, latest: none, seen 0, no session
     expected.putLong(0).putInt(1).put((byte) 0); // no id kept, in one bucket, so no earliest time
     assertArrayEquals(expected.array(), SessionRule.serialize(new SessionRule.State()));
 
@@ -265,7 +266,7 @@ class StateBytesTest {
     s.idCount = 3;
     s.earliestIdMs = 5L;
     ByteBuffer one = ByteBuffer.allocate(1 + 9 + 8 + 4 + 5 + 16 + 4 + 9 + 5 + 5 + 8 + 4 + 5 + 8 + 4 + 9);
-    one.put((byte) 3).put((byte) 1).putLong(7).putLong(1).putInt(1); // FORMAT, latest 7, seen 1, one session
+    one.put((byte) 4).put((byte) 1).putLong(7).putLong(1).putInt(1); // FORMAT, latest 7, seen 1, one session
     one.putInt(1).put((byte) 'i').putLong(7).putLong(7).putInt(1); // id, start, end, clicks
     one.putInt(1).putInt(1).put((byte) 'p'); // pages
     one.putInt(1).put((byte) 'p').putInt(1).put((byte) 'p'); // entry, exit
@@ -296,6 +297,35 @@ class StateBytesTest {
     assertEquals(Map.of(), former.index);
     assertEquals(Map.of(), buckets.values, "no session open: x's is forgotten, and its id with it");
     assertEquals(0, read.state().idCount);
+  }
+
+  @Test
+  void aSecondLayoutSessionsValueWithAnOpenSessionMovesItsIdsIntoBuckets() {
+    ByteBuffer two = ByteBuffer.allocate(1 + 9 + 8 + 4 + 7 + 20 + 9 + 10 + 12 + 5 + 4 + 32);
+    two.put((byte) 2).put((byte) 1).putLong(250_000).putLong(2).putInt(1); // FORMAT, latest, seen 2, one session
+    two.putInt(3).put("u:x".getBytes(StandardCharsets.UTF_8)).putLong(240_000).putLong(250_000).putInt(2);
+    two.putInt(1).putInt(1).put((byte) 'p'); // pages
+    two.putInt(1).put((byte) 'p').putInt(1).put((byte) 'p'); // entry, exit
+    two.putLong(0).putInt(-1); // created seq, segment: none
+    two.putInt(1).put((byte) 'x'); // first event id
+    two.putInt(2).putLong(1).putLong(1).putLong(4).putLong(4); // ids in minutes 1 and 4
+    assertEquals(0, two.remaining(), "the layout above is complete");
+    MapStore former = new MapStore();
+    former.values.put(1L, new byte[] {1, 0, 0, 0, 0});
+    former.values.put(4L, new byte[] {1, 0, 0, 0, 0});
+    former.index.putAll(Map.of("x", 240_000L, "y", 250_000L, "old", 60_000L)); // old: a forgotten session's
+    MapBytesByLong buckets = new MapBytesByLong();
+    SessionRule.Stored read = SessionRule.deserialize(two.array());
+    SessionRule.upgrade(read, former, former, buckets);
+    assertEquals(Map.of(), former.values);
+    assertEquals(Map.of(), former.index);
+    assertEquals(Map.of("x", 240_000L, "y", 250_000L), SessionIds.decode(buckets.values.get(0L)));
+    assertEquals(2, read.state().idCount);
+    assertEquals(240_000L, read.state().earliestIdMs);
+    SessionRule.Changes again = SessionRule.apply(
+        "u", read.state(), buckets, List.of(new SessionRule.Event("y", 250_000, "p", "X")), 10_000, 100_000);
+    assertEquals(List.of(), again.upserts(), "a moved id is still known: its repeat is a correction");
+    assertEquals(2L, read.state().seen);
   }
 
   /** A format-1 value (the layout before SessionIds): one session holding its event ids e and f. */
@@ -345,10 +375,25 @@ class StateBytesTest {
     refuses(AsOfRule::deserialize, asOf, "as-of", "format 3, this operator reads 2");
     byte[] sessions = SessionRule.serialize(sessionsState());
     sessions[0] = 0;
-    refuses(SessionRule::deserialize, sessions, "sessions", "format 0, this operator reads 3");
+    refuses(SessionRule::deserialize, sessions, "sessions", "format 0, this operator reads 4");
+    sessions[0] = 3; // ec77239's layout, never released
+    refuses(SessionRule::deserialize, sessions, "sessions", "format 3, this operator reads 4");
+  }
+
+  @Test
+  void aCountOfIdsTheBucketsCannotHoldIsRefused() {
     SessionRule.State threeBuckets = sessionsState();
     threeBuckets.idBuckets = 3;
     refuses(SessionRule::deserialize, SessionRule.serialize(threeBuckets), "sessions", "keeps 9 ids in 3 buckets");
+    SessionRule.State overflowing = sessionsState();
+    overflowing.idCount = 65; // more than 32 a bucket
+    refuses(SessionRule::deserialize, SessionRule.serialize(overflowing), "sessions", "keeps 65 ids in 2 buckets");
+    SessionRule.State tooFew = sessionsState();
+    tooFew.idCount = 7; // fewer than 4 a bucket: one would do
+    refuses(SessionRule::deserialize, SessionRule.serialize(tooFew), "sessions", "keeps 7 ids in 2 buckets");
+    SessionRule.State noEarliest = sessionsState();
+    noEarliest.earliestIdMs = null;
+    refuses(SessionRule::deserialize, SessionRule.serialize(noEarliest), "sessions", "the earliest at null");
   }
 
   @Test
