@@ -9,10 +9,12 @@ import threading
 from collections.abc import Callable
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings
-from kappa.kafka.aliases import ALIASES, TOPIC_KIND, Alias, AliasRegistry, AliasWatch, Move
+from kappa.kafka import aliases
+from kappa.kafka.aliases import ALIASES, MOVER_ID, TOPIC_KIND, Alias, AliasRegistry, AliasWatch, Move
 
 pytestmark = pytest.mark.usefixtures("control_topics")
 
@@ -128,7 +130,7 @@ def test_an_open_move_of_another_dataset_hides_no_move(stack: KappaSettings, uni
             moved.append(move(AliasRegistry(stack), this, 2, expected=1))  # fences the stalled mover
             assert registry.live(this) == moved[0]  # seen at once, not after the stalled transaction's timeout
 
-    with pytest.raises(KappaError, match=rf"moving the alias of {other} failed, nothing changed"):
+    with pytest.raises(KappaError, match=rf"moving the alias of {other} was not committed"):
         move_while_another_is_open()
     assert moved
     assert registry.live(this) == moved[0]
@@ -240,3 +242,84 @@ def test_a_set_moves_in_one_transaction_and_a_reader_never_sees_a_mix(
     assert not mixed, mixed[:3]
     # The reader saw the moves themselves, not only the first and last state.
     assert {(1, 1, 1), (3, 3, 3)} <= set(seen)
+
+
+def test_a_mover_fenced_between_its_write_and_its_commit_starts_again_and_lands_once(
+    stack: KappaSettings, unique_name: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another mover takes the transactional id after this move wrote its record and before it commits: the
+    commit is refused, the record is aborted, and the move starts again and lands once."""
+    dataset = unique_name("fenced")
+    registry = AliasRegistry(stack)
+    move(registry, dataset, 1, expected=None)
+    commits = 0
+
+    class FencedBeforeItsFirstCommit(Producer):
+        def commit_transaction(self, timeout: float = -1) -> None:
+            nonlocal commits
+            commits += 1
+            if commits == 1:
+                Producer({"bootstrap.servers": stack.bootstrap, "transactional.id": MOVER_ID}).init_transactions(30)
+            super().commit_transaction(timeout)
+
+    monkeypatch.setattr(aliases, "Producer", FencedBeforeItsFirstCommit)
+    moved = move(registry, dataset, 2, expected=1)
+    assert commits >= 2
+    assert (moved.version, moved.previous_version) == (2, 1)
+    assert [a.version for a in registry.history(dataset)] == [1, 2]  # the fenced attempt's record was aborted
+
+
+@pytest.mark.parametrize("landed", [True, False], ids=["the-commit-landed", "it-did-not"])
+def test_a_commit_failed_by_the_broker_is_retried_and_recognised_if_it_landed(
+    stack: KappaSettings, unique_name: Callable[[str], str], monkeypatch: pytest.MonkeyPatch, landed: bool
+) -> None:
+    """CI once saw "EndTxn commit failed: Unknown broker error" (librdkafka: the transaction needs an abort),
+    and the move failed. Its outcome is unknown to the mover: the broker may have committed before failing the
+    reply. The move starts again, and its next attempt either finds its own record live (one record, and no
+    "someone moved it") or writes it."""
+    dataset = unique_name("unknown")
+    registry = AliasRegistry(stack)
+    move(registry, dataset, 1, expected=None)
+    failed = False
+
+    class BrokerFailsTheFirstCommit(Producer):
+        def commit_transaction(self, timeout: float = -1) -> None:
+            nonlocal failed
+            if not failed:
+                failed = True
+                if landed:
+                    super().commit_transaction(timeout)
+                unknown = KafkaError(
+                    KafkaError.UNKNOWN, "EndTxn commit failed: Unknown broker error", txn_requires_abort=True
+                )
+                raise KafkaException(unknown)
+            super().commit_transaction(timeout)
+
+    monkeypatch.setattr(aliases, "Producer", BrokerFailsTheFirstCommit)
+    moved = move(registry, dataset, 2, expected=1, by="bob")
+    assert failed
+    assert (moved.version, moved.previous_version, moved.changed_by) == (2, 1, "bob")
+    history = registry.history(dataset)
+    assert [a.version for a in history] == [1, 2]  # written once, whether the first commit landed or not
+    assert history[-1] == moved
+
+
+def test_a_refused_commit_that_needs_no_retry_fails_clearly(
+    stack: KappaSettings, unique_name: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fatal error that is not a fencing (here the broker refusing the transactional id) is not retried for
+    two minutes: it fails the move at once, with the error, and nothing moves."""
+    dataset = unique_name("refused")
+    registry = AliasRegistry(stack)
+    move(registry, dataset, 1, expected=None)
+
+    class RefusedCommit(Producer):
+        def commit_transaction(self, timeout: float = -1) -> None:
+            super().abort_transaction(30)  # the broker ended it: nothing is left open to hold readers back
+            refused = KafkaError(KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "not authorized", fatal=True)
+            raise KafkaException(refused)
+
+    monkeypatch.setattr(aliases, "Producer", RefusedCommit)
+    with pytest.raises(KappaError, match=rf"moving the alias of {dataset} failed, nothing changed: .*not authorized"):
+        move(registry, dataset, 2, expected=1)
+    assert [a.version for a in registry.history(dataset)] == [1]

@@ -25,7 +25,7 @@ import json
 import os
 import random
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -286,10 +286,12 @@ class AliasRegistry:
         if len({m.dataset for m in moves}) != len(moves):
             raise KappaError(f"a set moves each alias once: {', '.join(m.dataset for m in moves)}")
         deadline, backoff = time.monotonic() + MOVE_RETRY_S, MOVE_BACKOFF_S[0]
+        attempted: list[Alias] = []  # what the attempts before wrote: one of them may have landed after all
         while True:
             try:
-                return self._move_once(moves, reason, by)
-            except MoveFencedError:
+                return self._move_once(moves, reason, by, attempted)
+            except MoveNotCommittedError as exc:
+                attempted.extend(exc.attempted)
                 if time.monotonic() >= deadline:
                     raise
             # Full jitter, doubling: a fixed short wait let three movers (CI's workers) fence each other in
@@ -297,12 +299,19 @@ class AliasRegistry:
             time.sleep(random.uniform(0, backoff))
             backoff = min(2 * backoff, MOVE_BACKOFF_S[1])
 
-    def _move_once(self, moves: Sequence[Move], reason: str, by: str | None) -> list[Alias]:
+    def _move_once(
+        self, moves: Sequence[Move], reason: str, by: str | None, attempted: Sequence[Alias] = ()
+    ) -> list[Alias]:
+        """One attempt in one transaction. `attempted`: the records of earlier attempts whose commit's outcome
+        is unknown; if the aliases hold exactly one attempt's records, that attempt landed and is the answer."""
         names = ", ".join(m.dataset for m in moves)
-        with self._transaction(names) as producer:
+        moved: list[Alias] = []
+        with self._transaction(names, moved) as producer:
             current = self.all()  # read after fencing: no other mover can commit in between
+            landed = _landed(moves, current, attempted)
+            if landed is not None:
+                return landed  # its commit failed as seen from here, yet reached the broker: nothing to write
             changed_at = now_ms()  # one time for the set: it is one move
-            moved = []
             for move in moves:
                 seen = current[move.dataset].version if move.dataset in current else None
                 if seen != move.expected_version:
@@ -371,7 +380,9 @@ class AliasRegistry:
         return encoder.encode(record)
 
     @contextlib.contextmanager
-    def _transaction(self, dataset: str) -> Iterator[Producer]:
+    def _transaction(self, dataset: str, written: Sequence[Alias] = ()) -> Iterator[Producer]:
+        """A transaction of the movers' id; `written` (filled by the caller as it produces) goes with a failure
+        that may have committed, so that the next attempt can recognise it."""
         producer = Producer(
             {
                 "bootstrap.servers": self.settings.bootstrap,
@@ -392,22 +403,50 @@ class AliasRegistry:
             with contextlib.suppress(KafkaException):
                 producer.abort_transaction(30)
             if isinstance(exc, KafkaException):  # e.g. fenced by a racing mover while producing
-                raise _failed_move(dataset, exc) from None
+                raise _failed_move(dataset, exc, ()) from None
             raise
-        try:
-            producer.commit_transaction(30)
-        except KafkaException as exc:
-            raise _failed_move(dataset, exc) from None
+        deadline = time.monotonic() + RETRIABLE_S
+        while True:
+            try:
+                producer.commit_transaction(30)
+                return
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                if isinstance(error, KafkaError) and error.retriable() and time.monotonic() < deadline:
+                    continue  # librdkafka resumes the same commit
+                if isinstance(error, KafkaError) and error.txn_requires_abort():
+                    with contextlib.suppress(KafkaException):
+                        producer.abort_transaction(30)
+                raise _failed_move(dataset, exc, written) from None
 
 
-class MoveFencedError(KappaError):
-    """Another mover took the transactional id while this move was open: this move changed nothing."""
+class MoveNotCommittedError(KappaError):
+    """This move's transaction ended without a commit this mover saw: another mover took the transactional id,
+    or the broker failed the commit (CI once saw "EndTxn commit failed: Unknown broker error", which librdkafka
+    reports as needing an abort). It changed nothing, unless a commit that failed as seen from here reached
+    the broker: `attempted` holds what it wrote, so that the next attempt recognises it."""
+
+    def __init__(self, message: str, attempted: Sequence[Alias]) -> None:
+        super().__init__(message)
+        self.attempted = tuple(attempted)
 
 
-def _failed_move(dataset: str, exc: KafkaException) -> KappaError:
+def _failed_move(dataset: str, exc: KafkaException, written: Sequence[Alias]) -> KappaError:
+    """A failed attempt's error: one to start again after (fenced, or aborted by the broker), or a clear end."""
     error = exc.args[0] if exc.args else None
-    fenced = isinstance(error, KafkaError) and error.code() in _FENCED_CODES
-    return (MoveFencedError if fenced else KappaError)(f"moving the alias of {dataset} failed, nothing changed: {exc}")
+    if isinstance(error, KafkaError) and (error.code() in _FENCED_CODES or error.txn_requires_abort()):
+        return MoveNotCommittedError(f"moving the alias of {dataset} was not committed: {exc}", written)
+    return KappaError(f"moving the alias of {dataset} failed, nothing changed: {exc}")
+
+
+def _landed(moves: Sequence[Move], current: Mapping[str, Alias], attempted: Sequence[Alias]) -> list[Alias] | None:
+    """The records of one earlier attempt when the aliases hold them all (that attempt's commit landed), else
+    None. An attempt's records share their `changed_at`, so two attempts' records are never mixed up."""
+    for changed_at in dict.fromkeys(a.changed_at for a in attempted):
+        records = {a.dataset: a for a in attempted if a.changed_at == changed_at}
+        if all(current.get(m.dataset) == records.get(m.dataset) for m in moves):
+            return [records[m.dataset] for m in moves]
+    return None
 
 
 def _millis(value: Any) -> int:
