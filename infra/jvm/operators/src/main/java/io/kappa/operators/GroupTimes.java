@@ -6,10 +6,7 @@ import java.io.DataInputStream;
 import java.io.DataOutputStream;
 import java.io.IOException;
 import java.io.UncheckedIOException;
-import java.util.HashMap;
-import java.util.HashSet;
 import java.util.Map;
-import java.util.Set;
 import java.util.TreeMap;
 
 /**
@@ -35,14 +32,13 @@ final class GroupTimes {
 
   private final BytesByLong store; // the group's map in the state store
   private final TreeMap<Long, Long> rangeCounts;
-  // What this batch read or changed, by key, as it is now; written back by flush().
-  private final Map<Long, TreeMap<Long, Long>> read = new HashMap<>();
-  private final Set<Long> changed = new HashSet<>();
+  private final WriteBack<TreeMap<Long, Long>> levels; // the indexes and buckets this batch read or changed
 
   /** {@code rangeCounts}: the summary's counts per range, updated in place by {@link #add}. */
   GroupTimes(BytesByLong store, TreeMap<Long, Long> rangeCounts) {
     this.store = store;
     this.rangeCounts = rangeCounts;
+    this.levels = new WriteBack<>(store, GroupTimes::decode, GroupTimes::encode, TreeMap::isEmpty);
   }
 
   static long indexKey(long range) {
@@ -73,8 +69,7 @@ final class GroupTimes {
   }
 
   private void bump(long key, long entry, long delta) {
-    count(level(key), entry, delta);
-    changed.add(key);
+    count(levels.edit(key), entry, delta);
   }
 
   /** Adds {@code delta} to {@code entry}'s count, which never goes below zero; a zero count is no entry. */
@@ -91,20 +86,12 @@ final class GroupTimes {
   }
 
   private TreeMap<Long, Long> level(long key) {
-    return read.computeIfAbsent(key, k -> decode(store.get(k)));
+    return levels.get(key);
   }
 
-  /** Writes back what {@link #add} changed. */
+  /** Writes back what {@link #add} changed; once, after the batch's reads. */
   void flush() {
-    for (long key : changed) {
-      TreeMap<Long, Long> counts = read.get(key);
-      if (counts.isEmpty()) {
-        store.remove(key);
-      } else {
-        store.put(key, encode(counts));
-      }
-    }
-    changed.clear();
+    levels.flush();
   }
 
   /** Spark's percentile(x, 0.5) of the group's times (null when it has none): the middle value, or the two

@@ -8,11 +8,9 @@ import java.io.UncheckedIOException;
 import java.util.ArrayList;
 import java.util.Comparator;
 import java.util.HashMap;
-import java.util.HashSet;
 import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
-import java.util.Set;
 import java.util.TreeSet;
 
 /**
@@ -47,20 +45,16 @@ final class HeldBuckets {
     }
   }
 
-  private final BytesByLong buckets; // the key's buckets in the state store: bucket -> its events
+  private final WriteBack<List<Entry>> buckets; // the key's buckets this batch read or changed: bucket -> events
   private final LongById index; // event id -> its bucket
   private final Head head;
-  // The buckets this batch read or changed, as they are now, and those the store held; written back by flush().
-  private final Map<Long, List<Entry>> read = new HashMap<>();
-  private final Set<Long> stored = new HashSet<>();
-  private final Set<Long> changed = new HashSet<>();
   // The index entries this batch read or changed: id -> bucket, null once settled; and as the store had them.
   // Only the net change is written, so that an event held and settled in one batch (a replay's) costs nothing.
   private final Map<String, Long> indexNow = new HashMap<>();
   private final Map<String, Long> indexBefore = new HashMap<>();
 
   HeldBuckets(BytesByLong buckets, LongById index, Head head) {
-    this.buckets = buckets;
+    this.buckets = new WriteBack<>(buckets, HeldBuckets::decode, HeldBuckets::encode, List::isEmpty);
     this.index = index;
     this.head = head;
   }
@@ -80,9 +74,8 @@ final class HeldBuckets {
       Entry known = take(at, event.id());
       number = known.number;
     }
-    bucket(bucket).add(new Entry(number, event, answer));
+    buckets.edit(bucket).add(new Entry(number, event, answer));
     head.buckets.add(bucket);
-    changed.add(bucket);
     indexNow.put(event.id(), bucket);
   }
 
@@ -98,7 +91,7 @@ final class HeldBuckets {
   List<Entry> inOrder() {
     List<Entry> all = new ArrayList<>();
     for (long bucket : head.buckets) {
-      all.addAll(bucket(bucket));
+      all.addAll(buckets.get(bucket));
     }
     all.sort(Comparator.comparingLong(e -> e.number));
     return all;
@@ -107,7 +100,7 @@ final class HeldBuckets {
   /** Records a held event's new answer (an entry of {@link #inOrder}). */
   void answer(Entry entry, Long answer) {
     entry.answer = answer;
-    changed.add(bucketOf(entry.event.timeMs()));
+    buckets.changed(bucketOf(entry.event.timeMs()));
   }
 
   /** Forgets the events before {@code horizonMs}: -> the greatest event time among them, or null if none. */
@@ -115,7 +108,7 @@ final class HeldBuckets {
     Long greatest = null;
     // Every event of a bucket before the horizon's is before the horizon; the horizon's own bucket is cut.
     for (long bucket : new ArrayList<>(head.buckets.headSet(bucketOf(horizonMs), true))) {
-      Iterator<Entry> it = bucket(bucket).iterator();
+      Iterator<Entry> it = buckets.get(bucket).iterator();
       while (it.hasNext()) {
         Entry e = it.next();
         if (e.event.timeMs() < horizonMs) {
@@ -125,7 +118,7 @@ final class HeldBuckets {
           }
           indexNow.put(e.event.id(), null);
           greatest = greatest == null ? e.event.timeMs() : Math.max(greatest, e.event.timeMs());
-          changed.add(bucket);
+          buckets.changed(bucket);
         }
       }
     }
@@ -134,16 +127,8 @@ final class HeldBuckets {
 
   /** Writes back what this batch changed; a bucket left empty leaves the store and the head. */
   void flush() {
-    for (long bucket : changed) {
-      List<Entry> entries = read.get(bucket);
-      if (!entries.isEmpty()) {
-        buckets.put(bucket, encode(entries));
-        continue;
-      }
-      head.buckets.remove(bucket);
-      if (stored.contains(bucket)) {
-        buckets.remove(bucket);
-      }
+    for (long emptied : buckets.flush()) {
+      head.buckets.remove(emptied);
     }
     for (Map.Entry<String, Long> e : indexNow.entrySet()) {
       Long before = indexBefore.get(e.getKey());
@@ -153,31 +138,18 @@ final class HeldBuckets {
         index.put(e.getKey(), e.getValue());
       }
     }
-    read.clear(); // a batch's HeldBuckets is flushed once; cleared so that a second flush writes nothing again
-    stored.clear();
-    changed.clear();
-    indexNow.clear();
+    indexNow.clear(); // a batch's HeldBuckets is flushed once; cleared so that a second flush writes nothing again
     indexBefore.clear();
-  }
-
-  private List<Entry> bucket(long bucket) {
-    return read.computeIfAbsent(bucket, b -> {
-      byte[] value = buckets.get(b);
-      if (value != null) {
-        stored.add(b);
-      }
-      return decode(value);
-    });
   }
 
   /** Removes the entry of {@code id} from its bucket {@code at} (the index says it is there). */
   private Entry take(long at, String id) {
-    Iterator<Entry> it = bucket(at).iterator();
+    Iterator<Entry> it = buckets.get(at).iterator();
     while (it.hasNext()) {
       Entry e = it.next();
       if (e.event.id().equals(id)) {
         it.remove();
-        changed.add(at);
+        buckets.changed(at);
         return e;
       }
     }

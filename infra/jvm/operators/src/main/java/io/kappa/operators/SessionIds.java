@@ -7,10 +7,8 @@ import java.io.EOFException;
 import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.util.HashMap;
-import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.Map;
-import java.util.Set;
 
 /**
  * One key's event ids in its sessions ({@link SessionRule}: an id seen again is a correction), each with its
@@ -39,17 +37,15 @@ final class SessionIds {
   static final int MAX_BUCKETS = 1 << 24; // 500 million ids of one key: a broken value, not a user
   private static final int FORMAT = 1;
 
-  private final BytesByLong store; // bucket number -> its ids and their times
+  private final WriteBack<Map<String, Long>> kept; // the buckets this batch read or changed: number -> ids, times
   private long count; // entries in the buckets
   private int buckets; // a power of two (1 when the key keeps fewer than 2 * MIN_PER_BUCKET)
   private Long earliestMs; // no entry is earlier (null: none)
   private final Map<String, Long> added = new HashMap<>(); // this batch's ids and their times
-  private final Map<Integer, Map<String, Long>> read = new HashMap<>(); // the buckets read, kept up to date
-  private final Set<Integer> changed = new HashSet<>();
   private final boolean noneStored; // the key kept no id before this batch: no bucket to read (its first batch)
 
   SessionIds(BytesByLong store, long count, int buckets, Long earliestMs) {
-    this.store = store;
+    this.kept = new WriteBack<>(store, SessionIds::decode, SessionIds::encode, Map::isEmpty);
     this.count = count;
     this.buckets = buckets;
     this.earliestMs = earliestMs;
@@ -113,7 +109,7 @@ final class SessionIds {
         }
         if (entries.size() != before) {
           removed += before - entries.size();
-          changed.add(b);
+          kept.changed(b);
         }
       }
       if (stored != count) {
@@ -128,21 +124,12 @@ final class SessionIds {
       if (bucket(b).put(entry.getKey(), entry.getValue()) == null) {
         count += 1;
       }
-      changed.add(b);
+      kept.changed(b);
       earliestMs = earliestMs == null ? entry.getValue() : Math.min(earliestMs, entry.getValue());
     }
     resizeIfOutOfRange();
-    for (int b : changed) {
-      Map<String, Long> entries = read.get(b);
-      if (entries.isEmpty()) {
-        store.remove(b);
-      } else {
-        store.put(b, encode(entries));
-      }
-    }
+    kept.flush();
     added.clear(); // flushed once a batch; cleared so that a second flush writes nothing again
-    read.clear();
-    changed.clear();
   }
 
   /** Doubles or halves the buckets until the count fits them; every entry moves. */
@@ -164,18 +151,16 @@ final class SessionIds {
     Map<Integer, Map<String, Long>> moved = new HashMap<>();
     for (int b = 0; b < Math.max(buckets, resized); b++) {
       moved.put(b, new LinkedHashMap<>());
-      changed.add(b); // a bucket past the new number is left empty: removed
     }
-    for (int b = 0; b < buckets; b++) {
+    for (int b = 0; b < buckets; b++) { // every bucket read before any is replaced
       bucket(b).forEach((id, time) -> moved.get(bucketOf(id, resized)).put(id, time));
     }
-    read.clear();
-    read.putAll(moved);
+    moved.forEach(kept::replace); // a bucket past the new number is left empty: removed
     buckets = resized;
   }
 
   private Map<String, Long> bucket(int b) {
-    return read.computeIfAbsent(b, k -> noneStored ? new LinkedHashMap<>() : decode(store.get(k)));
+    return noneStored ? kept.getNew(b) : kept.get(b);
   }
 
   /** A stable choice: String.hashCode is the same in every JVM, so a checkpoint finds its ids after a restart. */

@@ -14,6 +14,7 @@ import java.util.Random;
 import java.util.Set;
 import java.util.TreeSet;
 import java.util.function.Function;
+import java.util.function.IntFunction;
 import org.junit.jupiter.api.Test;
 
 /**
@@ -182,7 +183,22 @@ class SessionRuleTest {
   }
 
   private static SessionRule.Changes runLive(Key key, SessionRule.Event... events) {
-    return SessionRule.apply("u", key.state, key.store, List.of(events), 30 * 60_000, 120 * 60_000);
+    return runLive(key, List.of(events));
+  }
+
+  /** One batch with the live settings: a gap of 30 minutes, a lateness of 120. */
+  private static SessionRule.Changes runLive(Key key, List<SessionRule.Event> events) {
+    return SessionRule.apply("u", key.state, key.store, events, 30 * 60_000, 120 * 60_000);
+  }
+
+  /** Clicks {@code prefix + i} for i in [from, to), click i at {@code i * stepMs} on {@code page.apply(i)}. */
+  private static List<SessionRule.Event> clicks(
+      String prefix, int from, int to, long stepMs, IntFunction<String> page) {
+    List<SessionRule.Event> clicks = new ArrayList<>();
+    for (int i = from; i < to; i++) {
+      clicks.add(e(prefix + i, i * stepMs, page.apply(i)));
+    }
+    return clicks;
   }
 
   /** The ids the key's buckets keep, with their times. */
@@ -195,11 +211,7 @@ class SessionRuleTest {
   @Test
   void aNewClickWritesOneBucketHoweverLongTheSession() {
     Key key = new Key();
-    List<SessionRule.Event> hour = new ArrayList<>();
-    for (int i = 0; i < 1_800; i++) { // an hour of a user's clicks, one every 2 s: one session
-      hour.add(e("e" + i, i * 2_000L, "/p" + i % 20));
-    }
-    runLive(key, hour.toArray(new SessionRule.Event[0]));
+    runLive(key, clicks("e", 0, 1_800, 2_000, i -> "/p" + i % 20)); // an hour, a click every 2 s: one session
     assertEquals(0, key.store.gets, "a key's first batch reads no bucket");
     assertEquals(1_800, kept(key.store).size());
     assertEquals(1_800, key.state.idCount);
@@ -217,20 +229,14 @@ class SessionRuleTest {
   @Test
   void aReplaysBatchWritesItsIdsBucketsNotAnEntryPerId() {
     Key key = new Key();
-    List<SessionRule.Event> first = new ArrayList<>();
-    for (int i = 0; i < 40; i++) {
-      first.add(e("a" + i, i * 2_000L, "/a"));
-    }
-    runLive(key, first.toArray(new SessionRule.Event[0]));
+    runLive(key, clicks("a", 0, 40, 2_000, i -> "/a"));
     assertEquals(2, key.state.idBuckets, "40 ids: more than 32 in one");
     assertEquals(2, key.store.puts);
     List<SessionRule.Event> next = new ArrayList<>();
     next.add(new SessionRule.Event("a3", 6_000, "/a", "GOLD")); // a repeat among them: a correction
-    for (int i = 40; i < 60; i++) {
-      next.add(e("a" + i, i * 2_000L, "/a"));
-    }
+    next.addAll(clicks("a", 40, 60, 2_000, i -> "/a"));
     key.store.resetCounts();
-    SessionRule.Changes changes = runLive(key, next.toArray(new SessionRule.Event[0]));
+    SessionRule.Changes changes = runLive(key, next);
     assertEquals(2, key.store.puts, "20 new ids in 2 buckets");
     assertEquals(60L, key.state.seen, "the repeat is a correction, not an event: 40 + 20");
     assertEquals(60, key.state.idCount);
@@ -246,7 +252,7 @@ class SessionRuleTest {
       replay.add(e("a" + i, i * 3 * 3_600_000L, "/a"));
       replay.add(e("b" + i, i * 3 * 3_600_000L + 90_000, "/b"));
     }
-    runLive(key, replay.toArray(new SessionRule.Event[0]));
+    runLive(key, replay);
     assertEquals(1, key.state.open.size());
     assertEquals(1, key.store.puts, "one bucket");
     assertEquals(Set.of("a299", "b299"), kept(key.store).keySet(), "the open session's two ids");
@@ -255,11 +261,7 @@ class SessionRuleTest {
   @Test
   void theBatchThatForgetsASessionRemovesItsIdsAndHalvesTheBuckets() {
     Key key = new Key();
-    List<SessionRule.Event> hour = new ArrayList<>();
-    for (int i = 0; i < 1_800; i++) {
-      hour.add(e("e" + i, i * 2_000L, "/p"));
-    }
-    runLive(key, hour.toArray(new SessionRule.Event[0]));
+    runLive(key, clicks("e", 0, 1_800, 2_000, i -> "/p"));
     runLive(key, e("d", 6 * 3_600_000L, "/b")); // 5 hours after its end: the hour's session is forgotten
     assertEquals(Set.of("u:d"), key.state.open.keySet());
     assertEquals(Map.of("d", 6 * 3_600_000L), kept(key.store));
@@ -275,11 +277,7 @@ class SessionRuleTest {
   @Test
   void bucketsThatDisagreeWithTheValueAreAClearErrorNotAWrongAnswer() {
     Key misplaced = new Key();
-    List<SessionRule.Event> forty = new ArrayList<>();
-    for (int i = 0; i < 40; i++) {
-      forty.add(e("m" + i, i * 1_000L, "/m"));
-    }
-    runLive(misplaced, forty.toArray(new SessionRule.Event[0]));
+    runLive(misplaced, clicks("m", 0, 40, 1_000, i -> "/m"));
     assertEquals(2, misplaced.state.idBuckets);
     Map<String, Long> all = kept(misplaced.store);
     misplaced.store.values.clear();
