@@ -13,6 +13,8 @@ partition's first open transaction, so an open move of another dataset could hid
 one from the check. Two moves at once fence each other; the fenced one changes nothing and starts again, check
 included, after a random wait that doubles each time (so racing movers stop fencing each other in turn), until
 `MOVE_RETRY_S` has passed: a move of another dataset does not fail this one, a move of this one does (the check).
+A commit the broker fails (librdkafka: the transaction needs an abort) starts the move again too; since such a
+commit may have landed all the same, the next attempt takes its own earlier records, found live, as the answer.
 A set of aliases (a cascade replay's datasets) moves in one such transaction, with the check on each: a
 read_committed reader sees every alias of the set moved, or none of them.
 """
