@@ -62,6 +62,7 @@ MOVE_BACKOFF_S = (0.1, 5.0)  # the first and the longest wait before a fenced mo
 MOVE_TIMEOUT_MS = 60_000  # the broker aborts a crashed mover's open transaction after this
 READ_TO_END_S = MOVE_TIMEOUT_MS / 1000 + 10  # a reader may wait for such an abort before it sees the end
 RETRIABLE_S = 10.0  # how long a new topic's leader election is waited out
+COMMIT_RETRY_S = 30.0  # how long a commit that failed retriably (a coordinator moving, a timeout) is resumed
 _NO_LEADER_YET = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
 # What librdkafka reports when a newer mover took the transactional id: this mover's transaction is aborted.
 # A producer fenced while it produces raises the generic _FATAL ("Unable to produce message: Local: Fatal error"),
@@ -407,7 +408,7 @@ class AliasRegistry:
             if isinstance(exc, KafkaException):  # e.g. fenced by a racing mover while producing
                 raise _failed_move(dataset, exc, ()) from None
             raise
-        deadline = time.monotonic() + RETRIABLE_S
+        deadline = time.monotonic() + COMMIT_RETRY_S
         while True:
             try:
                 producer.commit_transaction(30)
