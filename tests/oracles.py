@@ -12,7 +12,10 @@ The restatements follow from the rules' documented semantics:
   new session (an arriving event merges every session it is within G of, so no two final sessions are within
   G of each other, and within a session no gap exceeds G). A session's id is the user and the event that
   created it: its cluster's first event in log order. Entry page and segment are those of its earliest event,
-  exit page that of its latest (event times of one user are distinct in the generated data).
+  exit page that of its latest; among events of equal time, the entry is the first in log order and the exit
+  the last (the rule's `<` and `>=`: a later event of the same time does not move the entry, and does move the
+  exit). A producer that stamps clicks with its clock gives one user two clicks in a millisecond when it sends
+  in a burst (the soak's does, when it falls behind).
 """
 
 from __future__ import annotations
@@ -86,8 +89,8 @@ def sessions(
             SELECT *, sum(starts_session) OVER (PARTITION BY user_id ORDER BY event_time) AS session_no FROM starts
         )
         SELECT user_id || ':' || arg_min(event_id, position), min(event_time), max(event_time), count(*),
-               count(DISTINCT page), arg_min(page, event_time), arg_max(page, event_time),
-               arg_min(segment, event_time)
+               count(DISTINCT page), arg_min(page, (event_time, position)), arg_max(page, (event_time, position)),
+               arg_min(segment, (event_time, position))
         FROM numbered GROUP BY user_id, session_no
         """
     ).fetchall()

@@ -23,6 +23,21 @@ def test_sessions_merge_by_gap_keep_the_first_logged_id_and_leave_late_events_ou
     }
 
 
+def test_sessions_break_ties_of_equal_times_by_log_order() -> None:
+    """Two clicks of a user in one millisecond (a producer sending a burst): the entry is the first logged of the
+    earliest, the exit the last logged of the latest, as the rule's `<` and `>=` decide
+    (test_sessionize_logic.py holds the rule to the same answer)."""
+    events = [
+        ("e1", "u", "/first", 0, "FREE"),
+        ("e2", "u", "/second", 0, "PRO"),  # the same time as e1, logged after it: not the entry
+        ("e3", "u", "/third", 5 * MIN, "PRO"),
+        ("e4", "u", "/fourth", 5 * MIN, "PRO"),  # the same time as e3, logged after it: the exit
+    ]
+    found, late = oracles.sessions(events, gap_ms=30 * MIN, lateness_ms=120 * MIN)
+    assert late == set()
+    assert found == {"u:e1": (0, 5 * MIN, 4, 4, "/first", "/fourth", "FREE")}
+
+
 def test_a_click_gets_the_latest_version_published_in_time_for_it() -> None:
     clicks = [("c1", "u", "/a", 100 * MIN), ("c2", "u", "/b", 130 * MIN), ("c3", "w", "/c", 5 * MIN)]
     profiles = [  # (user, version, valid_from, log_time, segment, country)

@@ -35,6 +35,14 @@ def test_gap_splits_sessions_and_out_of_order_event_joins_its_session() -> None:
     assert summary(materialize([events])) == [("u:a", 0, 10, 3), ("u:d", 50, 50, 1)]
 
 
+def test_of_events_at_one_time_the_first_logged_is_the_entry_and_the_last_the_exit() -> None:
+    """tests/unit/test_oracles.py gives the independent answer the same case."""
+    events = [ev("a", 0, "/first"), ev("b", 0, "/second"), ev("c", 5, "/third"), ev("d", 5, "/fourth")]
+    for batches in ([events], [[e] for e in events]):
+        (session,) = materialize(batches).values()
+        assert (session.entry_page, session.exit_page, session.clicks) == ("/first", "/fourth", 4)
+
+
 def test_late_event_that_bridges_two_sessions_merges_them() -> None:
     state = UserState()
     first = sessionize("u", state, [ev("a", 0), ev("b", 60)])  # two sessions, 60 min apart
