@@ -9,7 +9,8 @@ engine than the writers').
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+import json
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -57,8 +58,12 @@ def _table(settings: KappaSettings, job: str) -> pd.DataFrame:
     return DeltaRsTable(physical_output(spec, settings, spec.version)[1]).to_pandas()
 
 
+def _wrong(actual: Mapping[Any, Any], expected: Mapping[Any, Any]) -> list[Any]:
+    return [k for k, v in expected.items() if actual.get(k, KeyError) != v]
+
+
 def _differences(what: str, actual: Mapping[Any, Any], expected: Mapping[Any, Any]) -> dict[str, Any]:
-    wrong = [k for k, v in expected.items() if actual.get(k, KeyError) != v]
+    wrong = _wrong(actual, expected)
     extra = [k for k in actual if k not in expected]
     return {
         "output": what,
@@ -114,9 +119,54 @@ def check(settings: KappaSettings, say: Callable[[str], None] = print) -> list[d
                       for r in _table(settings, "sessions_table").itertuples()}  # fmt: skip
     found_activity = {r.user_id: (r.sessions, r.clicks, _ms(r.first_seen), _ms(r.last_seen), r.segment)
                       for r in _table(settings, "user_activity").itertuples()}  # fmt: skip
+    compared: dict[str, tuple[Mapping[Any, Any], Mapping[Any, Any]]] = {
+        "enriched_clicks": (enriched, expected_enriched),
+        "sessions table": (found_sessions, sessions),
+        "page_stats": (found_pages, expected_pages),
+        "user_activity": (found_activity, expected_activity),
+    }
+    _keep_evidence(settings, compared, events, say)
     return [
         _differences("enriched_clicks", enriched, expected_enriched),
         _differences("sessions table", found_sessions, sessions),
         _differences("page_stats", found_pages, expected_pages),
         _differences("user_activity", found_activity, expected_activity),
     ]
+
+
+EVIDENCE_FILE = "soak-differences.json"  # beside the bench's tables and checkpoints: the stack goes, this stays
+
+
+def evidence(
+    compared: Mapping[str, tuple[Mapping[Any, Any], Mapping[Any, Any]]], events: Sequence[tuple[Any, ...]]
+) -> dict[str, Any]:
+    """What to read once the stack is gone: each output's differing keys (expected, found), and the events, in
+    log order with their positions, of every user a differing key names (a session id or a user id)."""
+    users: dict[str, list[dict[str, Any]]] = {u: [] for u in {e[1] for e in events}}
+    for position, (event_id, user, page, time_ms, segment) in enumerate(events):
+        users[user].append({"position": position, "event_id": event_id, "page": page, "time_ms": time_ms,
+                            "segment": segment})  # fmt: skip
+    out: dict[str, Any] = {"outputs": {}, "events_of": {}}
+    for what, (actual, expected) in compared.items():
+        wrong = _wrong(actual, expected)
+        out["outputs"][what] = [{"key": repr(k), "expected": expected[k], "found": actual.get(k)} for k in wrong]
+        for key in wrong:
+            named = key.split(":", 1)[0] if isinstance(key, str) else None
+            if named is not None and named in users:
+                out["events_of"][named] = users[named]
+    return out
+
+
+def _keep_evidence(
+    settings: KappaSettings,
+    compared: Mapping[str, tuple[Mapping[Any, Any], Mapping[Any, Any]]],
+    events: Sequence[tuple[Any, ...]],
+    say: Callable[[str], None],
+) -> None:
+    kept = evidence(compared, events)
+    if not any(kept["outputs"].values()):
+        return
+    path = settings.state_dir / "bench" / EVIDENCE_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(kept, indent=1, default=str))
+    say(f"exactness: the differences and the events of the users they name are kept in {path}")
