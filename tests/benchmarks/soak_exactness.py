@@ -140,20 +140,25 @@ EVIDENCE_FILE = "soak-differences.json"  # beside the bench's tables and checkpo
 def evidence(
     compared: Mapping[str, tuple[Mapping[Any, Any], Mapping[Any, Any]]], events: Sequence[tuple[Any, ...]]
 ) -> dict[str, Any]:
-    """What to read once the stack is gone: each output's differing keys (expected, found), and the events, in
-    log order with their positions, of every user a differing key names (a session id or a user id)."""
-    users: dict[str, list[dict[str, Any]]] = {u: [] for u in {e[1] for e in events}}
-    for position, (event_id, user, page, time_ms, segment) in enumerate(events):
-        users[user].append({"position": position, "event_id": event_id, "page": page, "time_ms": time_ms,
-                            "segment": segment})  # fmt: skip
+    """What to read once the stack is gone: each output's differing keys (expected, found; a key only found
+    too), and the events, in log order with their positions, of every user a differing key names (a session
+    id, a user id, or an event id's user)."""
+    user_of_event = {e[0]: e[1] for e in events}
+    users = set(user_of_event.values())
     out: dict[str, Any] = {"outputs": {}, "events_of": {}}
+    named: set[str] = set()
     for what, (actual, expected) in compared.items():
-        wrong = _wrong(actual, expected)
-        out["outputs"][what] = [{"key": repr(k), "expected": expected[k], "found": actual.get(k)} for k in wrong]
-        for key in wrong:
-            named = key.split(":", 1)[0] if isinstance(key, str) else None
-            if named is not None and named in users:
-                out["events_of"][named] = users[named]
+        keys = _wrong(actual, expected) + [k for k in actual if k not in expected]
+        out["outputs"][what] = [{"key": repr(k), "expected": expected.get(k), "found": actual.get(k)} for k in keys]
+        for key in keys:
+            if isinstance(key, str):
+                head = key.split(":", 1)[0]
+                named.add(head if head in users else user_of_event.get(key, ""))
+    for position, (event_id, user, page, time_ms, segment) in enumerate(events):
+        if user in named:
+            out["events_of"].setdefault(user, []).append(
+                {"position": position, "event_id": event_id, "page": page, "time_ms": time_ms, "segment": segment}
+            )
     return out
 
 
@@ -163,10 +168,11 @@ def _keep_evidence(
     events: Sequence[tuple[Any, ...]],
     say: Callable[[str], None],
 ) -> None:
+    path = settings.state_dir / "bench" / EVIDENCE_FILE
+    path.unlink(missing_ok=True)  # an earlier run's differences are not this run's
     kept = evidence(compared, events)
     if not any(kept["outputs"].values()):
         return
-    path = settings.state_dir / "bench" / EVIDENCE_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(kept, indent=1, default=str))
     say(f"exactness: the differences and the events of the users they name are kept in {path}")

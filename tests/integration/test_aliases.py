@@ -320,6 +320,40 @@ def test_a_refused_commit_that_needs_no_retry_fails_clearly(
             raise KafkaException(refused)
 
     monkeypatch.setattr(aliases, "Producer", RefusedCommit)
-    with pytest.raises(KappaError, match=rf"moving the alias of {dataset} failed, nothing changed: .*not authorized"):
+    with pytest.raises(KappaError, match=rf"moving the alias of {dataset} failed at its commit: .*not authorized"):
         move(registry, dataset, 2, expected=1)
     assert [a.version for a in registry.history(dataset)] == [1]
+
+
+def test_a_commit_that_timed_out_is_resumed_and_lands_once(
+    stack: KappaSettings, unique_name: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A retriable commit error (librdkafka's timeout while the coordinator is slow): the same commit is resumed,
+    in the same transaction, and the move lands once without starting again."""
+    dataset = unique_name("timedout")
+    registry = AliasRegistry(stack)
+    move(registry, dataset, 1, expected=None)
+    commits = 0
+
+    class TimesOutOnce(Producer):
+        def commit_transaction(self, timeout: float = -1) -> None:
+            nonlocal commits
+            commits += 1
+            if commits == 1:
+                raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "commit timed out", retriable=True))
+            super().commit_transaction(timeout)
+
+    checks = 0
+    read_all = AliasRegistry.all
+
+    def counted(self: AliasRegistry) -> dict[str, Alias]:
+        nonlocal checks
+        checks += 1
+        return read_all(self)
+
+    monkeypatch.setattr(aliases, "Producer", TimesOutOnce)
+    monkeypatch.setattr(registry, "all", counted.__get__(registry))
+    moved = move(registry, dataset, 2, expected=1)
+    assert (commits, checks) == (2, 1)  # resumed, not started again
+    assert [a.version for a in registry.history(dataset)] == [1, 2]
+    assert registry.live(dataset) == moved

@@ -19,6 +19,7 @@ def test_the_evidence_names_each_difference_and_the_events_of_its_user() -> None
             {"u1:e1": ("u1", 5, 5, 2, 2, "/a", "/c", "FREE"), "u2:e2": ("u2", 5, 5, 1, 1, "/b", "/b", "PRO")},
         ),
         "page_stats": ({("/a", 0): (1, 1, None)}, {("/a", 0): (1, 1, None)}),
+        "enriched_clicks": ({"e2": ("u2", "/b"), "e9": ("u9", "/z")}, {"e2": ("u2", "/b")}),  # e9: only found
     }
     kept = evidence(compared, events)
     assert kept["outputs"] == {
@@ -30,6 +31,7 @@ def test_the_evidence_names_each_difference_and_the_events_of_its_user() -> None
             }
         ],
         "page_stats": [],
+        "enriched_clicks": [{"key": "'e9'", "expected": None, "found": ("u9", "/z")}],
     }
     assert kept["events_of"] == {  # u1's events alone, with their log positions: the tie at time 5 shows
         "u1": [

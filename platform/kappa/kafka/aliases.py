@@ -296,7 +296,10 @@ class AliasRegistry:
             except MoveNotCommittedError as exc:
                 attempted.extend(exc.attempted)
                 if time.monotonic() >= deadline:
-                    raise
+                    landed = (
+                        " (one may have landed: `kappa replay status` shows the live versions)" if attempted else ""
+                    )
+                    raise KappaError(f"{exc}; gave up after {MOVE_RETRY_S:.0f} s of attempts{landed}") from None
             # Full jitter, doubling: a fixed short wait let three movers (CI's workers) fence each other in
             # turn five times over, since one move (fence, read the aliases, write, commit) takes longer.
             time.sleep(random.uniform(0, backoff))
@@ -406,7 +409,7 @@ class AliasRegistry:
             with contextlib.suppress(KafkaException):
                 producer.abort_transaction(30)
             if isinstance(exc, KafkaException):  # e.g. fenced by a racing mover while producing
-                raise _failed_move(dataset, exc, ()) from None
+                raise _failed_move(dataset, exc) from None
             raise
         deadline = time.monotonic() + COMMIT_RETRY_S
         while True:
@@ -416,11 +419,12 @@ class AliasRegistry:
             except KafkaException as exc:
                 error = exc.args[0] if exc.args else None
                 if isinstance(error, KafkaError) and error.retriable() and time.monotonic() < deadline:
+                    time.sleep(0.2)
                     continue  # librdkafka resumes the same commit
                 if isinstance(error, KafkaError) and error.txn_requires_abort():
                     with contextlib.suppress(KafkaException):
                         producer.abort_transaction(30)
-                raise _failed_move(dataset, exc, written) from None
+                raise _failed_commit(dataset, exc, written) from None
 
 
 class MoveNotCommittedError(KappaError):
@@ -434,12 +438,27 @@ class MoveNotCommittedError(KappaError):
         self.attempted = tuple(attempted)
 
 
-def _failed_move(dataset: str, exc: KafkaException, written: Sequence[Alias]) -> KappaError:
-    """A failed attempt's error: one to start again after (fenced, or aborted by the broker), or a clear end."""
+def _failed_move(dataset: str, exc: KafkaException) -> KappaError:
+    """An attempt that failed before its commit, its transaction aborted: fenced (start again) or a clear end."""
     error = exc.args[0] if exc.args else None
-    if isinstance(error, KafkaError) and (error.code() in _FENCED_CODES or error.txn_requires_abort()):
-        return MoveNotCommittedError(f"moving the alias of {dataset} was not committed: {exc}", written)
+    if isinstance(error, KafkaError) and error.code() in _FENCED_CODES:
+        return MoveNotCommittedError(f"moving the alias of {dataset} was not committed: {exc}", ())
     return KappaError(f"moving the alias of {dataset} failed, nothing changed: {exc}")
+
+
+def _failed_commit(dataset: str, exc: KafkaException, written: Sequence[Alias]) -> KappaError:
+    """An attempt whose commit failed: its outcome may be unknown. Fenced, aborted by the broker, or still
+    retriable after COMMIT_RETRY_S: start again (the next mover's fencing ends the transaction, and the next
+    attempt finds `written` live if it landed). Any other fatal error ends the move, saying what to check."""
+    error = exc.args[0] if exc.args else None
+    if isinstance(error, KafkaError) and (
+        error.code() in _FENCED_CODES or error.txn_requires_abort() or error.retriable()
+    ):
+        return MoveNotCommittedError(f"moving the alias of {dataset} was not committed: {exc}", written)
+    return KappaError(
+        f"moving the alias of {dataset} failed at its commit: {exc}. The broker ends the transaction within "
+        f"{MOVE_TIMEOUT_MS // 1000} s if it holds it open; `kappa replay status` shows the live versions"
+    )
 
 
 def _landed(moves: Sequence[Move], current: Mapping[str, Alias], attempted: Sequence[Alias]) -> list[Alias] | None:
