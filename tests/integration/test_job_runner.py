@@ -143,6 +143,7 @@ def test_run_available_now_then_continuous_learning_a_schema_until_ctrl_c_mid_ba
     done = run("--available-now")
     assert done.returncode == 0, done.stderr[-2000:]
     assert "raw_clicks v1: done" in done.stdout
+    assert "starting raw_clicks: Spark session" in done.stdout  # (a refused run below never gets there)
     # Spark's warnings that ask nothing of the user stay off the terminal; its log file keeps them.
     assert "Using Spark's default log4j profile" not in done.stderr  # the platform's log configuration is in use
     quiet = [name.rsplit(".", 1)[-1] for name in QUIET_LOGGERS]
@@ -268,6 +269,7 @@ def test_run_available_now_then_continuous_learning_a_schema_until_ctrl_c_mid_ba
     refusal = f"job raw_clicks_v1: {dlq} does not exist; jobs never create topics: run `kappa topics apply`"
     assert refusal in missing.stderr
     assert "Traceback" not in missing.stderr
+    assert "Spark session" not in missing.stdout, missing.stdout[-2000:]  # refused before Spark's start
     # The run's own record says the same, for `kappa jobs status` and Dagster (which read it, not the output).
     failed = run_record.read(run_record.record_path(pipeline.settings(stack), JOB.name, JOB.version))
     assert failed is not None

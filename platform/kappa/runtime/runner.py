@@ -22,7 +22,7 @@ from kappa.core.settings import KappaSettings
 from kappa.kafka.clients import admin_client
 from kappa.runtime import start_point
 from kappa.runtime.binding import VersionBinding, dataset_of, deployment_topics, record_binding
-from kappa.runtime.declaration import JobContext, JobSpec, Starting, version_checkpoints
+from kappa.runtime.declaration import JobContext, JobSpec, Starting, version_checkpoints, version_id
 from kappa.runtime.metrics import JobMetrics, publish_target, serve, version_url, withdraw_target
 from kappa.runtime.progress import ProgressHub, ProgressRecorder, checkpoint_offsets
 from kappa.runtime.query import QueryControl, QueryEnd, WriterWatch, start_query
@@ -112,6 +112,7 @@ def _start_and_run(
     number = version or spec.version
     start_point.pin(version_checkpoints(settings, spec.name, number), spec.name, number, starting)
     record_binding(settings, spec.name, number, VersionBinding.of(spec, spec.version))  # once
+    _refuse_missing_topics(spec, settings, version_id(spec.name, number))  # before Spark's tens of seconds
     log.info("starting %s: Spark session", spec.name)
     if spec.real_time is not None and not available_now:
         settings = real_time_slots(spec, settings)
@@ -169,13 +170,34 @@ def unavailable_service(failure: str) -> str | None:
     return None
 
 
-def missing_topics(context: JobContext) -> list[str]:
+def missing_topics(spec: JobSpec, settings: KappaSettings) -> list[str]:
     """The topics the job reads or writes (its dead-letter and late topics too) that Kafka does not have.
     Raises when Kafka does not answer."""
 
-    existing = admin_client(context.settings).list_topics(timeout=15).topics
-    wanted = [t.name for t in (*context.spec.inputs, *context.spec.lookups, *deployment_topics(context.spec))]
+    existing = admin_client(settings).list_topics(timeout=15).topics
+    wanted = [t.name for t in (*spec.inputs, *spec.lookups, *deployment_topics(spec))]
     return [name for name in dict.fromkeys(wanted) if name not in existing]
+
+
+def _missing_topics_error(job_id: str, missing: list[str]) -> KappaError:
+    # A missing topic is no outage: Spark's Kafka clients would wait for it, and the runner with them, for ever.
+    return KappaError(
+        f"job {job_id}: {', '.join(missing)} {'does' if len(missing) == 1 else 'do'} not exist; "
+        "jobs never create topics: run `kappa topics apply`"
+    )
+
+
+def _refuse_missing_topics(spec: JobSpec, settings: KappaSettings, job_id: str) -> None:
+    """Raises when a topic of the job is missing; Kafka not answering is left to the query's start, which waits
+    it out and asks again."""
+    try:
+        missing = missing_topics(spec, settings)
+    except Exception as exc:
+        if unavailable_service(str(exc)) is None:
+            raise
+        return
+    if missing:
+        raise _missing_topics_error(job_id, missing)
 
 
 def _run_query(context: JobContext, recorder: ProgressRecorder, control: QueryControl) -> str | None:
@@ -184,12 +206,8 @@ def _run_query(context: JobContext, recorder: ProgressRecorder, control: QueryCo
     Returns the failure (its error, whole), or None. The query is stopped on return, never mid-batch.
     """
     try:
-        # A missing topic is no outage: Spark's Kafka clients would wait for it, and the runner with them, for ever.
-        if missing := missing_topics(context):
-            raise KappaError(
-                f"job {context.id}: {', '.join(missing)} {'does' if len(missing) == 1 else 'do'} not exist; "
-                "jobs never create topics: run `kappa topics apply`"
-            )
+        if missing := missing_topics(context.spec, context.settings):  # deleted since the start, or a restart
+            raise _missing_topics_error(context.id, missing)
         watch = WriterWatch(context.settings.registry, (*context.spec.inputs, *context.spec.lookups))
     except Exception as exc:  # a start needs Kafka and the registry: their absence is retried by the caller
         if unavailable_service(str(exc)) is None:
