@@ -32,6 +32,22 @@ def move(registry: AliasRegistry, dataset: str, version: int, expected: int | No
     )
 
 
+def first_commit_does(act: Callable[[Producer, float], None]) -> tuple[type[Producer], list[float]]:
+    """A Producer for the alias registry whose first commit does `act(producer, timeout)` instead (fence it, fail
+    it, commit and then fail); later commits are real. -> the class, and the timeout of each commit asked for."""
+    commits: list[float] = []
+
+    class FirstCommitDoes(Producer):
+        def commit_transaction(self, timeout: float = -1) -> None:
+            commits.append(timeout)
+            if len(commits) == 1:
+                act(self, timeout)
+            else:
+                super().commit_transaction(timeout)
+
+    return FirstCommitDoes, commits
+
+
 def test_a_move_is_a_compare_and_set(stack: KappaSettings, unique_name: Callable[[str], str]) -> None:
     registry = AliasRegistry(stack)
     dataset = unique_name("ds")
@@ -252,19 +268,15 @@ def test_a_mover_fenced_between_its_write_and_its_commit_starts_again_and_lands_
     dataset = unique_name("fenced")
     registry = AliasRegistry(stack)
     move(registry, dataset, 1, expected=None)
-    commits = 0
 
-    class FencedBeforeItsFirstCommit(Producer):
-        def commit_transaction(self, timeout: float = -1) -> None:
-            nonlocal commits
-            commits += 1
-            if commits == 1:
-                Producer({"bootstrap.servers": stack.bootstrap, "transactional.id": MOVER_ID}).init_transactions(30)
-            super().commit_transaction(timeout)
+    def fenced_then_commit(producer: Producer, timeout: float) -> None:
+        Producer({"bootstrap.servers": stack.bootstrap, "transactional.id": MOVER_ID}).init_transactions(30)
+        Producer.commit_transaction(producer, timeout)  # refused: another mover holds the id now
 
-    monkeypatch.setattr(aliases, "Producer", FencedBeforeItsFirstCommit)
+    fenced, commits = first_commit_does(fenced_then_commit)
+    monkeypatch.setattr(aliases, "Producer", fenced)
     moved = move(registry, dataset, 2, expected=1)
-    assert commits >= 2
+    assert len(commits) >= 2
     assert (moved.version, moved.previous_version) == (2, 1)
     assert [a.version for a in registry.history(dataset)] == [1, 2]  # the fenced attempt's record was aborted
 
@@ -280,24 +292,17 @@ def test_a_commit_failed_by_the_broker_is_retried_and_recognised_if_it_landed(
     dataset = unique_name("unknown")
     registry = AliasRegistry(stack)
     move(registry, dataset, 1, expected=None)
-    failed = False
 
-    class BrokerFailsTheFirstCommit(Producer):
-        def commit_transaction(self, timeout: float = -1) -> None:
-            nonlocal failed
-            if not failed:
-                failed = True
-                if landed:
-                    super().commit_transaction(timeout)
-                unknown = KafkaError(
-                    KafkaError.UNKNOWN, "EndTxn commit failed: Unknown broker error", txn_requires_abort=True
-                )
-                raise KafkaException(unknown)
-            super().commit_transaction(timeout)
+    def broker_fails_it(producer: Producer, timeout: float) -> None:
+        if landed:
+            Producer.commit_transaction(producer, timeout)
+        unknown = KafkaError(KafkaError.UNKNOWN, "EndTxn commit failed: Unknown broker error", txn_requires_abort=True)
+        raise KafkaException(unknown)
 
-    monkeypatch.setattr(aliases, "Producer", BrokerFailsTheFirstCommit)
+    failing, commits = first_commit_does(broker_fails_it)
+    monkeypatch.setattr(aliases, "Producer", failing)
     moved = move(registry, dataset, 2, expected=1, by="bob")
-    assert failed
+    assert len(commits) == 2  # the failed one, then the next attempt's (with nothing in it, if the first landed)
     assert (moved.version, moved.previous_version, moved.changed_by) == (2, 1, "bob")
     history = registry.history(dataset)
     assert [a.version for a in history] == [1, 2]  # written once, whether the first commit landed or not
@@ -313,15 +318,15 @@ def test_a_refused_commit_that_needs_no_retry_fails_clearly(
     registry = AliasRegistry(stack)
     move(registry, dataset, 1, expected=None)
 
-    class RefusedCommit(Producer):
-        def commit_transaction(self, timeout: float = -1) -> None:
-            super().abort_transaction(30)  # the broker ended it: nothing is left open to hold readers back
-            refused = KafkaError(KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "not authorized", fatal=True)
-            raise KafkaException(refused)
+    def refused(producer: Producer, _timeout: float) -> None:
+        producer.abort_transaction(30)  # the broker ended it: nothing is left open to hold readers back
+        raise KafkaException(KafkaError(KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "not authorized", fatal=True))
 
-    monkeypatch.setattr(aliases, "Producer", RefusedCommit)
+    refusing, commits = first_commit_does(refused)
+    monkeypatch.setattr(aliases, "Producer", refusing)
     with pytest.raises(KappaError, match=rf"moving the alias of {dataset} failed at its commit: .*not authorized"):
         move(registry, dataset, 2, expected=1)
+    assert len(commits) == 1  # not retried
     assert [a.version for a in registry.history(dataset)] == [1]
 
 
@@ -333,16 +338,11 @@ def test_a_commit_that_timed_out_is_resumed_and_lands_once(
     dataset = unique_name("timedout")
     registry = AliasRegistry(stack)
     move(registry, dataset, 1, expected=None)
-    commits = 0
 
-    class TimesOutOnce(Producer):
-        def commit_transaction(self, timeout: float = -1) -> None:
-            nonlocal commits
-            commits += 1
-            if commits == 1:
-                raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "commit timed out", retriable=True))
-            super().commit_transaction(timeout)
+    def times_out(_producer: Producer, _timeout: float) -> None:
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "commit timed out", retriable=True))
 
+    timing_out, commits = first_commit_does(times_out)
     checks = 0
     read_all = AliasRegistry.all
 
@@ -351,9 +351,9 @@ def test_a_commit_that_timed_out_is_resumed_and_lands_once(
         checks += 1
         return read_all(self)
 
-    monkeypatch.setattr(aliases, "Producer", TimesOutOnce)
+    monkeypatch.setattr(aliases, "Producer", timing_out)
     monkeypatch.setattr(registry, "all", counted.__get__(registry))
     moved = move(registry, dataset, 2, expected=1)
-    assert (commits, checks) == (2, 1)  # resumed, not started again
+    assert (len(commits), checks) == (2, 1)  # resumed, not started again
     assert [a.version for a in registry.history(dataset)] == [1, 2]
     assert registry.live(dataset) == moved
