@@ -62,7 +62,7 @@ KILLED = re.compile(  # the job's own line: where it died (and, between writes, 
 def _log(seed: int) -> list[tuple[Click | None, str]]:
     """Enriched clicks in log order, 8% re-emitted later with another segment (an enrich_clicks correction),
     some late; None: a poison record, one in about 60."""
-    config = StreamConfig(events=2400, users=40, pages=15, seed=seed, late_share=0.05, late_by_ms=20 * 60_000)
+    config = StreamConfig(events=1200, users=40, pages=15, seed=seed, late_share=0.05, late_by_ms=20 * 60_000)
     clicks = [e.record for e in clickstream(config) if isinstance(e.record, Click)]
     rng = random.Random(seed)
     placed: list[tuple[float, Click | None, str]] = []
