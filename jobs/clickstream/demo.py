@@ -28,7 +28,7 @@ from kappa.runtime.discovery import discover, load_catalog, pipeline_order, writ
 from kappa.runtime.outputs import output_of
 from kappa.runtime.readers import table_path
 from kappa.runtime.runner import run_job
-from kappa.spark.session import get_spark
+from kappa.spark.session import SHORT_RUN_JVM, get_spark
 from kappa.stack import LocalStack
 
 
@@ -39,6 +39,8 @@ def run_demo(base: KappaSettings, events: int, keep: bool, malformed_share: floa
             "stack_dir": demo_dir / "stack",
             "delta_root": str(demo_dir / "delta"),
             "checkpoint_root": str(demo_dir / "checkpoints"),
+            # The demo's driver lives a minute or two: it starts faster with the short-run JIT (unless you chose).
+            "spark_driver_java_options": base.spark_driver_java_options or SHORT_RUN_JVM,
         }
     )
     stack = LocalStack(settings)
