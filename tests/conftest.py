@@ -20,17 +20,14 @@ from pathlib import Path
 import pytest
 
 from kappa.core.settings import KappaSettings, load_settings
+from kappa.spark.session import SHORT_RUN_JVM
 
 # Ports of the test session's stack: away from the defaults so a developer's own `kappa up` can keep running.
 # Every port the tests use is below 32768, outside Linux's ephemeral range: a client retrying a stopped
 # broker can otherwise be handed the broker's own port and connect to itself, blocking the next start.
 # KAPPA_TEST_PORT_OFFSET shifts them (and the stack's folder) so a second checkout can test at the same time.
 PORT_OFFSET = int(os.environ.get("KAPPA_TEST_PORT_OFFSET", "0"))
-# Every Spark driver a test starts is short-lived: C1-only JIT and the serial collector start it with about half
-# the CPU (measured: 24 s against 44-57 s for enrich_clicks over 3,000 clicks). Answers do not depend on them. C1's
-# code cache (48 MB by default) is too small for a job host: five queries fill it in a minute, and then the JVM
-# runs interpreted (a view's batch of 500 rows took 30-60 s) or dies.
-SHORT_RUN_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=240m"
+# Every Spark driver a test starts is short-lived (kappa.spark.session.SHORT_RUN_JVM says what that saves).
 LONG_RUN_JVM = "-XX:+UseSerialGC"  # the test process's own session (the `spark` fixture)
 TEST_PORTS = {
     "kafka_port": 19092 + PORT_OFFSET,
@@ -48,6 +45,27 @@ QUICK_S = 10.0  # an integration test this slow or slower is marked `slow` (make
 _durations: dict[str, dict[str, float]] = {}
 _placement: dict[str, tuple[str, float]] = {}  # test -> (xdist worker, wall-clock start): who held the cores when
 _unmarked_slow: list[tuple[str, float]] = []
+# The whole machine's CPU (every process: the workers, their Spark drivers, the stack) as the controller sees the
+# reports arrive: how busy the cores were while each test ran, and over the run (near 100 %: CPU-bound).
+_machine_at_setup: dict[str, tuple[float, float]] = {}
+_machine_busy: dict[str, float] = {}  # test -> share of the machine's cores busy while it ran
+_machine_at_start: tuple[float, float] = (0.0, 0.0)
+
+
+def _machine_cpu() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine since boot, from /proc/stat; (0, 0) where there is none."""
+    try:
+        ticks = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    except OSError:
+        return (0.0, 0.0)
+    hz = os.sysconf("SC_CLK_TCK")
+    total = sum(ticks)  # user nice system idle iowait irq softirq steal (guest time is within user)
+    return ((total - ticks[3] - ticks[4]) / hz, total / hz)
+
+
+def _busy_since(start: tuple[float, float]) -> float:
+    busy, total = _machine_cpu()
+    return (busy - start[0]) / max(total - start[1], 1e-9)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -55,6 +73,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.when == "setup":
         worker = getattr(getattr(report, "node", None), "gateway", None)
         _placement[report.nodeid] = (getattr(worker, "id", "-"), report.start)
+        _machine_at_setup[report.nodeid] = _machine_cpu()
+    elif report.when == "teardown" and report.nodeid in _machine_at_setup:
+        _machine_busy[report.nodeid] = _busy_since(_machine_at_setup.pop(report.nodeid))
     integration = "/integration/" in f"/{report.nodeid}"
     if report.when == "call" and integration and report.duration >= QUICK_S and "slow" not in report.keywords:
         _unmarked_slow.append((report.nodeid, report.duration))
@@ -63,6 +84,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     for test, seconds in _unmarked_slow:  # keeps `make test-quick` quick
         terminalreporter.write_line(f"took {seconds:.0f} s, mark it @pytest.mark.slow: {test}", yellow=True)
+    if _machine_at_start[1] and not _is_worker(terminalreporter.config):
+        cores, share = os.cpu_count() or 1, _busy_since(_machine_at_start)
+        terminalreporter.write_line(f"the machine's {cores} cores were {share:.0%} busy over the run")
 
 
 def _is_worker(config: pytest.Config) -> bool:
@@ -80,6 +104,8 @@ def _stack_settings() -> KappaSettings:
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
+    global _machine_at_start
+    _machine_at_start = _machine_cpu()
     if _is_controller(session.config):
         from kappa.stack import LocalStack
 
@@ -101,11 +127,12 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     rows = sorted(_durations.items(), key=lambda item: -sum(item[1].values()))
     first = min((start for _, start in _placement.values()), default=0.0)
 
-    def placed(test: str) -> str:  # which worker ran it, and when it started (seconds into the run)
+    def placed(test: str) -> str:  # which worker ran it, when it started (seconds into the run), how busy the cores
         worker, start = _placement.get(test, ("-", first))
-        return f"{worker}\t{start - first:.0f}"
+        busy = f"{_machine_busy[test]:.0%}" if test in _machine_busy else "-"
+        return f"{worker}\t{start - first:.0f}\t{busy}"
 
-    lines = ["seconds\tsetup\tcall\tteardown\tworker\tstarted\ttest"] + [
+    lines = ["seconds\tsetup\tcall\tteardown\tworker\tstarted\tcores_busy\ttest"] + [
         f"{sum(p.values()):.2f}\t{p.get('setup', 0):.2f}\t{p.get('call', 0):.2f}\t{p.get('teardown', 0):.2f}"
         f"\t{placed(test)}\t{test}"
         for test, p in rows

@@ -57,8 +57,8 @@ from kappa.kafka.aliases import AliasRegistry, AliasWatch
 from kappa.lifecycle import deployments, state_files
 from kappa.lifecycle.state_files import Health
 from kappa.runtime.readers import AliasConsumer, Change
+from kappa.spark.session import SHORT_RUN_JVM
 from tests import oracles
-from tests.conftest import SHORT_RUN_JVM
 from tests.e2e.test_replay_lifecycle import run
 from tests.integration.replay_pipeline import CONFIG, Deployment, deploy_copy, produce
 from tests.waiting import wait_until

@@ -43,8 +43,8 @@ from kappa.kafka.clients import Outgoing, produce_all
 from kappa.ops.dlq import inspect
 from kappa.runtime import run_record
 from kappa.runtime.run_record import RunState
+from kappa.spark.session import SHORT_RUN_JVM
 from kappa.stack import LocalStack
-from tests.conftest import SHORT_RUN_JVM
 from tests.e2e.faults import (
     OUTAGE_S,
     click_row,

@@ -15,9 +15,9 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from kappa.contracts.topic_declarations import Cleanup, Topic
 from kappa.core.settings import load_settings
 from kappa.kafka.topic_admin import describe
+from kappa.spark.session import SHORT_RUN_JVM
 from kappa.stack import LocalStack
 from kappa.stack.process import port_in_use
-from tests.conftest import SHORT_RUN_JVM
 from tests.e2e.faults import OUTAGE_S, event_ids, produce_clicks
 from tests.e2e.stackctl import kappa, stack_processes
 from tests.integration.replay_pipeline import deploy_copy

@@ -25,8 +25,8 @@ import pytest
 
 from kappa.core.settings import load_settings
 from kappa.ops.duckdb_delta import connect
+from kappa.spark.session import SHORT_RUN_JVM
 from kappa.stack import LocalStack
-from tests.conftest import SHORT_RUN_JVM
 
 REPO = Path(__file__).resolve().parents[2]
 TUTORIAL = REPO / "docs" / "tutorial.md"
