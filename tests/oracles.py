@@ -15,7 +15,9 @@ The restatements follow from the rules' documented semantics:
   exit page that of its latest; among events of equal time, the entry is the first in log order and the exit
   the last (the rule's `<` and `>=`: a later event of the same time does not move the entry, and does move the
   exit). A producer that stamps clicks with its clock gives one user two clicks in a millisecond when it sends
-  in a burst (the soak's does, when it falls behind).
+  in a burst (the soak's does, when it falls behind). At the log's end a session's last record is `final` when
+  it ends more than A + G before its user's greatest time (a late event is below that greatest time, so every
+  event counts for it).
 """
 
 from __future__ import annotations
@@ -99,6 +101,23 @@ def sessions(
     return found, late
 
 
+def final_sessions(
+    ends: Iterable[tuple[str, str, int]], events: Iterable[SessionEvent], gap_ms: int, lateness_ms: int
+) -> set[str]:
+    """sessions (session_id, user_id, end_ms) and every event -> the sessions whose last record is final."""
+    con = duckdb.connect()
+    con.register("s", pd.DataFrame(list(ends), columns=["session_id", "user_id", "end_time"]))
+    con.register("e", pd.DataFrame(list(events), columns=["event_id", "user_id", "page", "event_time", "segment"]))
+    rows = con.sql(
+        f"""
+        SELECT s.session_id FROM s JOIN (SELECT user_id, max(event_time) AS latest FROM e GROUP BY user_id) u
+          ON u.user_id = s.user_id
+        WHERE s.end_time < u.latest - {int(lateness_ms)} - {int(gap_ms)}
+        """
+    ).fetchall()
+    return {sid for (sid,) in rows}
+
+
 def page_stats(
     clicks: Iterable[tuple[str, str, str, int]], gap_ms: int
 ) -> dict[tuple[str, int], tuple[int, int, int | None]]:
@@ -178,6 +197,7 @@ class PipelineAnswer:
     # sessions topic's latest values and the sessions table's rows
     sessions: dict[str, tuple[str, int, int, int, int, str, str, str]]
     late_clicks: set[str]  # event ids on sessions' .late
+    final_sessions: set[str]  # session ids whose latest value on the sessions topic is marked final
     page_stats: dict[tuple[str, int], tuple[int, int, int | None]]
     user_activity: dict[str, tuple[int, int, int, int, str]]
 
@@ -221,6 +241,12 @@ def pipeline(
         late_profiles=late_versions,
         sessions=by_session,
         late_clicks=late_clicks,
+        final_sessions=final_sessions(
+            ((sid, user, end) for sid, (user, _start, end, *_rest) in by_session.items()),
+            events,
+            gap_ms,
+            allowed_lateness_ms,
+        ),
         page_stats=page_stats(((c.user_id, c.event_id, c.page, c.event_time_ms) for c in clicks), page_gap_ms),
         user_activity=user_activity(
             (sid, user, start, end, n, seg)

@@ -1,5 +1,6 @@
 """sessionize: enriched clicks -> `sessions` (upserts keyed by session id, tombstones for merged-away
-sessions); events beyond the allowed lateness -> `sessions.late`; undecodable input -> its dead letters.
+sessions, and each session's last record marked `final` once it can no longer change); events beyond the
+allowed lateness -> `sessions.late`; undecodable input -> its dead letters.
 
 Settings: `gap_minutes` (inactivity that ends a session, 30) and `allowed_lateness_minutes` (how far behind a
 user's latest event an event may arrive and still count, 120).
@@ -11,7 +12,7 @@ from pydantic import Field
 from pyspark.sql import functions as F
 
 from jobs.catalog import ENRICHED_CLICKS, SESSIONS
-from jobs.sessionize.transforms import RETRACT, UPSERT, session_changes
+from jobs.sessionize.transforms import FINAL, RETRACT, UPSERT, session_changes
 from kappa.job import MINUTE_MS, JobContext, JobSpec, NoSettings, TopicPlan, partition_column
 
 
@@ -27,13 +28,15 @@ def plan(ctx: JobContext) -> TopicPlan:
 
     decoded = ctx.read(ENRICHED_CLICKS, with_raw=True)  # late events keep their original bytes
     changes = session_changes(decoded.rows, gap_ms, lateness_ms)
-    sessions = changes.withColumn("segment", F.coalesce(F.col("segment"), F.lit("UNKNOWN")))
     kind = F.col("kind")
+    sessions = changes.withColumn("segment", F.coalesce(F.col("segment"), F.lit("UNKNOWN"))).withColumn(
+        "final", kind == FINAL
+    )
     return TopicPlan(
         sessions,
         key=F.col("session_id"),
         partition=partition_column(F.col("user_id"), ctx.output_topic.partitions),
-        keep=kind.isin(UPSERT, RETRACT),
+        keep=kind.isin(UPSERT, RETRACT, FINAL),
         delete=kind == RETRACT,  # a session merged into another: a tombstone of its id
     )
 

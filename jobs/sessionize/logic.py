@@ -19,6 +19,11 @@ Rules (gap G, allowed lateness A):
   late event: counted, and (a replay never re-emits) only in runs that saw the correction.
 - State may forget a session once it ends more than A + G before the latest time seen: no event that is
   not late can reach it any more. Forgetting it never changes an answer.
+- A session forgotten is written once more, whole, as *final* (after the batch's other changes; instead of an
+  upsert if the batch also changed it): readers may then forget what they keep for it, because no record of
+  that session follows. Which sessions are final at the end of the log does not depend on batches: exactly
+  those that end more than A + G before their user's latest time (a live run finalises them earlier, a replay
+  at its one batch's end, with the same values).
 """
 
 from __future__ import annotations
@@ -96,6 +101,7 @@ class Changes:
     upserts: tuple[Session, ...]  # sessions created or changed (emit under their id)
     retractions: tuple[str, ...]  # session ids merged away (emit tombstones)
     late: tuple[Event, ...]  # events beyond the allowed lateness (to the .late topic)
+    finals: tuple[Session, ...] = ()  # sessions forgotten: their last record, marked final
 
 
 def sessionize(
@@ -154,17 +160,21 @@ def sessionize(
                 retracted.append(other.session_id)
         state.open_sessions[session.session_id] = session
         changed[session.session_id] = session
-    _forget_settled(state, gap_ms, lateness_ms)
+    finals = _forget_settled(state, gap_ms, lateness_ms)
     retracted_final = tuple(r for r in retracted if r not in state.open_sessions)
-    return Changes(tuple(sorted(changed.values(), key=lambda s: s.created_seq)), retracted_final, tuple(late))
+    upserts = sorted((s for sid, s in changed.items() if sid in state.open_sessions), key=lambda s: s.created_seq)
+    return Changes(tuple(upserts), retracted_final, tuple(late), finals)
 
 
-def _forget_settled(state: UserState, gap_ms: int, lateness_ms: int) -> None:
+def _forget_settled(state: UserState, gap_ms: int, lateness_ms: int) -> tuple[Session, ...]:
+    """Forget the sessions no event that counts can reach any more; -> them, by creation."""
     if state.latest_ms is None:
-        return
+        return ()
     horizon = state.latest_ms - lateness_ms - gap_ms
-    for session_id in [sid for sid, s in state.open_sessions.items() if s.end_ms < horizon]:
-        del state.open_sessions[session_id]
+    forgotten = [s for s in state.open_sessions.values() if s.end_ms < horizon]
+    for session in forgotten:
+        del state.open_sessions[session.session_id]
+    return tuple(sorted(forgotten, key=lambda s: s.created_seq))
 
 
 def state_to_json(state: UserState) -> str:

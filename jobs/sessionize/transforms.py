@@ -2,8 +2,8 @@
 
 The platform's sessions operator (kappa.operators, a Spark transformWithState processor) hands each user's
 new rows of a micro-batch, in log order (partition, offset), to the rule of logic.py with the user's stored
-state; a differential test holds the operator equal to logic.py. Rows out: one per session change (upsert or
-retraction) and one per late event.
+state; a differential test holds the operator equal to logic.py. Rows out: one per session change (upsert,
+retraction, or final: a session's last record, once the state forgets it) and one per late event.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from kappa.job import LATE, RETRACT, SIDE_COLUMNS, UPSERT, DeadLetterKind, sessions
+from kappa.job import FINAL, LATE, RETRACT, SIDE_COLUMNS, UPSERT, DeadLetterKind, sessions
 
-__all__ = ["LATE", "RETRACT", "UPSERT", "session_changes"]
+__all__ = ["FINAL", "LATE", "RETRACT", "UPSERT", "session_changes"]
 
 
 def session_changes(clicks: DataFrame, gap_ms: int, lateness_ms: int) -> DataFrame:

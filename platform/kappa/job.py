@@ -24,7 +24,7 @@ from kappa.operators import (
     user_activity,
 )
 from kappa.operators.as_of_join import EVENT, LATE
-from kappa.operators.sessions import RETRACT, UPSERT
+from kappa.operators.sessions import FINAL, RETRACT, UPSERT
 from kappa.runtime.declaration import (
     JobContext,
     JobPlan,
@@ -43,6 +43,7 @@ __all__ = [
     "DAY_MS",
     "DELETED",
     "EVENT",
+    "FINAL",
     "FOREVER",
     "HOUR_MS",
     "LATE",

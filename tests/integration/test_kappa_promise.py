@@ -422,6 +422,7 @@ def test_live_with_kills_inside_batches_and_replay_both_equal_the_independent_an
     assert answer.page_stats[("/edge/g1", EDGE_HOUR)][2] == GAP_MS  # g1's time on page: exactly the gap
     assert answer.late_clicks, "the data must hold late clicks, or .late proves nothing"
     assert len(answer.sessions) > EVENTS // 20  # about one session per 13 clicks: a real workload
+    assert len(answer.final_sessions) > 50, "sessions must end A + G before their users' last clicks"
     poison = Poison(stack)
     for name in ("clicks", "profiles", "enriched_replay", "sessions_replay"):  # the replay's come before it
         poison.into(topics[name], 3)
@@ -541,6 +542,11 @@ def test_live_with_kills_inside_batches_and_replay_both_equal_the_independent_an
         found = {r.session_id: (r.user_id, _ms(r.start_time), _ms(r.end_time), r.clicks, r.distinct_pages,
                                 r.entry_page, r.exit_page, r.segment) for r in rows}  # fmt: skip
         _same(found, answer.sessions, f"sessions {run}")
+        final = {r.session_id for r in rows if r.final}
+        assert final == answer.final_sessions, (
+            f"sessions {run} final: {sorted(final - answer.final_sessions)[:5]} unexpected, "
+            f"{sorted(answer.final_sessions - final)[:5]} missing"
+        )
         # A late record holds the enriched record's bytes and, in its headers, where it was read: its event id
         # is that record's key.
         keys = {(r.partition, r.offset): r.key for r in records(topics[f"enriched_{run}"].name)}

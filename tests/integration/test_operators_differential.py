@@ -27,7 +27,7 @@ from jobs.enrich_clicks.transforms import ENRICHED, LATE_PROFILE, LATE_PROFILE_K
 from jobs.sessionize.logic import Event as SessionEvent
 from jobs.sessionize.logic import UserState as SessionState
 from jobs.sessionize.logic import sessionize
-from jobs.sessionize.transforms import LATE, RETRACT, UPSERT, session_changes
+from jobs.sessionize.transforms import FINAL, LATE, RETRACT, UPSERT, session_changes
 from kappa.contracts.dead_letter_format import DeadLetterKind
 from kappa.contracts.topic_declarations import MINUTE_MS
 from kappa.core.errors import SettingsError
@@ -318,6 +318,9 @@ def _expected_sessions(batches: list[list[dict[str, Any]]]) -> list[dict[Any, li
                 per_user[user].append((UPSERT, s.session_id, user, s.start_ms, s.end_ms, s.clicks, len(s.pages),
                                        s.entry_page, s.exit_page, s.segment))  # fmt: skip
             per_user[user] += [(RETRACT, sid, user) for sid in changes.retractions]
+            for s in changes.finals:
+                per_user[user].append((FINAL, s.session_id, user, s.start_ms, s.end_ms, s.clicks, len(s.pages),
+                                       s.entry_page, s.exit_page, s.segment))  # fmt: skip
             late = {e.event_id for e in changes.late}
             per_user[user] += [
                 (LATE, "", user, DeadLetterKind.LATE_EVENT.value, r["raw_value"], r["kafka_topic"],
@@ -332,7 +335,7 @@ def _expected_sessions(batches: list[list[dict[str, Any]]]) -> list[dict[Any, li
 def _actual_sessions(rows: list[Row]) -> dict[Any, list[tuple[Any, ...]]]:
     per_user: dict[Any, list[tuple[Any, ...]]] = defaultdict(list)
     for r in rows:  # in the order the operator emitted them
-        if r.kind == UPSERT:
+        if r.kind in (UPSERT, FINAL):
             per_user[r.user_id].append((r.kind, r.session_id, r.user_id, _ms(r.start_time), _ms(r.end_time),
                                         r.clicks, r.distinct_pages, r.entry_page, r.exit_page, r.segment))  # fmt: skip
         elif r.kind == RETRACT:
@@ -394,8 +397,8 @@ def test_the_sessions_operator_equals_the_python_rule(
     write_batches(tmp_path / "in", batches, SESSION_SCHEMA)
     expected = _expected_sessions(batches)
     emitted = [r for b in expected for user, rs in b.items() if user is not None for r in rs]
-    kinds = {kind: sum(r[0] == kind for r in emitted) for kind in (UPSERT, RETRACT, LATE)}
-    assert min(kinds.values()) >= 5, kinds  # the log exercises merges and late events
+    kinds = {kind: sum(r[0] == kind for r in emitted) for kind in (UPSERT, RETRACT, FINAL, LATE)}
+    assert min(kinds.values()) >= 5, kinds  # the log exercises merges, forgetting and late events
 
     seen = run_batches(spark, tmp_path / "in", SESSION_SCHEMA, sessions_of, shuffle_partitions)
 

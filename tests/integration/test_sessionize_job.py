@@ -89,7 +89,7 @@ def _expected(events: list[oracles.SessionEvent]) -> tuple[dict[str, tuple], set
     late: set[str] = set()
     for user, own in by_user.items():
         changes = sessionize(user, UserState(), own)
-        for s in changes.upserts:
+        for s in (*changes.upserts, *changes.finals):  # one batch: a session is written once, final or not
             sessions[s.session_id] = (
                 s.start_ms,
                 s.end_ms,
@@ -164,15 +164,17 @@ def test_sessions_equal_the_rule_over_the_whole_log(
         key_field=output.key_field, deletes=output.deletes,
     )  # fmt: skip
     assert decoded.dead_letters.count() == 0
-    changes = [(r.kafka_partition, r.kafka_offset, r.key, _values(r)) for r in decoded.records.collect()] + [
-        (r.kafka_partition, r.kafka_offset, r.key, None) for r in decoded.tombstones.collect()
-    ]
+    changes = [(r.kafka_partition, r.kafka_offset, r.key, (_values(r), r.final)) for r in decoded.records.collect()]
+    changes += [(r.kafka_partition, r.kafka_offset, r.key, None) for r in decoded.tombstones.collect()]
     table: dict[str, tuple] = {}  # type: ignore[type-arg]
-    for _, _, key, values in sorted(changes, key=lambda c: (c[0], c[1])):  # log order per partition
-        if values is None:
+    final: set[str] = set()
+    for _, _, key, change in sorted(changes, key=lambda c: (c[0], c[1])):  # log order per partition
+        assert key not in final, f"a record of {key} after its final one"
+        if change is None:
             table.pop(key, None)
         else:
-            table[key] = values
+            table[key] = change[0]
+            final |= {key} if change[1] else set()
     generated = [(c.event_id, c.user_id, c.page, c.event_time_ms, _segment(c)) for c in clicks]
     settings = JOB.settings_as(Settings)
     gap, allowed = settings.gap_minutes * MINUTE_MS, settings.allowed_lateness_minutes * MINUTE_MS
@@ -185,6 +187,11 @@ def test_sessions_equal_the_rule_over_the_whole_log(
     assert table == independent_sessions
     expected_sessions, expected_late = _expected(events)  # the rule itself says the same
     assert expected_sessions == independent_sessions
+    # Each session the state forgot has its last record marked final, and no other.
+    ends = [(sid, sid.split(":")[0], values[1]) for sid, values in independent_sessions.items()]
+    independent_final = oracles.final_sessions(ends, events, gap, allowed)
+    assert len(independent_final) > 50
+    assert final == independent_final
 
     late = (
         spark.read.format("kafka")

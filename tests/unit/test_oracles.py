@@ -21,6 +21,11 @@ def test_sessions_merge_by_gap_keep_the_first_logged_id_and_leave_late_events_ou
         "u:e4": (300 * MIN, 300 * MIN, 1, 1, "/d", "/d", "PRO"),
         "v:e6": (10 * MIN, 10 * MIN, 1, 1, "/a", "/a", "TRIAL"),
     }
+    # u's greatest time is e4's 300 (e5 is behind it): u:e1 ends 250 min before it, beyond 120 + 30, so it is
+    # final; u:e4 and v:e6 (v's only session ends at v's greatest time) are not.
+    ends = [(sid, sid.split(":")[0], end) for sid, (_start, end, *_rest) in found.items()]
+    assert oracles.final_sessions(ends, events, gap_ms=30 * MIN, lateness_ms=120 * MIN) == {"u:e1"}
+    assert oracles.final_sessions(ends, events, gap_ms=30 * MIN, lateness_ms=250 * MIN - 30 * MIN) == set()
 
 
 def test_sessions_break_ties_of_equal_times_by_log_order() -> None:

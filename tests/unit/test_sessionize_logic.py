@@ -13,15 +13,25 @@ def ev(event_id: str, minute: float, page: str = "/p") -> Event:
 
 
 def materialize(batches: list[list[Event]]) -> dict[str, Session]:
-    """Apply each batch's changes like a compacted topic would: upsert by id, tombstone deletes."""
-    state, table = UserState(), {}
+    """Apply each batch's changes like a compacted topic would: upsert by id, tombstone deletes. A session's
+    final record is its last: nothing of it may follow."""
+    state, table, final = UserState(), {}, set()
     for batch in batches:
         changes = sessionize("u", state, batch)
+        touched = [*changes.retractions, *(s.session_id for s in (*changes.upserts, *changes.finals))]
+        assert not final & set(touched), "a record after a session's final one"
         for sid in changes.retractions:
             table.pop(sid, None)
-        for session in changes.upserts:
+        for session in (*changes.upserts, *changes.finals):
             table[session.session_id] = session
+        final |= {s.session_id for s in changes.finals}
     return table
+
+
+def finals(batches: list[list[Event]]) -> set[str]:
+    """The sessions written as final over the whole log."""
+    state = UserState()
+    return {s.session_id for batch in batches for s in sessionize("u", state, batch).finals}
 
 
 def summary(table: dict[str, Session]) -> list[tuple[str, int, int, int]]:
@@ -67,10 +77,25 @@ def test_event_beyond_allowed_lateness_goes_to_late_and_changes_nothing() -> Non
     assert changes.retractions == ()
 
 
-def test_settled_sessions_leave_the_state() -> None:
+def test_settled_sessions_leave_the_state_with_a_final_record() -> None:
     state = UserState()
-    sessionize("u", state, [ev("a", 0), ev("b", 400)])
+    changes = sessionize("u", state, [ev("a", 0), ev("b", 400)])
     assert list(state.open_sessions) == ["u:b"]  # u:a ended more than lateness + gap before 400
+    # u:a is written once, final (not also as an upsert); u:b may still change.
+    assert [s.session_id for s in changes.finals] == ["u:a"]
+    assert [s.session_id for s in changes.upserts] == ["u:b"]
+    later = sessionize("u", state, [ev("c", 551)])  # 400 ends 151 min before 551: more than 120 + 30
+    assert ([s.session_id for s in later.finals], [s.session_id for s in later.upserts]) == (["u:b"], ["u:c"])
+    assert (later.finals[0].clicks, later.finals[0].end_ms) == (1, T0 + 400 * MINUTE_MS)
+    assert sessionize("u", state, [ev("d", 700)]).finals == ()  # 551 ends 149 min before 700: not yet
+
+
+def test_a_session_is_final_at_the_end_exactly_when_it_ends_lateness_plus_gap_before_its_users_latest() -> None:
+    # Sessions end at minutes 10, 200, 349 and 500; the latest time is 500 (the late click at 300 counts for
+    # nothing), so those ending before 500 - 120 - 30 = 350 are final, whatever the batches: not u:e.
+    events = [ev("a", 0), ev("b", 10), ev("c", 200), ev("d", 349), ev("e", 500), ev("late", 300)]
+    for batches in ([events], [[e] for e in events], [events[:4], events[4:]]):
+        assert finals(batches) == {"u:a", "u:c", "u:d"}
 
 
 def test_any_batching_gives_the_same_sessions() -> None:
@@ -86,6 +111,8 @@ def test_any_batching_gives_the_same_sessions() -> None:
         cuts = sorted(rng.sample(range(1, len(events)), rng.randrange(1, 60)))
         batches = [events[a:b] for a, b in zip([0, *cuts], [*cuts, len(events)], strict=True)]
         assert materialize(batches) == whole
+        assert finals(batches) == finals([events])
+    assert len(finals([events])) > 5
 
 
 def test_state_survives_its_json_round_trip() -> None:

@@ -12,7 +12,8 @@ from pyspark.sql import functions as F
 
 from kappa.operators.jvm import operators_jvm, side_input, side_output
 
-UPSERT, RETRACT, LATE = "upsert", "retract", "late"  # the operator's `kind`; null on a dead letter
+# The operator's `kind`; null on a dead letter. FINAL: a session's last record, written when the state forgets it.
+UPSERT, RETRACT, FINAL, LATE = "upsert", "retract", "final", "late"
 
 
 def sessions(
@@ -26,7 +27,8 @@ def sessions(
     page: str = "page",
     segment: str = "segment",
 ) -> DataFrame:
-    """Events -> one row per session change (UPSERT or RETRACT), one per late event row, the dead letters.
+    """Events -> one row per session change (UPSERT, RETRACT, or FINAL: the last record of a session the state
+    forgot), one per late event row, the dead letters.
 
     Columns: kind, session_id, key, start_time, end_time (timestamps), clicks, distinct_pages, entry_page,
     exit_page, segment (the session's first click's), then the SIDE columns (a late event's say `late_kind`

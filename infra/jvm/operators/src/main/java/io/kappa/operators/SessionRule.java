@@ -85,7 +85,8 @@ final class SessionRule {
     Long earliestIdMs; // no id is kept at an earlier time (null: none kept)
   }
 
-  record Changes(List<Session> upserts, List<String> retractions, List<Event> late) {}
+  /** What a batch emits for one key; {@code finals}: the sessions it forgot, written once more as final. */
+  record Changes(List<Session> upserts, List<String> retractions, List<Event> late, List<Session> finals) {}
 
   /**
    * Apply one key's next events (in log order) to its state and its sessions' event ids ({@code idBuckets}: see
@@ -150,7 +151,7 @@ final class SessionRule {
       state.open.put(session.sessionId, session);
       changed.put(session.sessionId, session);
     }
-    forgetSettled(state, gapMs, latenessMs);
+    List<Session> finals = forgetSettled(state, gapMs, latenessMs);
     flush(ids, state);
     List<String> retractions = new ArrayList<>();
     for (String id : retracted) {
@@ -158,9 +159,14 @@ final class SessionRule {
         retractions.add(id);
       }
     }
-    List<Session> upserts = new ArrayList<>(changed.values());
+    List<Session> upserts = new ArrayList<>();
+    for (Session s : changed.values()) {
+      if (state.open.containsKey(s.sessionId)) { // a session forgotten is written as final instead
+        upserts.add(s);
+      }
+    }
     upserts.sort(Comparator.comparingLong(s -> s.createdSeq));
-    return new Changes(upserts, retractions, late);
+    return new Changes(upserts, retractions, late, finals);
   }
 
   /** The earliest start of the key's open sessions, or null when none is open. */
@@ -172,12 +178,16 @@ final class SessionRule {
     return earliest;
   }
 
-  private static void forgetSettled(State state, long gapMs, long latenessMs) {
+  /** Forgets the sessions no event that counts can reach any more; returns them, by creation. */
+  private static List<Session> forgetSettled(State state, long gapMs, long latenessMs) {
+    List<Session> forgotten = new ArrayList<>();
     if (state.latestMs == null) {
-      return;
+      return forgotten;
     }
     long horizon = state.latestMs - latenessMs - gapMs;
-    state.open.values().removeIf(s -> s.endMs < horizon);
+    state.open.values().removeIf(s -> s.endMs < horizon && forgotten.add(s));
+    forgotten.sort(Comparator.comparingLong(s -> s.createdSeq));
+    return forgotten;
   }
 
   private static SessionIds ids(State state, BytesByLong idBuckets) {

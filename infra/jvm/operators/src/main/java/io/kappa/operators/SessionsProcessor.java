@@ -72,18 +72,7 @@ final class SessionsProcessor extends KeyedRuleProcessor {
     SessionRule.Changes changes =
         SessionRule.apply(key, current, idBuckets, events, gapMs, latenessMs);
     for (SessionRule.Session s : changes.upserts()) {
-      Object[] values = new Object[Sessions.OUTPUT.size()];
-      values[0] = "upsert";
-      values[1] = s.sessionId;
-      values[2] = key;
-      values[3] = s.startMs;
-      values[4] = s.endMs;
-      values[5] = s.clicks;
-      values[6] = s.pages.size();
-      values[7] = s.entryPage;
-      values[8] = s.exitPage;
-      values[9] = s.segment;
-      out.add(RowFactory.create(values));
+      out.add(session("upsert", key, s));
     }
     for (String id : changes.retractions()) {
       Object[] values = new Object[Sessions.OUTPUT.size()];
@@ -91,6 +80,9 @@ final class SessionsProcessor extends KeyedRuleProcessor {
       values[1] = id;
       values[2] = key;
       out.add(RowFactory.create(values));
+    }
+    for (SessionRule.Session s : changes.finals()) {
+      out.add(session("final", key, s));
     }
     Set<String> late = new HashSet<>();
     for (SessionRule.Event e : changes.late()) {
@@ -108,5 +100,20 @@ final class SessionsProcessor extends KeyedRuleProcessor {
       out.add(RowFactory.create(values));
     }
     return SessionRule.serialize(current);
+  }
+
+  private static Row session(String kind, String key, SessionRule.Session s) {
+    Object[] values = new Object[Sessions.OUTPUT.size()];
+    values[0] = kind;
+    values[1] = s.sessionId;
+    values[2] = key;
+    values[3] = s.startMs;
+    values[4] = s.endMs;
+    values[5] = s.clicks;
+    values[6] = s.pages.size();
+    values[7] = s.entryPage;
+    values[8] = s.exitPage;
+    values[9] = s.segment;
+    return RowFactory.create(values);
   }
 }

@@ -74,7 +74,8 @@ final class SessionRuleBySets {
     final LinkedHashMap<String, Session> open = new LinkedHashMap<>();
   }
 
-  record Changes(List<Session> upserts, List<String> retractions, List<SessionRule.Event> late) {}
+  record Changes(
+      List<Session> upserts, List<String> retractions, List<SessionRule.Event> late, List<Session> finals) {}
 
   /** Apply one key's next events (in log order) to its state; what to emit. Mutates {@code state}. */
   static Changes apply(String key, State state, List<SessionRule.Event> events, long gapMs, long latenessMs) {
@@ -138,24 +139,32 @@ final class SessionRuleBySets {
       state.open.put(session.sessionId, session);
       changed.put(session.sessionId, session);
     }
-    forgetSettled(state, gapMs, latenessMs);
+    List<Session> finals = forgetSettled(state, gapMs, latenessMs);
     List<String> retractions = new ArrayList<>();
     for (String id : retracted) {
       if (!state.open.containsKey(id)) {
         retractions.add(id);
       }
     }
-    List<Session> upserts = new ArrayList<>(changed.values());
+    List<Session> upserts = new ArrayList<>();
+    for (Session s : changed.values()) {
+      if (state.open.containsKey(s.sessionId)) {
+        upserts.add(s);
+      }
+    }
     upserts.sort(Comparator.comparingLong(s -> s.createdSeq));
-    return new Changes(upserts, retractions, late);
+    return new Changes(upserts, retractions, late, finals);
   }
 
-  private static void forgetSettled(State state, long gapMs, long latenessMs) {
+  private static List<Session> forgetSettled(State state, long gapMs, long latenessMs) {
+    List<Session> forgotten = new ArrayList<>();
     if (state.latestMs == null) {
-      return;
+      return forgotten;
     }
     long horizon = state.latestMs - latenessMs - gapMs;
-    state.open.values().removeIf(s -> s.endMs < horizon);
+    state.open.values().removeIf(s -> s.endMs < horizon && forgotten.add(s));
+    forgotten.sort(Comparator.comparingLong(s -> s.createdSeq));
+    return forgotten;
   }
 
 }

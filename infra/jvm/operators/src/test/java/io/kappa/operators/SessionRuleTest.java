@@ -143,9 +143,15 @@ class SessionRuleTest {
         "still open: corrected");
 
     Key forgot = new Key();
-    run(forgot, e("e1", 0, "a"), e("e9", 111, "z")); // horizon 1
+    SessionRule.Changes forgetting = run(forgot, e("e1", 0, "a"), e("e9", 111, "z")); // horizon 1
     assertEquals(Set.of("u:e9"), forgot.state.open.keySet());
+    assertEquals(List.of("u:e9 [111,111] 1 1 z>z S-e9"), upserts(forgetting), "u:e1 is not upserted...");
+    assertEquals(1, forgetting.finals().size(), "...but written once, final");
+    SessionRule.Session last = forgetting.finals().get(0);
+    assertEquals(List.of("u:e1", 0L, 0L, 1, "a", "S-e1"),
+        List.of(last.sessionId, last.startMs, last.endMs, last.clicks, last.exitPage, last.segment));
     SessionRule.Changes changes = run(forgot, new SessionRule.Event("e1", 0, "a", "GOLD"));
+    assertEquals(List.of(), changes.finals(), "a session is final once");
     assertEquals(List.of(), upserts(changes));
     assertEquals(List.of("e1"), late(changes), "a correction of a forgotten session is late");
   }
@@ -324,24 +330,25 @@ class SessionRuleTest {
 
   /** A batch's changes and the state after it, as lines: the same for both rules' types of session. */
   private static <S> List<String> rendered(List<S> upserts, List<String> retractions, List<SessionRule.Event> late,
-      long seen, Long latestMs, Collection<S> open, Function<S, String> session) {
+      List<S> finals, long seen, Long latestMs, Collection<S> open, Function<S, String> session) {
     List<String> out = new ArrayList<>();
     upserts.forEach(x -> out.add("upsert " + session.apply(x)));
     retractions.forEach(id -> out.add("retract " + id));
     late.forEach(ev -> out.add("late " + ev.id() + "@" + ev.timeMs()));
+    finals.forEach(x -> out.add("final " + session.apply(x)));
     out.add("seen " + seen + " latest " + latestMs);
     open.forEach(x -> out.add("open " + session.apply(x)));
     return out;
   }
 
   private static List<String> renderedNew(SessionRule.Changes c, SessionRule.State s) {
-    return rendered(c.upserts(), c.retractions(), c.late(), s.seen, s.latestMs, s.open.values(), x -> rendered(
+    return rendered(c.upserts(), c.retractions(), c.late(), c.finals(), s.seen, s.latestMs, s.open.values(), x -> rendered(
         x.sessionId, x.startMs, x.endMs, x.clicks, x.pages, x.entryPage, x.exitPage, x.createdSeq, x.segment,
         x.firstEventId));
   }
 
   private static List<String> renderedBySets(SessionRuleBySets.Changes c, SessionRuleBySets.State s) {
-    return rendered(c.upserts(), c.retractions(), c.late(), s.seen, s.latestMs, s.open.values(), x -> rendered(
+    return rendered(c.upserts(), c.retractions(), c.late(), c.finals(), s.seen, s.latestMs, s.open.values(), x -> rendered(
         x.sessionId, x.startMs, x.endMs, x.clicks, x.pages, x.entryPage, x.exitPage, x.createdSeq, x.segment,
         x.firstEventId));
   }
