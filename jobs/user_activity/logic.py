@@ -3,7 +3,9 @@
 `sessions` is compacted by session id: a record sets a session's value, a tombstone (its key alone) takes the
 session away (a session merged into another). A record that names no user keeps the user the session had (the
 schema requires one, so it never happens on the topic). A tombstone of a session never seen changes nothing.
-Per user, over their live sessions:
+A record marked `final` is its session's last (sessionize writes nothing of the session after it): the session
+counts with that value for ever, and its id is forgotten, so that what the view keeps per session stays bounded
+by the sessions still open. Per user, over their live sessions (the open ones and the final ones):
 
 - sessions, clicks (the sum of the sessions' clicks);
 - first_seen: the earliest start, last_seen: the latest end;
@@ -32,6 +34,7 @@ class SessionChange:
     clicks: int | None
     segment: str | None
     deleted: bool = False
+    final: bool = False  # the session's last record
 
 
 @dataclass(frozen=True)
@@ -45,25 +48,31 @@ class Activity:
     segment: str | None
 
 
-def live_sessions(log: Iterable[SessionChange]) -> dict[str, SessionChange]:
-    """Session id -> its latest value, for the sessions not taken away."""
-    live: dict[str, SessionChange] = {}
+def live_sessions(log: Iterable[SessionChange]) -> list[SessionChange]:
+    """The latest value of each session not taken away: the final ones, then the open ones."""
+    open_: dict[str, SessionChange] = {}
+    final: list[SessionChange] = []
     for change in log:
         if change.deleted:
-            live.pop(change.session_id, None)
+            open_.pop(change.session_id, None)
             continue
-        known = live.get(change.session_id)
+        known = open_.get(change.session_id)
         user = change.user_id if change.user_id is not None else (known.user_id if known else None)
-        if user is not None:
-            live[change.session_id] = SessionChange(change.session_id, user, change.start_ms, change.end_ms,
-                                                    change.clicks, change.segment)  # fmt: skip
-    return live
+        if user is None:
+            continue
+        value = SessionChange(change.session_id, user, change.start_ms, change.end_ms, change.clicks, change.segment)
+        if change.final:
+            open_.pop(change.session_id, None)
+            final.append(value)
+        else:
+            open_[change.session_id] = value
+    return [*final, *open_.values()]
 
 
 def user_activity(log: Iterable[SessionChange]) -> dict[str, Activity]:
     """The view over the whole log: user -> its row."""
     by_user: dict[str, list[SessionChange]] = defaultdict(list)
-    for session in live_sessions(log).values():
+    for session in live_sessions(log):
         assert session.user_id is not None
         by_user[session.user_id].append(session)
     rows = {}

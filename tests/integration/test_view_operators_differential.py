@@ -9,8 +9,8 @@ the view, and the dead letters must pass through.
 
 page_stats' log: clicks at and around the gap, ties in event time, late clicks that land between two others,
 clicks sent again unchanged, on another page, or at another time (to another hour). user_activity's: sessions that
-grow, move their start back and forward, tie on their start, get tombstoned (merged away) and come back, and
-tombstones of sessions never seen.
+grow, move their start back and forward, tie on their start, get tombstoned (merged away) and come back,
+tombstones of sessions never seen, and sessions' final records (nothing of the session follows one).
 """
 
 from __future__ import annotations
@@ -163,7 +163,7 @@ def test_the_page_stats_operator_equals_the_python_rule(
 
 SESSIONS_SCHEMA = (
     "key string, session_id string, user_id string, start_time timestamp, end_time timestamp, clicks int, "
-    f"segment string, deleted boolean, kafka_partition int, kafka_offset long, {SIDE_SCHEMA}"
+    f"segment string, deleted boolean, final boolean, kafka_partition int, kafka_offset long, {SIDE_SCHEMA}"
 )
 SESSION_COLUMNS = [c.split()[0] for c in SESSIONS_SCHEMA.split(", ")]
 
@@ -185,6 +185,10 @@ def _session_log(seed: int, users: int) -> list[dict[str, Any]]:
         log.append({"key": f"{user}/never-seen", "deleted": True})
         if u % 10 == 0:  # every session of the user merged away: the user leaves the view
             log += [{"key": f"{user}/s{i}", "deleted": True} for i in range(7)]
+        else:  # some sessions end for good: their last record, if a value, is final
+            last = {r["key"]: r for r in log}
+            for r in last.values():
+                r["final"] = not r["deleted"] and rng.random() < 0.5
         logs.append(log)
     rows = _interleave(rng, logs)
     return _positions([dict.fromkeys(SESSION_COLUMNS) | r for r in rows], lambda r: int(r["key"][5:8]) % PARTITIONS)
@@ -193,7 +197,7 @@ def _session_log(seed: int, users: int) -> list[dict[str, Any]]:
 def _activity_rule(log: list[dict[str, Any]]) -> View:
     changes = [
         activity_logic.SessionChange(r["key"], r["user_id"], r["start_time"], r["end_time"], r["clicks"],
-                                     r["segment"], r["deleted"])
+                                     r["segment"], r["deleted"], bool(r["final"]))
         for r in log
     ]  # fmt: skip
     return {
@@ -209,6 +213,7 @@ def test_the_user_activity_operator_equals_the_python_rule(
 ) -> None:
     rng = random.Random(30 + shuffle_partitions)
     log = _session_log(seed=shuffle_partitions, users=120)
+    assert sum(bool(r["final"]) for r in log) > 100  # final sessions, whose ids the operator forgets
     batches = cut(log, 12, rng, lambda i: dead_letter(i, SESSION_COLUMNS, "sessions-t"))
     write_batches(tmp_path / "in", batches, SESSIONS_SCHEMA)
 

@@ -7,7 +7,7 @@ from pyspark.sql import DataFrame, SparkSession
 CHANGES = (
     "key string, session_id string, user_id string, start_time timestamp, end_time timestamp, clicks int, "
     "distinct_pages int, entry_page string, exit_page string, segment string, kafka_partition int, "
-    "kafka_offset long, kafka_timestamp timestamp, deleted boolean"
+    "kafka_offset long, kafka_timestamp timestamp, deleted boolean, final boolean"
 )
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -21,13 +21,14 @@ def ms(hh: int, mm: int = 0) -> int:
 
 
 def upsert(
-    offset: int, sid: str, user: str, start: datetime, end: datetime, clicks: int, segment: str
+    offset: int, sid: str, user: str, start: datetime, end: datetime, clicks: int, segment: str, final: bool = False
 ) -> tuple[object, ...]:
-    return (sid, sid, user, start, end, clicks, 1, "/in", "/out", segment, 0, offset, T0, False)
+    """A session's value; `final`: its last record (sessionize writes nothing of it after that)."""
+    return (sid, sid, user, start, end, clicks, 1, "/in", "/out", segment, 0, offset, T0, False, final)
 
 
 def tombstone(offset: int, sid: str) -> tuple[object, ...]:
-    return (sid, sid, None, None, None, None, None, None, None, None, 0, offset, T0, True)
+    return (sid, sid, None, None, None, None, None, None, None, None, 0, offset, T0, True, None)
 
 
 def changes(spark: SparkSession, *rows: tuple[object, ...]) -> DataFrame:

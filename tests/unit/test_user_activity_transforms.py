@@ -16,7 +16,7 @@ from kappa.spark.delta_merge import DeltaMerge
 from kappa.spark.side_outputs import SIDE_COLUMNS, SIDE_SCHEMA
 from kappa.spark.topic_io import DELETED
 from tests.batch_streams import run_batches, write_batches
-from tests.unit.session_rows import BATCH_0, BATCH_1, CHANGES, at, ms, upsert
+from tests.unit.session_rows import BATCH_0, BATCH_1, CHANGES, at, ms, tombstone, upsert
 
 AFTER_0 = {
     ("u1", 2, 8, ms(10), ms(12, 10), "PRO"),  # s2 starts later: its segment
@@ -36,7 +36,8 @@ def the_rule(*batches: tuple[tuple[object, ...], ...]) -> set[tuple[object, ...]
         for row in batch:
             r = dict(zip(COLUMNS, row, strict=True))
             log.append(logic.SessionChange(str(r["key"]), r["user_id"], _ms(r["start_time"]), _ms(r["end_time"]),
-                                           r["clicks"], r["segment"], bool(r["deleted"])))  # fmt: skip
+                                           r["clicks"], r["segment"], deleted=bool(r["deleted"]),
+                                           final=bool(r["final"])))  # fmt: skip
     return {(u, a.sessions, a.clicks, a.first_seen_ms, a.last_seen_ms, a.segment)
             for u, a in logic.user_activity(log).items()}  # fmt: skip
 
@@ -100,3 +101,28 @@ def test_the_latest_session_moving_back_gives_the_segment_to_another(spark: Spar
             ("u2", 1, 7, ms(9), ms(9, 30), "TRIAL"),
         }
     )
+
+
+# Batch 2: u1's s1 is final (its last record); u5's s5 is created final within the batch (a replay writes a session
+# it forgot once, final). Batch 3: s6, u1's latest session and the holder of its last seen, is tombstoned: the
+# operator reads u1's sessions again, and must find s1's extremes among the final ones, which it no longer keeps
+# by id.
+BATCH_2 = (
+    upsert(10, "s1", "u1", at(10), at(12, 10), 9, "FREE", final=True),
+    upsert(11, "s6", "u1", at(14), at(14, 30), 2, "PRO"),
+    upsert(12, "s5", "u5", at(7), at(7, 40), 6, "TRIAL", final=True),
+)
+BATCH_3 = (tombstone(13, "s6"),)
+AFTER_2 = {("u1", 2, 11, ms(10), ms(14, 30), "PRO"), ("u5", 1, 6, ms(7), ms(7, 40), "TRIAL")}
+AFTER_3 = {("u1", 1, 9, ms(10), ms(12, 10), "FREE"), ("u5", 1, 6, ms(7), ms(7, 40), "TRIAL")}
+
+
+def test_the_rule_keeps_final_sessions_counted() -> None:
+    assert the_rule(BATCH_0, BATCH_1, BATCH_2) == AFTER_2
+    assert the_rule(BATCH_0, BATCH_1, BATCH_2, BATCH_3) == AFTER_3
+
+
+def test_final_sessions_stay_counted_when_an_open_one_holding_the_extremes_goes(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    assert stream(spark, tmp_path, BATCH_0, BATCH_1, BATCH_2, BATCH_3) == [AFTER_0, AFTER_1, AFTER_2, AFTER_3]

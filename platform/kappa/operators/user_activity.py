@@ -2,8 +2,9 @@
 
 The rule is jobs/user_activity/transforms.py's `user_activity_of` over the whole `sessions` log (sessions, clicks,
 first and last seen, the latest session's segment); this module only shapes the rows into the operator's and
-back. The operator keeps each session's latest value (a tombstone carries only its key: its user is known from
-there) and each user's live sessions, so a batch emits the rows it changed at the cost of the changes it read.
+back. The operator keeps each open session's latest value (a tombstone carries only its key: its user is known
+from there) and each user's open sessions, with a summary of their final ones (a session's `final` record is its
+last, so its id is forgotten), so a batch emits the rows it changed at the cost of the changes it read.
 The input is a decoded read of a topic that declares deletes, with its Kafka position; its dead letters (the
 SIDE columns) pass through the operator unchanged.
 """
@@ -25,6 +26,7 @@ def user_activity(
     end_time: str = "end_time",
     clicks: str = "clicks",
     segment: str = "segment",
+    final: str = "final",
 ) -> DataFrame:
     """`sessions` changes (records and tombstones: `deleted`, with the session id in `session_id`) -> one row per
     user whose activity the batch changed, and the dead letters.
@@ -35,7 +37,8 @@ def user_activity(
     """
     rows = changes.select(
         F.col(session_id).alias("key"), F.col("kafka_partition").cast("int"), "kafka_offset",
-        F.coalesce(F.col(DELETED), F.lit(False)).alias("deleted"), F.col(user).cast("string").alias("user"),
+        F.coalesce(F.col(DELETED), F.lit(False)).alias("deleted"),
+        F.coalesce(F.col(final), F.lit(False)).alias("final"), F.col(user).cast("string").alias("user"),
         F.unix_millis(start_time).alias("start_ms"), F.unix_millis(end_time).alias("end_ms"),
         F.col(clicks).cast("long").alias("clicks"), F.col(segment).cast("string").alias("segment"),
         *side_input(changes),

@@ -31,13 +31,15 @@ import scala.jdk.javaapi.CollectionConverters;
  * {@link SessionOwnersProcessor}) and the activity over them: how many, their clicks, the earliest start, the
  * latest end, and the segment of the latest session (by start time, then session id). The counts and sums
  * follow each change; the earliest, latest and the latest session's segment too, unless a change takes away
- * or moves back the session that holds one: then, only then, the user's sessions are read again.
+ * or moves back the session that holds one: then, only then, the user's sessions are read again. A final
+ * session (its last record: nothing changes it any more) leaves the user's map of sessions for a summary of
+ * the final ones, so the state per user stays bounded by their open sessions.
  */
 final class ActivityProcessor extends StatefulProcessor<String, Row, Row> {
   private static final long serialVersionUID = 1L;
 
   // Positions in UserActivity.CHANGES and UserActivity.OUTPUT.
-  private static final int SESSION_ID = 1, LIVE = 2, START = 3, END = 4, CLICKS = 5, SEGMENT = 6;
+  private static final int SESSION_ID = 1, LIVE = 2, START = 3, END = 4, CLICKS = 5, SEGMENT = 6, FINAL = 7;
   private static final int SIDE_IN = SessionOwnersProcessor.SIDE_OUT, SIDE_OUT = 7;
 
   private transient ValueState<byte[]> summary;
@@ -74,6 +76,7 @@ final class ActivityProcessor extends StatefulProcessor<String, Row, Row> {
     Long firstSeen; // the earliest start (null: no session has one)
     Long lastSeen; // the latest end
     Session latest; // the session with the greatest (start, id): its segment is the user's
+    Summary settled; // the same over the final sessions alone (null: none), which the map no longer holds
     boolean emitted;
     long emittedSessions;
     long emittedClicks;
@@ -123,10 +126,22 @@ final class ActivityProcessor extends StatefulProcessor<String, Row, Row> {
       return exact;
     }
 
-    void clearExtremes() {
-      firstSeen = null;
-      lastSeen = null;
-      latest = null;
+    /** Counts a final session in the summary of the final ones (it stays counted in this one). */
+    void settle(Session s) {
+      if (settled == null) {
+        settled = new Summary();
+      }
+      settled.add(s);
+    }
+
+    /** Back to the final sessions alone, before the open ones are counted in again. */
+    void restartFromSettled() {
+      Summary from = settled == null ? new Summary() : settled;
+      sessions = from.sessions;
+      clicks = from.clicks;
+      firstSeen = from.firstSeen;
+      lastSeen = from.lastSeen;
+      latest = from.latest;
     }
 
     byte[] write() {
@@ -147,6 +162,10 @@ final class ActivityProcessor extends StatefulProcessor<String, Row, Row> {
         Bytes.writeLong(out, emittedFirst);
         Bytes.writeLong(out, emittedLast);
         Bytes.writeString(out, emittedSegment);
+        out.writeBoolean(settled != null); // after the fields of the first layout, which had none
+        if (settled != null) {
+          out.write(settled.write());
+        }
       } catch (IOException e) {
         throw new UncheckedIOException(e);
       }
@@ -154,25 +173,32 @@ final class ActivityProcessor extends StatefulProcessor<String, Row, Row> {
     }
 
     static Summary read(byte[] stored) {
-      Summary s = new Summary();
       try (DataInputStream in = new DataInputStream(new ByteArrayInputStream(stored))) {
-        s.sessions = in.readLong();
-        s.clicks = in.readLong();
-        s.firstSeen = Bytes.readLong(in);
-        s.lastSeen = Bytes.readLong(in);
-        if (in.readBoolean()) {
-          String id = Bytes.readString(in);
-          s.latest =
-              new Session(id, Bytes.readLong(in), Bytes.readLong(in), Bytes.readLong(in), Bytes.readString(in));
-        }
-        s.emitted = in.readBoolean();
-        s.emittedSessions = in.readLong();
-        s.emittedClicks = in.readLong();
-        s.emittedFirst = Bytes.readLong(in);
-        s.emittedLast = Bytes.readLong(in);
-        s.emittedSegment = Bytes.readString(in);
+        return read(in);
       } catch (IOException e) {
         throw new UncheckedIOException(e);
+      }
+    }
+
+    private static Summary read(DataInputStream in) throws IOException {
+      Summary s = new Summary();
+      s.sessions = in.readLong();
+      s.clicks = in.readLong();
+      s.firstSeen = Bytes.readLong(in);
+      s.lastSeen = Bytes.readLong(in);
+      if (in.readBoolean()) {
+        String id = Bytes.readString(in);
+        s.latest =
+            new Session(id, Bytes.readLong(in), Bytes.readLong(in), Bytes.readLong(in), Bytes.readString(in));
+      }
+      s.emitted = in.readBoolean();
+      s.emittedSessions = in.readLong();
+      s.emittedClicks = in.readLong();
+      s.emittedFirst = Bytes.readLong(in);
+      s.emittedLast = Bytes.readLong(in);
+      s.emittedSegment = Bytes.readString(in);
+      if (in.available() > 0 && in.readBoolean()) { // a value of the first layout ends before it
+        s.settled = read(in);
       }
       return s;
     }
@@ -238,14 +264,17 @@ final class ActivityProcessor extends StatefulProcessor<String, Row, Row> {
       } else {
         exact &= s.replace(Session.read(id, stored), now);
       }
-      sessions.updateValue(id, now.write());
+      if (r.getBoolean(FINAL)) {
+        s.settle(now);
+        sessions.removeKey(id);
+      } else {
+        sessions.updateValue(id, now.write());
+      }
     }
     if (!exact) { // an extreme left with a session: find it again among those that remain
-      s.clearExtremes();
       long count = s.sessions;
       long clicks = s.clicks;
-      s.sessions = 0;
-      s.clicks = 0;
+      s.restartFromSettled();
       scala.collection.Iterator<Tuple2<String, byte[]>> all = sessions.iterator();
       while (all.hasNext()) {
         Tuple2<String, byte[]> e = all.next();

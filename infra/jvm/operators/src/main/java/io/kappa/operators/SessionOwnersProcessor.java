@@ -24,7 +24,9 @@ import scala.jdk.javaapi.CollectionConverters;
 /**
  * user_activity's first step, per session id: the session's latest value in log order (a record without a
  * user keeps the one it had), so that its user learns of each change and of its tombstone, which carries only
- * the key. A tombstone of a session never seen changes nothing; a tombstoned session is forgotten.
+ * the key. A tombstone of a session never seen changes nothing; a tombstoned session is forgotten. So is a
+ * session on its final record (sessionize writes nothing of it after that one): the user learns its last
+ * value, marked final, and keeps it from then on.
  */
 final class SessionOwnersProcessor extends StatefulProcessor<String, Row, Row> {
   private static final long serialVersionUID = 1L;
@@ -32,13 +34,14 @@ final class SessionOwnersProcessor extends StatefulProcessor<String, Row, Row> {
   static final int SIDE_OUT = UserActivity.CHANGES.fieldIndex("side_kind");
 
   // Positions of the rule's columns in the input (UserActivity.SESSIONS', in the order the query gives them).
-  private final int deleted, user, start, end, clicks, segment;
+  private final int deleted, isFinal, user, start, end, clicks, segment;
   private final SideRows.Columns common; // the log and SIDE columns
   private transient ValueState<byte[]> state;
 
   SessionOwnersProcessor(StructType input) {
     common = new SideRows.Columns(input);
     deleted = input.fieldIndex("deleted");
+    isFinal = input.fieldIndex("final");
     user = input.fieldIndex("user");
     start = input.fieldIndex("start_ms");
     end = input.fieldIndex("end_ms");
@@ -101,13 +104,14 @@ final class SessionOwnersProcessor extends StatefulProcessor<String, Row, Row> {
                 : new Session(owner, nullable(last, start), nullable(last, end), nullable(last, clicks),
                     last.isNullAt(segment) ? null : last.getString(segment));
       }
+      boolean settles = now != null && !last.getBoolean(deleted) && last.getBoolean(isFinal);
       if (was != null && (now == null || !was.user().equals(now.user()))) {
-        out.add(change(sessionId, was, false));
+        out.add(change(sessionId, was, false, false));
       }
-      if (now != null && !now.equals(was)) {
-        out.add(change(sessionId, now, true));
+      if (now != null && (settles || !now.equals(was))) {
+        out.add(change(sessionId, now, true, settles));
       }
-      if (now == null) {
+      if (now == null || settles) {
         state.clear();
       } else {
         state.update(now.write());
@@ -120,7 +124,7 @@ final class SessionOwnersProcessor extends StatefulProcessor<String, Row, Row> {
     return row.isNullAt(field) ? null : row.getLong(field);
   }
 
-  private static Row change(String sessionId, Session s, boolean live) {
+  private static Row change(String sessionId, Session s, boolean live, boolean settles) {
     Object[] values = new Object[UserActivity.CHANGES.size()];
     values[0] = Objects.requireNonNull(s.user());
     values[1] = sessionId;
@@ -129,6 +133,7 @@ final class SessionOwnersProcessor extends StatefulProcessor<String, Row, Row> {
     values[4] = s.endMs();
     values[5] = s.clicks();
     values[6] = s.segment();
+    values[7] = settles;
     return RowFactory.create(values);
   }
 }

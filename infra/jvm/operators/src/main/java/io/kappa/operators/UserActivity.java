@@ -18,7 +18,8 @@ import org.apache.spark.sql.types.StructType;
  * <ol>
  *   <li>per session ({@link SessionOwnersProcessor}): the session's latest value, so that a tombstone (which
  *       carries only its key) is known to retract a session of its user;
- *   <li>per user ({@link ActivityProcessor}): the user's live sessions and the activity over them.
+ *   <li>per user ({@link ActivityProcessor}): the user's open sessions, the final ones folded into a summary,
+ *       and the activity over both.
  * </ol>
  *
  * A batch costs what it changes, not what the log holds. Called from Python by kappa.operators.user_activity,
@@ -37,13 +38,14 @@ public final class UserActivity {
               SideRows.field("kafka_partition", DataTypes.IntegerType),
               SideRows.field("kafka_offset", DataTypes.LongType),
               SideRows.field("deleted", DataTypes.BooleanType),
+              SideRows.field("final", DataTypes.BooleanType), // the session's last record
               SideRows.field("user", DataTypes.StringType),
               SideRows.field("start_ms", DataTypes.LongType),
               SideRows.field("end_ms", DataTypes.LongType),
               SideRows.field("clicks", DataTypes.LongType),
               SideRows.field("segment", DataTypes.StringType)));
 
-  /** A session of a user set to a value ({@code live}) or taken away. */
+  /** A session of a user set to a value ({@code live}) or taken away; {@code final}: set for good. */
   static final StructType CHANGES =
       SideRows.withSide(
           List.of(
@@ -53,7 +55,8 @@ public final class UserActivity {
               SideRows.field("start_ms", DataTypes.LongType),
               SideRows.field("end_ms", DataTypes.LongType),
               SideRows.field("clicks", DataTypes.LongType),
-              SideRows.field("segment", DataTypes.StringType)));
+              SideRows.field("segment", DataTypes.StringType),
+              SideRows.field("final", DataTypes.BooleanType)));
 
   /** One row per user the batch changed: the new activity, or {@code deleted} when no live session is left. */
   public static final StructType OUTPUT =
