@@ -302,7 +302,10 @@ def test_a_commit_failed_by_the_broker_is_retried_and_recognised_if_it_landed(
     failing, commits = first_commit_does(broker_fails_it)
     monkeypatch.setattr(aliases, "Producer", failing)
     moved = move(registry, dataset, 2, expected=1, by="bob")
-    assert len(commits) == 2  # the failed one, then the next attempt's (with nothing in it, if the first landed)
+    # The failed commit, then the next attempt's (with nothing in it, if the first landed). Every mover shares one
+    # transactional id, so a move elsewhere on the broker (another test's cutover) may fence an attempt: more
+    # attempts are allowed, more records are not (the history below).
+    assert len(commits) >= 2
     assert (moved.version, moved.previous_version, moved.changed_by) == (2, 1, "bob")
     history = registry.history(dataset)
     assert [a.version for a in history] == [1, 2]  # written once, whether the first commit landed or not
