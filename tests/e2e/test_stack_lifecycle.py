@@ -3,11 +3,13 @@
 import json
 import os
 import signal
+import socket
 import subprocess
 import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
@@ -24,6 +26,12 @@ from tests.integration.replay_pipeline import deploy_copy
 from tests.waiting import wait_until
 
 PORTS = {"KAPPA_KAFKA_PORT": "21092", "KAPPA_CONTROLLER_PORT": "21192", "KAPPA_REGISTRY_PORT": "21081"}
+
+
+def lingering(port: int) -> bool:
+    """Whether a closed connection still holds the local `port` (TIME_WAIT, FIN_WAIT2), as the kernel lists it."""
+    closing = {psutil.CONN_TIME_WAIT, psutil.CONN_FIN_WAIT2}
+    return any(c.laddr and c.laddr.port == port and c.status in closing for c in psutil.net_connections("tcp"))
 
 
 def test_up_status_restart_down_leaves_nothing_behind(tmp_path: Path) -> None:
@@ -59,7 +67,15 @@ def test_up_status_restart_down_leaves_nothing_behind(tmp_path: Path) -> None:
         schema_id = SchemaRegistryClient({"url": settings.registry}).register_schema(
             "survivor-value", Schema(schema, "AVRO")
         )
-        LocalStack(settings).restart("registry")
+        # A stopped server's connections linger on its port for up to a minute (TIME_WAIT, FIN_WAIT2): the
+        # restart binds over them at once, as the server itself would, instead of waiting them out.
+        stack = LocalStack(settings)
+        held = socket.create_connection(("127.0.0.1", 21081))  # open while the registry stops: it closes first
+        stack.stop_component("registry")
+        assert lingering(21081)
+        stack.start_component("registry")
+        assert lingering(21081), "the restart waited out the stopped registry's connections"
+        held.close()
         fresh = SchemaRegistryClient({"url": settings.registry})
         assert json.loads(fresh.get_schema(schema_id).schema_str) == json.loads(schema)
         assert fresh.get_latest_version("survivor-value").schema_id == schema_id

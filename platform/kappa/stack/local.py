@@ -161,11 +161,6 @@ class LocalStack:
                     f"port {port} ({role}) on 127.0.0.1 is already in use by another process: stop it, "
                     f"or choose another port with {setting}"
                 )
-            process.wait_until_bindable(
-                port,
-                f"port {port} ({role}) on 127.0.0.1 stayed blocked by closed connections for 90 s; "
-                f"try again, or choose another port with {setting}",
-            )
 
     def _start_kafka_node(self, state: StackState, index: int, java: str, started: list[Component]) -> Component | None:
         name = _node_name(index)

@@ -18,28 +18,20 @@ from kappa.core.errors import StackError
 from kappa.core.waiting import WaitTimeoutError, wait_until
 
 
-def _can_bind(port: int, host: str, reuse: bool) -> bool:
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    """True when a process holds host:port (listening or bound). Connections of a stopped server that linger
+    on the port (TIME_WAIT, FIN_WAIT2: up to a minute) do not count: the stack's servers (the JVM's
+    ServerSocketChannel, Vert.x, Go's net.Listen) bind with SO_REUSEADDR, as this probe does, and the kernel
+    lets them bind over those connections."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        if reuse:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
-                return False
+                return True
             raise
-    return True
-
-
-def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
-    """True when a process holds host:port (listening or bound), not merely closed connections lingering."""
-    return not _can_bind(port, host, reuse=True)
-
-
-def wait_until_bindable(port: int, blocked: str, host: str = "127.0.0.1", timeout_s: float = 90.0) -> None:
-    """Wait out connections of a stopped server lingering in TIME_WAIT on its port (the JVM servers bind
-    without SO_REUSEADDR, so they would fail); `blocked` is the error when the port stays blocked."""
-    wait_until(lambda: _can_bind(port, host, reuse=False), timeout_s, blocked, interval_s=0.5)
+    return False
 
 
 def spawn(argv: Sequence[str], marker: str, log_file: Path, cwd: Path, env: Mapping[str, str] | None = None) -> int:
