@@ -268,6 +268,11 @@ class LocalStack:
             # Schemas live in a Kafka topic (kafkasql), so they survive a registry restart.
             "-Dapicurio.storage.kind=kafkasql",
             f"-Dapicurio.kafkasql.bootstrap.servers={bootstrap}",
+            # Its start reads two topics (the journal's last records, then the snapshots) until a poll comes back
+            # empty, and each empty poll waits this long: at the default 5 s, 15-20 s of a 24 s start. A poll
+            # ended early costs nothing here: this stack takes no snapshots (the registry then reads the whole
+            # journal, which it keeps for ever).
+            "-Dapicurio.kafkasql.consumer.poll.timeout=1000",
             "-Dquarkus.log.console.json=false",
             "-jar",
             str(app),
