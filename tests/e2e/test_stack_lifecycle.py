@@ -70,12 +70,11 @@ def test_up_status_restart_down_leaves_nothing_behind(tmp_path: Path) -> None:
         # A stopped server's connections linger on its port for up to a minute (TIME_WAIT, FIN_WAIT2): the
         # restart binds over them at once, as the server itself would, instead of waiting them out.
         stack = LocalStack(settings)
-        held = socket.create_connection(("127.0.0.1", 21081))  # open while the registry stops: it closes first
-        stack.stop_component("registry")
-        assert lingering(21081)
-        stack.start_component("registry")
-        assert lingering(21081), "the restart waited out the stopped registry's connections"
-        held.close()
+        with socket.create_connection(("127.0.0.1", 21081)):  # open while the registry stops: it closes first
+            stack.stop_component("registry")
+            assert lingering(21081)
+            stack.start_component("registry")
+            assert lingering(21081), "the restart waited out the stopped registry's connections"
         fresh = SchemaRegistryClient({"url": settings.registry})
         assert json.loads(fresh.get_schema(schema_id).schema_str) == json.loads(schema)
         assert fresh.get_latest_version("survivor-value").schema_id == schema_id
