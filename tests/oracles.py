@@ -6,6 +6,8 @@ The restatements follow from the rules' documented semantics:
 - As-of enrichment: a click's answer is the version with the greatest (valid_from, profile_version) among the
   user's versions with `valid_from <= event_time` and `log_time <= event_time + L`; none: UNKNOWN. (That holds
   for the final value per click whenever no version breaks the lateness contract, which the tests check.)
+- Partition stamps: a click's stamp is the latest event time among the clicks before it in its `clicks` partition,
+  in offset order (none for the first); the latest value of a click re-delivered is its last copy's.
 - Sessionization, per user in log order: an event is late when its time is more than A behind the greatest
   earlier time (a late event never raises that maximum, so the maximum over every earlier event is the same
   as over the accepted ones). The accepted events form sessions by gap: sorted by time, a gap over G starts a
@@ -62,6 +64,27 @@ def enrichment(
     ).fetchall()
     return {e: (None if version is None else int(version), segment, country, page)
             for e, version, segment, country, page in rows}  # fmt: skip
+
+
+def partition_stamps(clicks: Iterable[tuple[str, int, int]]) -> dict[str, tuple[int, int | None]]:
+    """clicks (event_id, partition, event_time_ms), each partition's in its offset order -> event_id ->
+    (partition, the latest event time among the partition's clicks before it, or None)."""
+    con = duckdb.connect()
+    frame = pd.DataFrame(list(clicks), columns=["event_id", "partition", "event_time"])
+    con.register("c", frame.assign(seq=range(len(frame))))
+    rows = con.sql(
+        """
+        WITH stamped AS (
+            SELECT event_id, partition, seq,
+                   max(event_time) OVER (PARTITION BY partition ORDER BY seq
+                                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS stamp
+            FROM c
+        )
+        SELECT event_id, partition, stamp FROM stamped
+        QUALIFY row_number() OVER (PARTITION BY event_id ORDER BY seq DESC) = 1
+        """
+    ).fetchall()
+    return {e: (int(p), None if stamp is None else int(stamp)) for e, p, stamp in rows}
 
 
 def sessions(

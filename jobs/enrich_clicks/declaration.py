@@ -33,14 +33,16 @@ def plan(ctx: JobContext) -> TopicPlan:
 
     clicks = ctx.read(CLICKS, with_raw=True)
     profiles = ctx.read(USER_PROFILES, with_raw=True)  # late versions keep their original bytes
-    changes = enriched_changes(union_inputs(clicks.rows, profiles.rows), lateness_ms, disorder_ms)
+    partitions = (ctx.spec.topic(CLICKS).partitions, ctx.spec.topic(USER_PROFILES).partitions)
+    changes = enriched_changes(union_inputs(clicks.rows, profiles.rows, partitions), lateness_ms, disorder_ms)
     by_user = partition_column(F.col("user_id"), ctx.output_topic.partitions)
     return TopicPlan(changes, key=F.col("event_id"), partition=by_user, keep=F.col("kind") == ENRICHED)
 
 
 JOB = JobSpec(
     name="enrich_clicks",
-    version=1,
+    # v2: the as-of operator keyed by partition (its state's layout changed) and each click's partition stamps.
+    version=2,
     description="Clicks joined as of their event time with the compacted user_profiles topic; corrections re-emitted.",
     inputs=(CLICKS, USER_PROFILES),
     output=ENRICHED_CLICKS,

@@ -15,6 +15,10 @@ and a replay:
   the same key (event_id) whenever a newly arrived version changes its answer. The final value per
   event_id is therefore the rule's answer, whatever the arrival order.
 
+Stamps: each click is stamped with its `clicks` partition's clock just before it (`PartitionClock`: the latest
+event time among the partition's earlier clicks, in offset order). The stamp is the click's: a function of the
+log, the same in every run, kept by every re-emission. page_stats' bound reads it (docs/bounded_view_state.md).
+
 Memory: a click stays correctable while the user's data frontier (the greatest click event time or profile
 log time seen for the user) is within L + D of its event time, D being the disorder the contract allows
 (`disorder_minutes`). Every version visible to the click was published by `event_time + L`; once the
@@ -27,7 +31,8 @@ from __future__ import annotations
 
 import bisect
 import json
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 
 from kappa.contracts.topic_declarations import MINUTE_MS
 
@@ -50,6 +55,7 @@ class Click:
     event_id: str
     event_time_ms: int
     payload: tuple[str | None, ...] = ()  # the click's other fields, kept to re-emit it (opaque here)
+    stamp_ms: int | None = None  # its partition's clock just before it (PartitionClock); None: the first click
 
 
 @dataclass
@@ -66,6 +72,25 @@ class UserState:
     held: dict[str, Held] = field(default_factory=dict)  # clicks that a late version may still correct
     frontier_ms: int | None = None  # greatest click event time or profile log time seen
     settled_through_ms: int | None = None  # greatest event time of a click no longer held
+
+
+@dataclass
+class PartitionClock:
+    """What the job keeps per `clicks` partition: the latest event time among its clicks so far, in offset order.
+
+    The clock at a batch's start is that batch's stamp on what it emits (its re-emissions too): it depends on
+    where a run cut its batches, so a reader may use it only to free state, never to decide what counts.
+    """
+
+    latest_ms: int | None = None
+
+    def stamp(self, clicks: Sequence[Click]) -> list[Click]:
+        """A partition's next clicks, in offset order, each stamped with the clock just before it."""
+        stamped = []
+        for click in clicks:
+            stamped.append(replace(click, stamp_ms=self.latest_ms))
+            self.latest_ms = _max(self.latest_ms, click.event_time_ms)
+        return stamped
 
 
 @dataclass(frozen=True)
@@ -153,7 +178,8 @@ def state_to_json(state: UserState) -> str:
                 [p.profile_version, p.valid_from_ms, p.log_time_ms, p.segment, p.country] for p in state.profiles
             ],
             "held": [
-                [h.click.event_id, h.click.event_time_ms, list(h.click.payload), h.answer] for h in state.held.values()
+                [h.click.event_id, h.click.event_time_ms, list(h.click.payload), h.answer, h.click.stamp_ms]
+                for h in state.held.values()
             ],
             "frontier_ms": state.frontier_ms,
             "settled_through_ms": state.settled_through_ms,
@@ -165,7 +191,7 @@ def state_from_json(text: str) -> UserState:
     raw = json.loads(text)
     return UserState(
         profiles=[Profile(*p) for p in raw["profiles"]],
-        held={e: Held(Click(e, t, tuple(payload)), a) for e, t, payload, a in raw["held"]},
+        held={e: Held(Click(e, t, tuple(payload), stamp), a) for e, t, payload, a, stamp in raw["held"]},
         frontier_ms=raw["frontier_ms"],
         settled_through_ms=raw["settled_through_ms"],
     )

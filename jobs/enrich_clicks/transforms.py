@@ -5,6 +5,9 @@ id). The platform's as-of join operator (kappa.operators, a Spark transformWithS
 user's new rows of a micro-batch, in log order (partition, offset), to the rule of logic.py with the user's
 stored state; a differential test holds the operator equal to logic.py. Rows out: one per click
 (re-)emitted, one per profile version that arrived after a click it applies to was settled.
+
+The operator runs per Kafka partition (a partition's users in one call), which also gives each click its
+partition's stamps (logic.py's `PartitionClock`): what page_stats' bound reads (docs/bounded_view_state.md).
 """
 
 from __future__ import annotations
@@ -32,15 +35,15 @@ COLUMNS = AsOfJoinColumns(
 )
 OUTPUT_SCHEMA = (
     "kind string, event_id string, user_id string, page string, referrer string, event_time timestamp, "
-    "device string, profile_version long, segment string, country string, "
-    f"{SIDE_SCHEMA}"
+    "device string, profile_version long, segment string, country string, clicks_partition int, "
+    f"partition_time_before timestamp, partition_time_at_write timestamp, {SIDE_SCHEMA}"
 )
 
 
-def union_inputs(clicks: DataFrame, profiles: DataFrame) -> DataFrame:
+def union_inputs(clicks: DataFrame, profiles: DataFrame, partitions: tuple[int, int]) -> DataFrame:
     """Decoded clicks and profile versions (with raw values) as the operator's rows, the inputs' dead letters
-    (side columns) riding along."""
-    return as_of_rows(clicks, profiles, COLUMNS)
+    (side columns) riding along. `partitions`: the two topics' declared partition counts (equal)."""
+    return as_of_rows(clicks, profiles, COLUMNS, partitions)
 
 
 def enriched_changes(inputs: DataFrame, lateness_ms: int, disorder_ms: int) -> DataFrame:
@@ -55,5 +58,8 @@ def enriched_changes(inputs: DataFrame, lateness_ms: int, disorder_ms: int) -> D
         F.col("version").alias("profile_version"),
         F.when(is_event & F.col("version").isNull(), NO_PROFILE_SEGMENT).otherwise(profile[0]).alias("segment"),
         profile[1].alias("country"),
+        F.col("partition").alias("clicks_partition"),
+        F.col("stamp").alias("partition_time_before"),
+        F.col("batch_stamp").alias("partition_time_at_write"),
         *SIDE_COLUMNS,
     )  # fmt: skip

@@ -164,6 +164,12 @@ def deploy_copy(
         assert old in text, old
         text = text.replace(old, new)
     catalog.write_text(text)
+    # A copy is a new deployment of the pipeline: each job's history starts at version 1 there, whatever version the
+    # checkout declares, so a test's flows name their versions 1, 2, 3 (its edits bump "version=1,").
+    for declaration in (code / "jobs").glob("*/declaration.py"):
+        declared, n = re.subn(r"\n    version=\d+,", "\n    version=1,", declaration.read_text())
+        assert n <= 1, declaration
+        declaration.write_text(declared)
     for job, table in VIEW_TABLES.items() if tables else ():
         declaration = code / "jobs" / job / "declaration.py"
         declared = declaration.read_text()

@@ -1,7 +1,8 @@
 """The JVM operators (kappa.operators) against their specifications, the Python rules in jobs/*/logic.py.
 
 The as-of join (enrich_clicks): generated per-user logs of clicks and profile versions (out of order, late
-versions, versions published too late, re-delivered records, dead letters). Sessionization (sessionize):
+versions, versions published too late, re-delivered records, dead letters, records outside their user's
+partition), each click stamped with its partition's clock. Sessionization (sessionize):
 generated per-user click logs (gaps at and around the gap, events that bridge and merge sessions, late events,
 corrections of a segment, dead letters). Each log is cut at random batch boundaries and streamed through the
 job's own transforms, one file per micro-batch, at two shuffle-partition counts. The expected answer runs the
@@ -19,10 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
-from jobs.enrich_clicks.logic import Click, Profile, UserState, enrich
+from jobs.enrich_clicks.logic import Click, PartitionClock, Profile, UserState, enrich
 from jobs.enrich_clicks.transforms import ENRICHED, LATE_PROFILE, LATE_PROFILE_KIND, enriched_changes, union_inputs
 from jobs.sessionize.logic import Event as SessionEvent
 from jobs.sessionize.logic import UserState as SessionState
@@ -31,6 +33,7 @@ from jobs.sessionize.transforms import FINAL, LATE, RETRACT, UPSERT, session_cha
 from kappa.contracts.dead_letter_format import DeadLetterKind
 from kappa.contracts.topic_declarations import MINUTE_MS
 from kappa.core.errors import SettingsError
+from kappa.kafka.partitioning import partition_for
 from kappa.operators.jvm import STATE_STORE_PROVIDER
 from tests.batch_streams import T0, cut, dead_letter, run_batches, write_batches
 from tests.integration.checkpoints.write_checkpoint import CHECKPOINTS, placed
@@ -38,11 +41,11 @@ from tests.integration.conftest import partitions_of
 
 L, D = 20 * MINUTE_MS, 10 * MINUTE_MS
 CLICKS, PROFILES = "clicks-t", "profiles-t"
-PARTITIONS = 3  # per topic; a user's records share a partition number in both
+PARTITIONS = 3  # per topic; a user's records share a partition number in both (partition_for)
 
 # One file holds both inputs (kind tells them apart): a micro-batch reads one file.
 SCHEMA = (
-    "is_profile boolean, user_id string, kafka_topic string, kafka_partition int, kafka_offset long, "
+    "is_profile boolean, key string, user_id string, kafka_topic string, kafka_partition int, kafka_offset long, "
     "raw_value binary, kafka_timestamp timestamp, event_id string, event_time timestamp, page string, "
     "referrer string, device string, profile_version long, valid_from timestamp, segment string, country string, "
     "side_kind string, side_message string, side_key binary, side_value binary, side_topic string, "
@@ -90,7 +93,10 @@ def _generate(seed: int, users: int) -> list[dict[str, Any]]:
     rows = []
     for r in records:
         topic = PROFILES if r.values["is_profile"] else CLICKS
-        partition = hash_partition(r.values["user_id"])
+        partition = partition_for(r.values["user_id"], PARTITIONS)
+        if rng.random() < 0.01:  # a producer with another partitioner: a dead letter, never a record
+            partition = (partition + 1) % PARTITIONS
+        r.values["key"] = r.values["user_id"] if r.values["is_profile"] else r.values["event_id"]
         offset = offsets[(topic, partition)]
         offsets[(topic, partition)] += 1
         published = r.values.pop("log_time", r.arrival)  # a click's timestamp: when it reached the topic
@@ -106,6 +112,7 @@ def _jitter(rng: random.Random) -> int:
 
 
 def hash_partition(user: str) -> int:
+    """The sessions logs' partitions (their kept checkpoints were written with them; sessionize is keyed by user)."""
     return int(user.split("-")[1]) % PARTITIONS
 
 
@@ -114,9 +121,19 @@ def _dead_letter(i: int, columns: list[str]) -> dict[str, Any]:
     return row | ({"is_profile": i % 2 == 0} if "is_profile" in columns else {})
 
 
+def _misplaced(row: dict[str, Any]) -> tuple[Any, ...]:
+    """A record outside its user's partition, as its dead letter."""
+    home = partition_for(row["user_id"], PARTITIONS)
+    why = (f"partition {row['kafka_partition']} is not the partition of user_id '{row['user_id']}' ({home} of "
+           f"{PARTITIONS}, as the platform's producers place it)")  # fmt: skip
+    return ("partition-mismatch", why, row["key"].encode(), row["raw_value"], row["kafka_topic"],
+            row["kafka_partition"], row["kafka_offset"], row["kafka_timestamp"])  # fmt: skip
+
+
 def _expected(batches: list[list[dict[str, Any]]]) -> list[dict[str, list[tuple[Any, ...]]]]:
     """Per batch, per user: the records the rule emits, in its order (dead letters under user None, sorted)."""
     states: dict[str, UserState] = defaultdict(UserState)
+    clocks: dict[int, PartitionClock] = defaultdict(PartitionClock)
     out = []
     for batch in batches:
         per_user: dict[Any, list[tuple[Any, ...]]] = defaultdict(list)
@@ -124,21 +141,37 @@ def _expected(batches: list[list[dict[str, Any]]]) -> list[dict[str, list[tuple[
         for row in batch:
             if row["side_kind"] is not None:
                 per_user[None].append(_side_only(row))
+            elif row["kafka_partition"] != partition_for(row["user_id"], PARTITIONS):
+                per_user[None].append(_misplaced(row))
             else:
                 rows_of[row["user_id"]].append(row)
+        # each partition's clicks in offset order, stamped by its clock; the batch's stamp is the clock before
+        at_start = {p: clock.latest_ms for p, clock in clocks.items()}
+        by_partition: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        for rows in rows_of.values():
+            by_partition[rows[0]["kafka_partition"]] += [r for r in rows if not r["is_profile"]]
+        stamps: dict[str, int | None] = {}
+        for partition, rows in by_partition.items():
+            rows.sort(key=lambda r: r["kafka_offset"])
+            for r, stamped in zip(rows, clocks[partition].stamp([Click(r["event_id"], r["event_time"]) for r in rows]),
+                                  strict=True):  # fmt: skip
+                stamps[f"{r['kafka_offset']}/{partition}"] = stamped.stamp_ms
         for user, rows in rows_of.items():
+            partition = rows[0]["kafka_partition"]
             rows = sorted(rows, key=lambda r: (r["kafka_partition"], r["kafka_offset"]))  # the log order
             p_rows = [r for r in rows if r["is_profile"]]
             profiles = [Profile(r["profile_version"], r["valid_from"], r["kafka_timestamp"], r["segment"],
                                 r["country"]) for r in p_rows]  # fmt: skip
-            clicks = [Click(r["event_id"], r["event_time"], (r["page"], r["referrer"], r["device"]))
+            clicks = [Click(r["event_id"], r["event_time"], (r["page"], r["referrer"], r["device"]),
+                            stamps[f"{r['kafka_offset']}/{partition}"])
                       for r in rows if not r["is_profile"]]  # fmt: skip
             changes = enrich(states[user], profiles, clicks, L, D)
             for a in changes.emit:
                 p = a.profile
                 per_user[user].append((ENRICHED, a.click.event_id, user, *a.click.payload[:2], a.click.event_time_ms,
                                        a.click.payload[2], p.profile_version if p else None,
-                                       p.segment if p else "UNKNOWN", p.country if p else None))  # fmt: skip
+                                       p.segment if p else "UNKNOWN", p.country if p else None,
+                                       partition, a.click.stamp_ms, at_start.get(partition)))  # fmt: skip
             late = {p.profile_version for p in changes.late_profiles}
             for r in p_rows:
                 if r["profile_version"] in late:
@@ -164,7 +197,8 @@ def _actual(rows: list[Row]) -> dict[Any, list[tuple[Any, ...]]]:
     for r in rows:  # in the order the operator emitted them: a user's rows are one run of one partition
         if r.kind == ENRICHED:
             per_user[r.user_id].append((r.kind, r.event_id, r.user_id, r.page, r.referrer, _ms(r.event_time),
-                                        r.device, r.profile_version, r.segment, r.country))  # fmt: skip
+                                        r.device, r.profile_version, r.segment, r.country, r.clicks_partition,
+                                        _ms(r.partition_time_before), _ms(r.partition_time_at_write)))  # fmt: skip
         elif r.kind == LATE_PROFILE:
             per_user[r.user_id].append((r.kind, r.user_id, r.side_kind, bytes(r.side_value), r.side_topic,
                                         r.side_partition, r.side_offset))  # fmt: skip
@@ -184,7 +218,8 @@ def _dead_letter_out(r: Row) -> tuple[Any, ...]:
 def enriched_changes_of_both(stream: DataFrame) -> DataFrame:
     """enrich_clicks' transform over a file that holds both inputs."""
     is_profile = F.col("is_profile") & F.col("side_kind").isNull()
-    return enriched_changes(union_inputs(stream.where(~is_profile), stream.where(is_profile)), L, D)
+    inputs = union_inputs(stream.where(~is_profile), stream.where(is_profile), (PARTITIONS, PARTITIONS))
+    return enriched_changes(inputs, L, D)
 
 
 @pytest.mark.slow
@@ -200,10 +235,12 @@ def test_the_as_of_operator_equals_the_python_rule(
     emitted = [r for b in expected for user, rs in b.items() if user is not None for r in rs]
     assert sum(r[0] == LATE_PROFILE for r in emitted) >= 2
     assert sum(r[0] == ENRICHED and r[7] is None for r in emitted) >= 5  # clicks before any version
-    corrections = len([r for r in emitted if r[0] == ENRICHED]) - sum(
-        1 for b in batches for row in b if row["side_kind"] is None and not row["is_profile"]
-    )
+    records = [row for b in batches for row in b if row["side_kind"] is None]
+    placed = [row for row in records if row["kafka_partition"] == partition_for(row["user_id"], PARTITIONS)]
+    assert len(records) - len(placed) >= 3  # records outside their user's partition
+    corrections = len([r for r in emitted if r[0] == ENRICHED]) - sum(1 for row in placed if not row["is_profile"])
     assert corrections >= 5
+    assert any(r[0] == ENRICHED and r[11] is not None and r[11] < (r[12] or 0) for r in emitted)  # an older stamp
 
     seen = run_batches(spark, tmp_path / "in", SCHEMA, enriched_changes_of_both, shuffle_partitions)
 
@@ -221,23 +258,41 @@ def upgrade_log() -> tuple[list[list[dict[str, Any]]], int]:
 
 
 @pytest.mark.slow
-def test_a_checkpoint_of_the_first_as_of_layout_runs_on_equal_to_the_python_rule(
+def test_a_checkpoint_of_the_operator_keyed_by_user_is_refused_not_misread(
     spark: SparkSession, tmp_path: Path, session_conf_restored: None
 ) -> None:
-    """A deployed enrich_clicks keeps its checkpoint across a jar whose state layout changed: the checkpoint that
-    the format-1 jar wrote (each user's held clicks inline in one value) runs on with today's (held clicks in
-    buckets, in state variables the old checkpoint does not have), and every later batch equals the rule."""
+    """enrich_clicks v1's operator kept each user's state under the user; v2's keeps each partition's users under
+    the partition, a layout no jar can read on from the other (hence a new version, with its own checkpoint). A
+    v1 checkpoint given to today's jar stops the query at once, naming the state's key, rather than run."""
     batches, first = upgrade_log()
-    write_batches(tmp_path / "in", batches, SCHEMA)  # the first batches' files are in the checkpoint's source log
+    write_batches(tmp_path / "in", batches, SCHEMA)
     placed(CHECKPOINTS / "as_of_format1", tmp_path / "in-checkpoint", tmp_path / "in")
-    expected = _expected(batches)
 
-    seen = run_batches(spark, tmp_path / "in", SCHEMA, enriched_changes_of_both)
+    with pytest.raises(StreamingQueryException, match="STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE") as refused:
+        run_batches(spark, tmp_path / "in", SCHEMA, enriched_changes_of_both)
+    assert (
+        "Existing key_schema=StructType(StructField(value,StringType,true)) and new key_schema=StructType("
+        "StructField(value,IntegerType,true))" in str(refused.value)
+    )
+    assert not list((tmp_path / "in-checkpoint" / "commits").glob(str(first)))  # no batch of it ran
 
-    assert sorted(seen) == list(range(first, len(batches)))  # resumed, nothing run again
-    for batch_id, rows in sorted(seen.items()):
-        assert _actual(rows) == {u: r for u, r in expected[batch_id].items() if r}, f"batch {batch_id}"
-    assert partitions_of(tmp_path / "in-checkpoint") == (4, 4)  # the checkpoint's partitions, not the session's
+
+def test_the_as_of_state_keys_spread_a_topics_partitions_evenly_over_the_tasks(spark: SparkSession) -> None:
+    """The operator's key for Kafka partition p goes where Spark's own hash partitioning sends it: shuffle partition
+    p % n (the partitions as ints would not: 0, 1 and 3 of 4 share one of 2 tasks)."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    keys = {p: jvm.io.kappa.operators.AsOfJoin.spreadKey(p) for p in range(8)}
+    counts = (1, 2, 4, 8)
+    row = (
+        spark.range(1)
+        .select(
+            *(F.pmod(F.hash(F.lit(k).cast("int")), F.lit(n)).alias(f"{p}/{n}") for p, k in keys.items() for n in counts)
+        )
+        .first()
+    )
+    assert row is not None
+    assert row.asDict() == {f"{p}/{n}": p % n for p in keys for n in counts}
 
 
 def test_the_as_of_operator_says_it_needs_rocksdb(
@@ -250,7 +305,7 @@ def test_the_as_of_operator_says_it_needs_rocksdb(
         SettingsError,
         match="the as-of join keeps its state with transformWithState, which needs the RocksDB state store: set",
     ):
-        enriched_changes(union_inputs(stream, stream), L, D)
+        enriched_changes(union_inputs(stream, stream, (PARTITIONS, PARTITIONS)), L, D)
 
 
 # ------------------------------------------------------------------ sessionization ----------------

@@ -80,7 +80,8 @@ def test_static_metadata_comes_from_the_topic_declarations() -> None:
     assert enriched["job_version"] == JOBS["enrich_clicks"].version
     assert enriched["value_schema"].path == "schemas/enriched_clicks.avsc"
     assert enriched["retention_ms"] == -1
-    assert "jobs run enrich_clicks --version 1 --available-now --pipes" in enriched["catch_up_command"]
+    version = JOBS["enrich_clicks"].version
+    assert f"jobs run enrich_clicks --version {version} --available-now --pipes" in enriched["catch_up_command"]
 
 
 def test_a_new_job_appears_with_nothing_else_wired() -> None:

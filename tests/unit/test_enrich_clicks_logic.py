@@ -7,6 +7,7 @@ from jobs.clickstream.generator import ProfileVersion, StreamConfig, clickstream
 from jobs.enrich_clicks.logic import (
     MINUTE_MS,
     Click,
+    PartitionClock,
     Profile,
     UserState,
     answer,
@@ -83,8 +84,27 @@ def test_redelivered_clicks_and_versions_change_nothing() -> None:
 
 def test_the_state_survives_its_json_form() -> None:
     state = UserState()
-    enrich(state, [_v(1, 0), _v(2, 5_000, 9_000)], [Click("a", 6_000, ("/p", None, "MOBILE"))], L, D)
+    enrich(state, [_v(1, 0), _v(2, 5_000, 9_000)], [Click("a", 6_000, ("/p", None, "MOBILE"), stamp_ms=7_000)], L, D)
     assert state_from_json(state_to_json(state)) == state
+
+
+def test_a_partition_stamps_each_click_with_its_latest_earlier_event_time_in_offset_order() -> None:
+    clock = PartitionClock()
+    # one partition's clicks in offset order, of two users, out of time order
+    first = clock.stamp([Click("a", 5_000), Click("b", 3_000), Click("c", 9_000)])
+    assert [c.stamp_ms for c in first] == [None, 5_000, 5_000]
+    second = clock.stamp([Click("d", 1_000), Click("e", 9_000), Click("f", 12_000)])  # the next batch goes on
+    assert [c.stamp_ms for c in second] == [9_000, 9_000, 9_000]
+    assert clock.latest_ms == 12_000
+    assert [(c.event_id, c.event_time_ms) for c in first] == [("a", 5_000), ("b", 3_000), ("c", 9_000)]
+
+
+def test_a_re_emitted_click_keeps_its_own_stamp() -> None:
+    state = UserState()
+    enrich(state, [], [Click("a", 60_000, stamp_ms=50_000)], L, D)
+    later = enrich(state, [_v(1, 0, 70_000)], [Click("b", 61_000, stamp_ms=90_000)], L, D)
+    assert [(a.click.event_id, a.click.stamp_ms, a.profile.profile_version if a.profile else None)
+            for a in later.emit] == [("b", 90_000, 1), ("a", 50_000, 1)]  # fmt: skip
 
 
 def _user_logs(config: StreamConfig) -> dict[str, list[Profile | Click]]:

@@ -33,4 +33,32 @@ interface BytesByLong {
       }
     };
   }
+
+  /** One owner's values in a map state that many owners share (the users of a partition): keys prefixed by
+   * {@link #owned}. */
+  static BytesByLong under(MapState<String, byte[]> state, String owner) {
+    String prefix = owned(owner, "");
+    return new BytesByLong() {
+      @Override
+      public byte[] get(long key) {
+        return state.getValue(prefix + key); // null when absent
+      }
+
+      @Override
+      public void put(long key, byte[] value) {
+        state.updateValue(prefix + key, value);
+      }
+
+      @Override
+      public void remove(long key) {
+        state.removeKey(prefix + key);
+      }
+    };
+  }
+
+  /** The key of {@code owner}'s entry {@code key} in a shared map: the owner's length first, so that no two
+   * (owner, key) pairs share one. */
+  static String owned(String owner, String key) {
+    return owner.length() + ":" + owner + ":" + key;
+  }
 }

@@ -1,5 +1,7 @@
 package io.kappa.operators;
 
+import java.util.ArrayList;
+import java.util.List;
 import java.util.function.BiConsumer;
 import org.apache.spark.sql.streaming.MapState;
 import scala.Tuple2;
@@ -52,6 +54,46 @@ interface LongById {
       @Override
       public void clear() {
         state.clear();
+      }
+    };
+  }
+
+  /** One owner's longs in a map state that many owners share (the users of a partition), keys prefixed as
+   * {@link BytesByLong#owned} does. forEach and clear scan the whole map (the as-of rule calls neither). */
+  static LongById under(MapState<String, Long> state, String owner) {
+    String prefix = BytesByLong.owned(owner, "");
+    return new LongById() {
+      @Override
+      public Long get(String id) {
+        return state.getValue(prefix + id); // null when absent
+      }
+
+      @Override
+      public void put(String id, long value) {
+        state.updateValue(prefix + id, value);
+      }
+
+      @Override
+      public void remove(String id) {
+        state.removeKey(prefix + id);
+      }
+
+      @Override
+      public void forEach(BiConsumer<String, Long> action) {
+        List<Tuple2<String, Long>> mine = new ArrayList<>();
+        scala.collection.Iterator<Tuple2<String, Long>> entries = state.iterator();
+        while (entries.hasNext()) {
+          Tuple2<String, Long> entry = entries.next();
+          if (entry._1().startsWith(prefix)) {
+            mine.add(entry);
+          }
+        }
+        mine.forEach(entry -> action.accept(entry._1().substring(prefix.length()), entry._2()));
+      }
+
+      @Override
+      public void clear() {
+        forEach((id, value) -> remove(id));
       }
     };
   }

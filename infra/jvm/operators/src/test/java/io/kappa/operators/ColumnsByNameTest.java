@@ -138,30 +138,69 @@ class ColumnsByNameTest {
     return CollectionConverters.asScala(Arrays.asList(values)).toSeq();
   }
 
+  /** A partition's stores in maps: each key's state value, and its held events in a MapStore of its own. */
+  private static final class PartitionMaps implements AsOfJoinProcessor.Stores {
+    final Map<String, byte[]> states = new HashMap<>();
+    final Map<String, MapStore> held = new HashMap<>();
+
+    @Override
+    public byte[] state(String key) {
+      return states.get(key);
+    }
+
+    @Override
+    public void putState(String key, byte[] value) {
+      states.put(key, value);
+    }
+
+    @Override
+    public BytesByLong buckets(String key) {
+      return held.computeIfAbsent(key, k -> new MapStore());
+    }
+
+    @Override
+    public LongById index(String key) {
+      return held.computeIfAbsent(key, k -> new MapStore());
+    }
+  }
+
+  private static Row click(StructType schema, String user, long offset, String id, long time) {
+    return row(schema, values("key", user, "is_entity", false, "kafka_topic", "clicks", "kafka_partition", 1,
+        "kafka_offset", offset, "event_id", id, "event_time_ms", time, "payload", seq("/p", null)));
+  }
+
   private static List<String> asOf(StructType schema) {
-    List<Row> rows =
+    // Partition 1 of both topics: the version (offset 8 of profiles) reaches the rule before u's click; the
+    // clock runs over the clicks in offset order (v's click at offset 3 first), whatever the rows' order.
+    List<Row> first =
         List.of(
-            row(schema, values("key", "u", "is_entity", false, "kafka_topic", "clicks", "kafka_partition", 1,
-                "kafka_offset", 4L, "event_id", "c", "event_time_ms", 50L, "payload", seq("/p", null))),
-            row(schema, values("key", "u", "is_entity", true, "kafka_topic", "profiles", "kafka_partition", 0,
+            click(schema, "u", 4, "c", 50),
+            row(schema, values("key", "u", "is_entity", true, "kafka_topic", "profiles", "kafka_partition", 1,
                 "kafka_offset", 8L, "raw_value", new byte[] {7}, "entity_version", 1L, "valid_from_ms", 0L,
-                "published_ms", 0L, "payload", seq("GOLD"))));
-    MapStore store = new MapStore();
-    AsOfJoinProcessor processor = new AsOfJoinProcessor(schema, 50, 10, "late_profile").useStores(store, store);
-    Batch batch = handle(processor, AsOfJoin.OUTPUT, "u", rows, () -> null);
-    AsOfRule.State state = AsOfRule.deserialize(batch.state()).state();
+                "published_ms", 0L, "payload", seq("GOLD"))),
+            click(schema, "v", 3, "d", 70));
+    PartitionMaps stores = new PartitionMaps();
+    AsOfJoinProcessor processor = new AsOfJoinProcessor(schema, 50, 10, "late_profile");
+    List<Row> out = new ArrayList<>();
+    Long clock = processor.handle(1, first.iterator(), null, stores, out);
+    assertEquals(70L, clock);
+    AsOfRule.State state = AsOfRule.deserialize(stores.states.get("u")).state();
     assertEquals(1, state.versions.size());
     assertArrayEquals(new String[] {"GOLD"}, state.versions.get(0).payload());
-    return batch.out();
+    // the next batch: its events carry the clock at its start too
+    assertEquals(70L, processor.handle(1, List.of(click(schema, "u", 5, "e", 60)).iterator(), clock, stores, out));
+    return plain(AsOfJoin.OUTPUT, out);
   }
 
   @Test
   void theAsOfOperatorReadsItsColumnsByName() {
-    // the version (partition 0) comes before the event (partition 1) in log order: the event gets it
     List<String> expected =
         List.of(
+            "kind=event key=v event_id=d event_time_ms=70 event_payload=[/p, null] partition=1",
             "kind=event key=u event_id=c event_time_ms=50 entity_version=1 event_payload=[/p, null]"
-                + " entity_payload=[GOLD]");
+                + " entity_payload=[GOLD] partition=1 stamp_ms=70",
+            "kind=event key=u event_id=e event_time_ms=60 entity_version=1 event_payload=[/p, null]"
+                + " entity_payload=[GOLD] partition=1 stamp_ms=70 batch_stamp_ms=70");
     assertEquals(expected, asOf(AsOfJoin.INPUT));
     assertEquals(expected, asOf(reversed(AsOfJoin.INPUT)));
   }
