@@ -78,8 +78,8 @@ class UserState:
 class PartitionClock:
     """What the job keeps per `clicks` partition: the latest event time among its clicks so far, in offset order.
 
-    The clock at a batch's start is that batch's stamp on what it emits (its re-emissions too): it depends on
-    where a run cut its batches, so a reader may use it only to free state, never to decide what counts.
+    The job writes the clicks' first emissions in offset order, so along an `enriched_clicks` partition (fed by
+    one `clicks` partition) their stamps never decrease; a re-emission keeps its older stamp.
     """
 
     latest_ms: int | None = None

@@ -7,7 +7,8 @@ stored state; a differential test holds the operator equal to logic.py. Rows out
 (re-)emitted, one per profile version that arrived after a click it applies to was settled.
 
 The operator runs per Kafka partition (a partition's users in one call), which also gives each click its
-partition's stamps (logic.py's `PartitionClock`): what page_stats' bound reads (docs/bounded_view_state.md).
+partition's stamp (logic.py's `PartitionClock`), and writes the clicks' first emissions in offset order: what
+page_stats' bound reads (docs/bounded_view_state.md).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ COLUMNS = AsOfJoinColumns(
 OUTPUT_SCHEMA = (
     "kind string, event_id string, user_id string, page string, referrer string, event_time timestamp, "
     "device string, profile_version long, segment string, country string, clicks_partition int, "
-    f"partition_time_before timestamp, partition_time_at_write timestamp, {SIDE_SCHEMA}"
+    f"partition_time_before timestamp, {SIDE_SCHEMA}"
 )
 
 
@@ -60,6 +61,5 @@ def enriched_changes(inputs: DataFrame, lateness_ms: int, disorder_ms: int) -> D
         profile[1].alias("country"),
         F.col("partition").alias("clicks_partition"),
         F.col("stamp").alias("partition_time_before"),
-        F.col("batch_stamp").alias("partition_time_at_write"),
         *SIDE_COLUMNS,
     )  # fmt: skip

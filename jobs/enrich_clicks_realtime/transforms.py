@@ -9,8 +9,8 @@ from kappa.job import SIDE_COLUMNS
 
 CLICK_FIELDS = ("event_id", "user_id", "page", "referrer", "event_time", "device")
 PROFILE_FIELDS = ("profile_version", "segment", "country")
-# enrich_clicks' partition stamps: only its per-partition operator gives them (this lane keeps no state), so null.
-NO_STAMPS = {"clicks_partition": "int", "partition_time_before": "timestamp", "partition_time_at_write": "timestamp"}
+# enrich_clicks' partition stamp: only its per-partition operator gives it (this lane keeps no state), so null.
+NO_STAMPS = {"clicks_partition": "int", "partition_time_before": "timestamp"}
 
 
 def with_latest_profile(clicks: DataFrame, profiles: DataFrame) -> DataFrame:

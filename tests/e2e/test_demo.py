@@ -23,6 +23,7 @@ from jobs.clickstream.generator import Click, StreamConfig, clickstream
 from kappa.contracts.dead_letter_format import H_JOB, H_SOURCE_OFFSET, H_SOURCE_PARTITION, H_SOURCE_TOPIC, dlq_topic
 from kappa.contracts.schema_files import load
 from kappa.core.settings import load_settings, project_root
+from kappa.runtime.discovery import discover
 from kappa.stack import LocalStack
 from tests.e2e.stackctl import kappa
 
@@ -91,7 +92,7 @@ def a_good_click(value: bytes | None, schema: Schema) -> bool:
 
 
 def delta_table(name: str) -> DeltaTable:
-    """The demo's table: its only version (the demo runs each job's first version)."""
+    """The demo's table: its only version (the demo runs each job's declared version)."""
     [version] = sorted((DEMO_DIR / "delta" / name).glob("v*"))
     return DeltaTable(str(version))
 
@@ -143,7 +144,7 @@ def test_demo_runs_the_pipeline_and_reconciles() -> None:
     # The demo's own summary says the same.
     assert f"reconciled: {EVENTS} in = {len(rows)} in Delta + {len(dead)} dead-lettered" in run.out, run.out
     for job in ("enrich_clicks", "sessionize", "page_stats", "user_activity", "sessions_table", "raw_clicks"):
-        assert f"{job} v1 -> " in run.out, job
+        assert f"{job} v{discover()[job].version} -> " in run.out, job  # each job's declared version
     sessions = len(delta_table("sessions").to_pyarrow_table(columns=["session_id"]))
     assert sessions > 30
     assert f"sessions: {sessions}, " in run.out

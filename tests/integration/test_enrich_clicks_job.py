@@ -13,6 +13,7 @@ import dataclasses
 import io
 import itertools
 import json
+import zlib
 from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
@@ -27,11 +28,15 @@ from jobs.clickstream.generator import Click, ProfileVersion, StreamConfig, clic
 from jobs.clickstream.produce import generate
 from jobs.enrich_clicks.declaration import JOB, Settings
 from jobs.enrich_clicks.logic import Profile, answer
-from kappa.contracts.schema_files import load
+from kappa.contracts.avro_serde import AvroEncoder
+from kappa.contracts.dead_letter_format import H_SOURCE_PARTITION, DeadLetterKind
+from kappa.contracts.registry import Registry, value_subject
+from kappa.contracts.schema_files import load, topic_value_schema
 from kappa.contracts.topic_declarations import MINUTE_MS, Topic, late_events_of
 from kappa.core.settings import KappaSettings
-from kappa.kafka.clients import admin_client
+from kappa.kafka.clients import Outgoing, admin_client, produce_all
 from kappa.kafka.topic_admin import apply
+from kappa.ops import dlq
 from kappa.runtime.runner import run_job
 from kappa.spark.compacted import latest_per_key
 from tests import oracles
@@ -228,3 +233,55 @@ def test_enriched_clicks_equal_the_as_of_rule_over_the_whole_log(
         .count()
         == 0
     )
+
+
+@pytest.mark.slow
+def test_a_record_outside_its_users_partition_is_a_dead_letter_and_moves_no_clock(
+    stack: KappaSettings, spark: SparkSession, avro_topic: Callable[..., Topic], tmp_path: Path
+) -> None:
+    """The operator keeps each partition's users and clock together, so a record another partitioner placed (not
+    CRC-32 of its user id modulo the partition count) would split its user: it goes to its input's dead letters
+    with its bytes, and neither joins nor stamps anything."""
+    clicks = avro_topic("clicks", value_schema="clicks.avsc", partitions=3)
+    profiles = avro_topic("profiles", value_schema="user_profiles.avsc", partitions=3)
+    output = avro_topic("enriched", value_schema="enriched_clicks.avsc", partitions=3)
+    apply(admin_client(stack), [late_events_of(output)])
+    with Registry(stack.registry) as registry:
+        encode = {t.name: AvroEncoder(registry, value_subject(t.name), topic_value_schema(stack.schemas_path, t)).encode
+                  for t in (clicks, profiles)}  # fmt: skip
+    home = {u: zlib.crc32(u.encode()) % 3 for u in ("ann", "bob")}  # independently of partition_for
+    assert home == {"ann": 0, "bob": 2}  # bob's misplaced click goes to ann's partition, her version to bob's
+    t0 = 1_767_225_600_000
+    placed = [Click(f"{u}-{i}", u, "/p", None, t0 + 1000 * i) for i in range(4) for u in home]
+    far_future = Click("bob-misplaced", "bob", "/p", None, t0 + 10**9)  # would move bob's partition's clock
+    profile = ProfileVersion("ann", 7, "PRO", "DE", t0)
+    records = [(clicks, c.event_id, c, home[c.user_id]) for c in placed[:4]]
+    records += [(clicks, far_future.event_id, far_future, (home["bob"] + 1) % 3)]
+    records += [(profiles, "ann", profile, (home["ann"] + 2) % 3)]
+    records += [(clicks, c.event_id, c, home[c.user_id]) for c in placed[4:]]
+    for topic, key, record, partition in records:
+        produce_all(stack, topic.name, [Outgoing(key.encode(), encode[topic.name](record.as_avro()), partition)])
+    settings = stack.model_copy(update={"checkpoint_root": str(tmp_path / "cp"), "delta_root": str(tmp_path / "d")})
+
+    run_job(dataclasses.replace(JOB, inputs=(clicks, profiles), output=output), settings, available_now=True)
+
+    rows = {r.key: r for r in latest_per_key(spark, stack, output).collect()}
+    assert set(rows) == {c.event_id for c in placed}  # the misplaced click is not enriched
+    assert {r.profile_version for r in rows.values()} == {None}  # the misplaced version applies to no one
+    for user in home:  # each partition's clock over its placed clicks only: ann's later clicks see no far future
+        mine = sorted((c for c in placed if c.user_id == user), key=lambda c: c.event_time_ms)
+        stamps = [_ms(rows[c.event_id].partition_time_before) if rows[c.event_id].partition_time_before else None
+                  for c in mine]  # fmt: skip
+        assert {rows[c.event_id].clicks_partition for c in mine} == {home[user]}
+        assert stamps == [None, *(c.event_time_ms for c in mine[:-1])]
+    for topic, (key, partition) in ((clicks, ("bob-misplaced", (home["bob"] + 1) % 3)),
+                                    (profiles, ("ann", (home["ann"] + 2) % 3))):  # fmt: skip
+        report = dlq.inspect(stack, topic.name, samples=5)
+        assert dict(report.by_kind) == {DeadLetterKind.PARTITION_MISMATCH: 1}
+        [letter] = [d for samples in report.samples.values() for d in samples]
+        assert (letter.key, int(letter.headers[H_SOURCE_PARTITION])) == (key.encode(), partition)
+        user = "bob" if topic is clicks else "ann"
+        assert dlq.describe(letter).endswith(
+            f"partition {partition} is not the partition of user_id '{user}' ({home[user]} of 3, as the platform's "
+            "producers place it)"
+        )

@@ -32,7 +32,7 @@ from jobs.sessionize.logic import sessionize
 from jobs.sessionize.transforms import FINAL, LATE, RETRACT, UPSERT, session_changes
 from kappa.contracts.dead_letter_format import DeadLetterKind
 from kappa.contracts.topic_declarations import MINUTE_MS
-from kappa.core.errors import SettingsError
+from kappa.core.errors import KappaError, SettingsError
 from kappa.kafka.partitioning import partition_for
 from kappa.operators.jvm import STATE_STORE_PROVIDER
 from tests.batch_streams import T0, cut, dead_letter, run_batches, write_batches
@@ -145,8 +145,7 @@ def _expected(batches: list[list[dict[str, Any]]]) -> list[dict[str, list[tuple[
                 per_user[None].append(_misplaced(row))
             else:
                 rows_of[row["user_id"]].append(row)
-        # each partition's clicks in offset order, stamped by its clock; the batch's stamp is the clock before
-        at_start = {p: clock.latest_ms for p, clock in clocks.items()}
+        # each partition's clicks in offset order, stamped by its clock
         by_partition: dict[int, list[dict[str, Any]]] = defaultdict(list)
         for rows in rows_of.values():
             by_partition[rows[0]["kafka_partition"]] += [r for r in rows if not r["is_profile"]]
@@ -171,7 +170,7 @@ def _expected(batches: list[list[dict[str, Any]]]) -> list[dict[str, list[tuple[
                 per_user[user].append((ENRICHED, a.click.event_id, user, *a.click.payload[:2], a.click.event_time_ms,
                                        a.click.payload[2], p.profile_version if p else None,
                                        p.segment if p else "UNKNOWN", p.country if p else None,
-                                       partition, a.click.stamp_ms, at_start.get(partition)))  # fmt: skip
+                                       partition, a.click.stamp_ms))  # fmt: skip
             late = {p.profile_version for p in changes.late_profiles}
             for r in p_rows:
                 if r["profile_version"] in late:
@@ -198,7 +197,7 @@ def _actual(rows: list[Row]) -> dict[Any, list[tuple[Any, ...]]]:
         if r.kind == ENRICHED:
             per_user[r.user_id].append((r.kind, r.event_id, r.user_id, r.page, r.referrer, _ms(r.event_time),
                                         r.device, r.profile_version, r.segment, r.country, r.clicks_partition,
-                                        _ms(r.partition_time_before), _ms(r.partition_time_at_write)))  # fmt: skip
+                                        _ms(r.partition_time_before)))  # fmt: skip
         elif r.kind == LATE_PROFILE:
             per_user[r.user_id].append((r.kind, r.user_id, r.side_kind, bytes(r.side_value), r.side_topic,
                                         r.side_partition, r.side_offset))  # fmt: skip
@@ -213,6 +212,18 @@ def _actual(rows: list[Row]) -> dict[Any, list[tuple[Any, ...]]]:
 def _dead_letter_out(r: Row) -> tuple[Any, ...]:
     return (r.side_kind, r.side_message, bytes(r.side_key), bytes(r.side_value), r.side_topic, r.side_partition,
             r.side_offset, _ms(r.side_timestamp))  # fmt: skip
+
+
+def _first_emissions_in_offset_order(rows: list[Row], batch: list[dict[str, Any]]) -> None:
+    """A partition's first emissions of the batch's clicks leave in offset order, so their stamps never decrease
+    along it (what lets page_stats settle by the largest stamp seen): checked on the stamps, in the rows' order."""
+    new = {r["event_id"] for r in batch if r["side_kind"] is None and not r["is_profile"]}
+    stamps: dict[int, list[int | None]] = defaultdict(list)
+    for r in rows:
+        if r.kind == ENRICHED and r.event_id in new:  # a re-emission is of a click of an earlier batch
+            stamps[r.clicks_partition].append(_ms(r.partition_time_before))
+    for partition, found in stamps.items():
+        assert found == sorted(found, key=lambda s: -1 if s is None else s), f"partition {partition}: {found}"
 
 
 def enriched_changes_of_both(stream: DataFrame) -> DataFrame:
@@ -240,13 +251,14 @@ def test_the_as_of_operator_equals_the_python_rule(
     assert len(records) - len(placed) >= 3  # records outside their user's partition
     corrections = len([r for r in emitted if r[0] == ENRICHED]) - sum(1 for row in placed if not row["is_profile"])
     assert corrections >= 5
-    assert any(r[0] == ENRICHED and r[11] is not None and r[11] < (r[12] or 0) for r in emitted)  # an older stamp
+    assert any(r[0] == ENRICHED and r[11] is not None for r in emitted)
 
     seen = run_batches(spark, tmp_path / "in", SCHEMA, enriched_changes_of_both, shuffle_partitions)
 
     assert sorted(seen) == list(range(len(batches)))
     for batch_id, rows in sorted(seen.items()):
         assert _actual(rows) == {u: r for u, r in expected[batch_id].items() if r}, f"batch {batch_id}"
+        _first_emissions_in_offset_order(rows, batches[batch_id])
     assert partitions_of(tmp_path / "in-checkpoint") == (shuffle_partitions, shuffle_partitions)
 
 
@@ -293,6 +305,13 @@ def test_the_as_of_state_keys_spread_a_topics_partitions_evenly_over_the_tasks(s
     )
     assert row is not None
     assert row.asDict() == {f"{p}/{n}": p % n for p in keys for n in counts}
+
+
+def test_the_as_of_join_refuses_inputs_in_different_partition_counts(spark: SparkSession, tmp_path: Path) -> None:
+    write_batches(tmp_path / "in", [[_dead_letter(0, COLUMNS)]], SCHEMA)
+    stream = spark.readStream.schema(SCHEMA).parquet(str(tmp_path / "in"))
+    with pytest.raises(KappaError, match=r"in as many partitions .*: the events' topic has 4, the entities' 3"):
+        union_inputs(stream, stream, (4, 3))
 
 
 def test_the_as_of_operator_says_it_needs_rocksdb(

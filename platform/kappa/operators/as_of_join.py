@@ -93,9 +93,9 @@ def as_of_join(rows: DataFrame, lateness_ms: int, disorder_ms: int, late_kind: s
 
     Columns: kind (EVENT, LATE or null), key, event_id, event_time (timestamp), version, event_payload and
     entity_payload (arrays of strings, entity_payload null when no version is visible), an event's partition and
-    stamps (timestamps: `stamp`, its partition's latest event time just before it in offset order, null for the
-    partition's first event; `batch_stamp`, its partition's latest event time when the batch that (re-)emits it
-    started), then the SIDE columns (a late version's say `late_kind` and carry its original bytes and position).
+    `stamp` (a timestamp: its partition's latest event time just before it in offset order, null for the
+    partition's first event), then the SIDE columns (a late version's say `late_kind` and carry its original bytes
+    and position). A batch's rows come with its events' first emissions in offset order.
     Streaming inputs keep the state in Spark's state store; batch inputs run the rule once over all rows.
     """
     jvm = operators_jvm(rows, "the as-of join")
@@ -103,6 +103,6 @@ def as_of_join(rows: DataFrame, lateness_ms: int, disorder_ms: int, late_kind: s
     return joined.select(
         "kind", "key", "event_id", F.timestamp_millis("event_time_ms").alias("event_time"),
         F.col("entity_version").alias("version"), "event_payload", "entity_payload", "partition",
-        F.timestamp_millis("stamp_ms").alias("stamp"), F.timestamp_millis("batch_stamp_ms").alias("batch_stamp"),
+        F.timestamp_millis("stamp_ms").alias("stamp"),
         *side_output(),
     )  # fmt: skip

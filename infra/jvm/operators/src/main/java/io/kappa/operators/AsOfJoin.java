@@ -42,9 +42,8 @@ public final class AsOfJoin {
 
   /** kind: "event" (an event with its answer; entity columns null when no version is visible), "late"
    * (a version set aside, in the side columns), or null (a dead letter passed through). An event also has its
-   * Kafka partition, its stamp (the partition's latest event time just before it, in offset order: null for
-   * the partition's first) and the batch's stamp (the partition's latest event time when the batch that
-   * emits it started: null before the partition's first batch). */
+   * Kafka partition and its stamp (the partition's latest event time just before it, in offset order: null for
+   * the partition's first). A batch's rows leave with its events' first emissions in offset order. */
   public static final StructType OUTPUT =
       SideRows.withSide(
           List.of(
@@ -56,8 +55,7 @@ public final class AsOfJoin {
               SideRows.field("event_payload", DataTypes.createArrayType(DataTypes.StringType)),
               SideRows.field("entity_payload", DataTypes.createArrayType(DataTypes.StringType)),
               SideRows.field("partition", DataTypes.IntegerType),
-              SideRows.field("stamp_ms", DataTypes.LongType),
-              SideRows.field("batch_stamp_ms", DataTypes.LongType)));
+              SideRows.field("stamp_ms", DataTypes.LongType)));
 
   private static final int SPREAD = 64; // the shuffle partition counts spread evenly: those dividing it
   private static final int[] SPREAD_KEYS = new int[1024];

@@ -1,6 +1,7 @@
 package io.kappa.operators;
 
 import java.util.ArrayList;
+import java.util.Comparator;
 import java.util.HashMap;
 import java.util.HashSet;
 import java.util.Iterator;
@@ -26,11 +27,9 @@ import scala.jdk.javaapi.CollectionConverters;
  * Spark's side of the as-of join, keyed by Kafka partition (Samza's layout): one partition's rows of a batch,
  * in log order. Each key's (user's) rows go through {@link AsOfRule} with the key's state, kept under the
  * partition; the partition's clock (the latest event time among its events so far, in offset order) stamps
- * each event with the clock just before it, and each event emitted with the clock at the batch's start.
- *
- * <p>The stamp rides with the event through the rule (the last string of its payload), so a re-emission keeps
- * its event's stamp. The clock is a function of the log, the same in every run; the batch's start is not, and
- * may only free state downstream (docs/bounded_view_state.md).
+ * each event with the clock just before it: a function of the log, the same in every run. The stamp rides
+ * with the event through the rule (the last string of its payload), so a re-emission keeps its event's stamp.
+ * The events' first emissions leave in offset order (docs/bounded_view_state.md).
  */
 final class AsOfJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
   private static final long serialVersionUID = 1L;
@@ -116,54 +115,102 @@ final class AsOfJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
     return CollectionConverters.asScala(out.iterator());
   }
 
-  /** An event row and the partition's clock just before it (null: the partition's first event). */
-  private record Stamped(Row row, Long stampMs) {}
+  /**
+   * A ruled row, as little of it as the rule needs: a partition's whole batch is held at once (250,000 clicks
+   * in a replay), so an event keeps its fields, not its Row; a version keeps its Row (its bytes, if it is late).
+   */
+  private static final class Item {
+    final long offset;
+    final String key;
+    final AsOfRule.Event event; // null for a version
+    final Row version; // null for an event
+
+    Item(long offset, String key, AsOfRule.Event event, Row version) {
+      this.offset = offset;
+      this.key = key;
+      this.event = event;
+      this.version = version;
+    }
+  }
 
   /**
    * One partition's rows of a batch: dead letters pass through to {@code out}, the others go through the rule
    * key by key, in log order. {@code start} is the partition's clock before the batch; returns it after.
    */
   Long handle(int partition, Iterator<Row> rows, Long start, Stores stores, List<Row> out) {
-    List<Row> ruled = common.ruled(rows, out, WIDTH, SIDE_OUT);
-    // stable: rows at the same position keep Spark's order, as numpy's lexsort does
-    ruled.sort(common::compareInLog);
-    Long latest = start;
-    Map<String, List<Stamped>> byKey = new LinkedHashMap<>(); // keys in their first row's order
-    for (Row r : ruled) {
-      Long stamp = null;
-      if (!r.getBoolean(isEntity)) {
-        stamp = latest;
-        long t = r.getLong(eventTime);
-        latest = latest == null ? t : Math.max(latest, t);
+    List<Item> items = new ArrayList<>();
+    while (rows.hasNext()) {
+      Row r = rows.next();
+      if (common.isSetAside(r)) {
+        out.add(common.passThrough(r, WIDTH, SIDE_OUT));
+      } else if (r.getBoolean(isEntity)) {
+        items.add(new Item(common.offset(r), r.getString(key), null, r));
+      } else {
+        String[] payload = payload(r, 1); // its last string: the stamp, set below
+        AsOfRule.Event e = new AsOfRule.Event(r.getString(eventId), r.getLong(eventTime), payload);
+        items.add(new Item(common.offset(r), r.getString(key), e, null));
       }
-      byKey.computeIfAbsent(r.getString(key), k -> new ArrayList<>()).add(new Stamped(r, stamp));
     }
-    for (Map.Entry<String, List<Stamped>> e : byKey.entrySet()) {
+    // One partition of each topic: log order is offset order (stable: rows at the same offset keep Spark's order,
+    // as numpy's lexsort does; a click and a version at equal offsets go to separate lists of the rule).
+    items.sort(Comparator.comparingLong(item -> item.offset));
+    Long latest = start;
+    Map<String, List<Item>> byKey = new LinkedHashMap<>(); // keys in their first row's order
+    for (Item item : items) {
+      if (item.event != null) {
+        String[] payload = item.event.payload();
+        payload[payload.length - 1] = latest == null ? null : Long.toString(latest);
+        latest = latest == null ? item.event.timeMs() : Math.max(latest, item.event.timeMs());
+      }
+      byKey.computeIfAbsent(item.key, k -> new ArrayList<>()).add(item);
+    }
+    Emitted emitted = new Emitted();
+    for (Map.Entry<String, List<Item>> e : byKey.entrySet()) {
       String k = e.getKey();
-      stores.putState(k, apply(partition, k, stores.state(k), e.getValue(), start, stores, out));
+      stores.putState(k, apply(partition, k, stores.state(k), e.getValue(), stores, emitted));
     }
+    // Each click's first emission in the partition's offset order (a task writes its partitions' rows in order,
+    // so along an output partition fed by one input partition the stamps never decrease: what lets a reader
+    // settle by the largest stamp seen), then the re-emissions and late versions, each key's in the rule's order.
+    emitted.firsts.sort(Comparator.comparingLong(first -> first.offset));
+    emitted.firsts.forEach(first -> out.add(first.row));
+    out.addAll(emitted.again);
+    out.addAll(emitted.late);
     return latest;
   }
 
-  private byte[] apply(
-      int partition, String k, byte[] stored, List<Stamped> rows, Long start, Stores stores, List<Row> out) {
+  /** A batch's output rows by kind, until they are put in order. */
+  private static final class Emitted {
+    final List<First> firsts = new ArrayList<>();
+    final List<Row> again = new ArrayList<>();
+    final List<Row> late = new ArrayList<>();
+  }
+
+  /** A click's first emission in the batch, and the click's offset. */
+  private record First(long offset, Row row) {}
+
+  private byte[] apply(int partition, String k, byte[] stored, List<Item> items, Stores stores, Emitted emitted) {
     List<AsOfRule.Version> versions = new ArrayList<>();
     Map<Long, Row> firstRowOf = new HashMap<>();
     List<AsOfRule.Event> events = new ArrayList<>();
-    for (Stamped s : rows) {
-      Row r = s.row();
-      if (r.getBoolean(isEntity)) {
-        long v = r.getLong(version);
-        versions.add(new AsOfRule.Version(v, r.getLong(validFrom), r.getLong(published), payload(r, false, null)));
-        firstRowOf.putIfAbsent(v, r);
+    List<Long> offsets = new ArrayList<>();
+    for (Item item : items) {
+      if (item.event != null) {
+        events.add(item.event);
+        offsets.add(item.offset);
       } else {
-        events.add(new AsOfRule.Event(r.getString(eventId), r.getLong(eventTime), payload(r, true, s.stampMs())));
+        Row r = item.version;
+        long v = r.getLong(version);
+        versions.add(new AsOfRule.Version(v, r.getLong(validFrom), r.getLong(published), payload(r, 0)));
+        firstRowOf.putIfAbsent(v, r);
       }
     }
     AsOfRule.State current = stored == null ? new AsOfRule.State() : AsOfRule.deserialize(stored).state();
     AsOfRule.Changes changes =
         AsOfRule.apply(current, stores.buckets(k), stores.index(k), versions, events, latenessMs, disorderMs);
-    for (AsOfRule.Answer a : changes.emit()) {
+    List<AsOfRule.Answer> answers = changes.emit(); // the new events first, one each, in their order
+    for (int i = 0; i < answers.size(); i++) {
+      AsOfRule.Answer a = answers.get(i);
       AsOfRule.Version v = a.version();
       String[] stamped = a.event().payload();
       String stamp = stamped[stamped.length - 1];
@@ -177,8 +224,12 @@ final class AsOfJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
       values[6] = v == null ? null : v.payload();
       values[7] = partition;
       values[8] = stamp == null ? null : Long.parseLong(stamp);
-      values[9] = start;
-      out.add(RowFactory.create(values));
+      Row row = RowFactory.create(values);
+      if (i < events.size()) {
+        emitted.firsts.add(new First(offsets.get(i), row));
+      } else {
+        emitted.again.add(row);
+      }
     }
     Set<Long> late = new HashSet<>();
     for (AsOfRule.Version v : changes.late()) {
@@ -192,17 +243,19 @@ final class AsOfJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
       values[0] = "late";
       values[1] = k;
       common.late(values, SIDE_OUT, lateKind, firstRowOf.get(v.version()));
-      out.add(RowFactory.create(values));
+      emitted.late.add(RowFactory.create(values));
     }
     return AsOfRule.serialize(current);
   }
 
-  /** The row's payload strings; an event's end with its stamp (so that the rule's held events keep it). */
-  private String[] payload(Row r, boolean stamped, Long stampMs) {
-    List<String> values = new ArrayList<>(r.<String>getList(payload));
-    if (stamped) {
-      values.add(stampMs == null ? null : Long.toString(stampMs));
+  /** The row's payload strings, with {@code extra} more slots at the end (an event's stamp, so that the rule's
+   * held events keep it). */
+  private String[] payload(Row r, int extra) {
+    List<String> values = r.getList(payload);
+    String[] strings = new String[values.size() + extra];
+    for (int i = 0; i < values.size(); i++) {
+      strings[i] = values.get(i);
     }
-    return values.toArray(new String[0]);
+    return strings;
   }
 }

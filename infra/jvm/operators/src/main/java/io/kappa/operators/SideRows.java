@@ -117,6 +117,11 @@ final class SideRows {
       return RowFactory.create(values);
     }
 
+    /** The record's offset in its partition. */
+    long offset(Row r) {
+      return r.getLong(offset);
+    }
+
     /** Log order: (kafka_partition, kafka_offset). */
     int compareInLog(Row a, Row b) {
       int byPartition = Integer.compare(a.getInt(partition), b.getInt(partition));

@@ -170,37 +170,41 @@ class ColumnsByNameTest {
   }
 
   private static List<String> asOf(StructType schema) {
-    // Partition 1 of both topics: the version (offset 8 of profiles) reaches the rule before u's click; the
-    // clock runs over the clicks in offset order (v's click at offset 3 first), whatever the rows' order.
+    // Partition 1 of both topics: the version (offset 8 of profiles) reaches the rule before u's clicks; the
+    // clock runs over the clicks in offset order whatever the rows' order, and the first emissions leave in it
+    // (v's and u's interleaved, not user by user).
     List<Row> first =
         List.of(
             click(schema, "u", 4, "c", 50),
             row(schema, values("key", "u", "is_entity", true, "kafka_topic", "profiles", "kafka_partition", 1,
                 "kafka_offset", 8L, "raw_value", new byte[] {7}, "entity_version", 1L, "valid_from_ms", 0L,
                 "published_ms", 0L, "payload", seq("GOLD"))),
+            click(schema, "u", 6, "g", 80),
+            click(schema, "v", 5, "f", 40),
             click(schema, "v", 3, "d", 70));
     PartitionMaps stores = new PartitionMaps();
     AsOfJoinProcessor processor = new AsOfJoinProcessor(schema, 50, 10, "late_profile");
     List<Row> out = new ArrayList<>();
     Long clock = processor.handle(1, first.iterator(), null, stores, out);
-    assertEquals(70L, clock);
+    assertEquals(80L, clock);
     AsOfRule.State state = AsOfRule.deserialize(stores.states.get("u")).state();
     assertEquals(1, state.versions.size());
     assertArrayEquals(new String[] {"GOLD"}, state.versions.get(0).payload());
-    // the next batch: its events carry the clock at its start too
-    assertEquals(70L, processor.handle(1, List.of(click(schema, "u", 5, "e", 60)).iterator(), clock, stores, out));
+    // the next batch goes on from the clock
+    assertEquals(80L, processor.handle(1, List.of(click(schema, "u", 7, "e", 60)).iterator(), clock, stores, out));
     return plain(AsOfJoin.OUTPUT, out);
   }
 
   @Test
   void theAsOfOperatorReadsItsColumnsByName() {
+    String gold = " entity_version=1 event_payload=[/p, null] entity_payload=[GOLD] partition=1";
     List<String> expected =
         List.of(
             "kind=event key=v event_id=d event_time_ms=70 event_payload=[/p, null] partition=1",
-            "kind=event key=u event_id=c event_time_ms=50 entity_version=1 event_payload=[/p, null]"
-                + " entity_payload=[GOLD] partition=1 stamp_ms=70",
-            "kind=event key=u event_id=e event_time_ms=60 entity_version=1 event_payload=[/p, null]"
-                + " entity_payload=[GOLD] partition=1 stamp_ms=70 batch_stamp_ms=70");
+            "kind=event key=u event_id=c event_time_ms=50" + gold + " stamp_ms=70",
+            "kind=event key=v event_id=f event_time_ms=40 event_payload=[/p, null] partition=1 stamp_ms=70",
+            "kind=event key=u event_id=g event_time_ms=80" + gold + " stamp_ms=70",
+            "kind=event key=u event_id=e event_time_ms=60" + gold + " stamp_ms=80");
     assertEquals(expected, asOf(AsOfJoin.INPUT));
     assertEquals(expected, asOf(reversed(AsOfJoin.INPUT)));
   }
