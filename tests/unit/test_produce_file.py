@@ -8,8 +8,12 @@ Expected values are written out or computed here from first principles (calendar
 import calendar
 import io
 import json
+import os
 import re
+import signal
 import struct
+import threading
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -32,7 +36,7 @@ from kappa.kafka.partitioning import partition_for
 from kappa.ops.avro_types import Field, RowError
 from kappa.ops.csv_cells import CsvTyping, from_text
 from kappa.ops.file_rows import FileFormat, detect_format, open_source
-from kappa.ops.produce_file import RejectsFile, default_rejects_path, produce_rows
+from kappa.ops.produce_file import RejectsFile, default_rejects_path, interrupts_noted, produce_rows
 from kappa.ops.progress_bar import Progress
 from kappa.ops.receipts import ranges
 from kappa.ops.record_shape import RecordShape, placement
@@ -484,6 +488,43 @@ def test_a_rerun_at_a_rate_paces_only_the_rows_it_sends(tmp_path: Path, monkeypa
                              rate=20)  # fmt: skip
     assert (count, sent) == (2, [39, 40])
     assert max(slept) <= 2 / 20  # two rows at 20 a second: the 38 in the topic already cost no wait
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupt_while_sending_stops_at_the_next_row_and_raises_nothing(tmp_path: Path, signum: int) -> None:
+    """A signal raised as KeyboardInterrupt inside the Kafka client's delivery callback came out of `poll` as a
+    SystemError (CI): inside `interrupts_noted` a signal only sets the event, and the rows stop after the one
+    being sent. Outside it, Ctrl-C raises again."""
+    path = tmp_path / "clicks.jsonl"
+    path.write_text("".join(json.dumps(click(n, user=f"u-{n}")) + "\n" for n in range(10)))
+    shape, sent = RecordShape(CLICK_SCHEMA), []
+
+    def send(_record: Outgoing, row: int) -> None:
+        sent.append(row)
+        if row == 3:
+            os.kill(os.getpid(), signum)  # delivered while this callback runs, as under the producer's poll
+
+    with RejectsFile(default_rejects_path(path)) as rejects, interrupts_noted() as stop:
+        count = produce_rows(open_source(path, FileFormat.JSONL, shape), shape, CLICKS, encoder(CLICK_SCHEMA),
+                             send, rejects, stop=stop)  # fmt: skip
+        assert stop.is_set()
+    assert (count, sent) == (3, [1, 2, 3])
+    with pytest.raises(KeyboardInterrupt):
+        signal.raise_signal(signal.SIGINT)  # the handlers are back
+
+
+def test_an_interrupt_ends_the_wait_between_paced_rows_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "clicks.jsonl"
+    path.write_text("".join(json.dumps(click(n, user=f"u-{n}")) + "\n" for n in range(3)))
+    shape, sent = RecordShape(CLICK_SCHEMA), []
+    started = time.monotonic()
+    ctrl_c = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+    with RejectsFile(default_rejects_path(path)) as rejects, interrupts_noted() as stop:
+        ctrl_c.start()
+        produce_rows(open_source(path, FileFormat.JSONL, shape), shape, CLICKS, encoder(CLICK_SCHEMA),
+                     lambda _record, row: sent.append(row), rejects, rate=0.01, stop=stop)  # fmt: skip
+    assert sent == []  # the first row would have waited 100 s
+    assert time.monotonic() - started < 10
 
 
 # --- CSV typing in batches (pyarrow.csv) against cell by cell (from_text) ----------------------------------------

@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import partial
@@ -106,20 +109,26 @@ def produce_rows(
     progress: Progress | None = None,
     skip: Collection[int] = (),
     rate: float | None = None,
+    stop: threading.Event | None = None,
 ) -> int:
     """Every row of the source either sent (encoded, keyed, placed; with its row number) or written to the rejects
     file, except the rows in `skip` (in the topic already); the number sent. `rate`: at most that many rows a
-    second."""
+    second. `stop`: once set, no further row is read."""
     sent = paced = 0
     started = time.monotonic()
     for row in source.rows():
+        if stop is not None and stop.is_set():
+            break
         if row.row in skip:
             continue  # before the pacing: a re-run does not wait through the rows the topic holds already
         if rate:
             paced += 1
             ahead = paced / rate - (time.monotonic() - started)
             if ahead > 0:
-                time.sleep(ahead)
+                if stop is None:
+                    time.sleep(ahead)
+                elif stop.wait(ahead):  # an interrupt ends the wait at once
+                    break
         try:
             if row.values is None:
                 raise RowError(row.problem or "unreadable")
@@ -178,6 +187,27 @@ def _require_topic(settings: KappaSettings, topic: Topic) -> None:
         )
 
 
+@contextmanager
+def interrupts_noted() -> Iterator[threading.Event]:
+    """Ctrl-C and SIGTERM, while inside, only set the event they yield: the run stops at its next row.
+
+    Raised as KeyboardInterrupt they land wherever Python runs next, which in a producing loop is mostly a
+    delivery callback that librdkafka calls from `poll`; confluent-kafka then loses the exception and `poll` fails
+    with "SystemError: ... returned NULL without setting an exception" (seen in CI). Outside the main thread
+    (where no handler can be set) the event is never set by a signal."""
+    stop = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+    signals = (signal.SIGINT, signal.SIGTERM)
+    previous = {s: signal.signal(s, lambda _signum, _frame: stop.set()) for s in signals}
+    try:
+        yield stop
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
 def produce_file(
     settings: KappaSettings,
     topic: Topic,
@@ -223,25 +253,25 @@ def produce_file(
         bar.write(f"kappa produce: {line}")
 
     publisher = Publisher(settings, say=say)
-    interrupted = False
-    with RejectsFile(rejects_path) as rejects:
+    with RejectsFile(rejects_path) as rejects, interrupts_noted() as stop:
 
         def send(record: Outgoing, row: int) -> None:
             headers = [receipts.row_header(digest, row)]
             publisher.send(topic.name, replace(record, headers=headers), tag=row)
 
         try:
-            produce_rows(source, shape, topic, encoder.encode, send, rejects, bar, skip=found, rate=rate)
-        except KeyboardInterrupt:  # stop reading; what was sent is waited for briefly, and said
-            interrupted = True
+            produce_rows(source, shape, topic, encoder.encode, send, rejects, bar, skip=found, rate=rate, stop=stop)
         except KappaError as exc:  # the file broke off: what was sent before is delivered, and said
             publisher.flush()
             raise KappaError(f"{exc}; the {publisher.confirmed} records before it were produced") from None
         finally:
             bar.finish()
+        if not stop.is_set():
+            publisher.flush(stop=stop.is_set)  # an outage is waited out, unless interrupted meanwhile
+        interrupted = stop.is_set()  # stop reading; what was sent is waited for briefly, and said
         if interrupted:
             say(f"interrupted: waiting up to {INTERRUPT_FLUSH_S:g} s for the rows sent so far to be acknowledged")
-        publisher.flush(INTERRUPT_FLUSH_S if interrupted else None)
+            publisher.flush(INTERRUPT_FLUSH_S)
     unconfirmed = publisher.unconfirmed()
     if not unconfirmed and not interrupted:
         receipts.save(where, replace(receipt, complete=True, rows=len(found) + publisher.confirmed))
