@@ -98,3 +98,23 @@ def test_a_profile_version_is_late_when_it_comes_after_a_click_it_applies_to_was
         ("w", 5 * MIN, 1, 0),  # another user, no click
     ]
     assert oracles.late_profiles(log, lateness_ms=20 * MIN, disorder_ms=10 * MIN) == {("u", 2)}
+
+
+def test_a_clicks_stamp_is_the_latest_time_before_it_in_its_partitions_offset_order() -> None:
+    clicks = [  # (event_id, partition, event_time) in the order produced
+        ("a1", 0, 10 * MIN),  # the first of partition 0: nothing before it
+        ("b1", 1, 50 * MIN),  # partition 1's own clock: partition 0's clicks never move it
+        ("a2", 0, 30 * MIN),  # after a1: 10
+        ("a3", 0, 20 * MIN),  # behind a2 in time, after it in the log: 30
+        ("b2", 1, 40 * MIN),  # 50
+        ("a4", 0, 25 * MIN),  # the latest before it is still a2's 30, not a3's 20
+        ("a2", 0, 30 * MIN),  # a2 produced again (a retry): its latest copy counts, after a4: 30
+    ]
+    assert oracles.partition_stamps(clicks) == {
+        "a1": (0, None),
+        "b1": (1, None),
+        "a2": (0, 30 * MIN),
+        "a3": (0, 30 * MIN),
+        "b2": (1, 50 * MIN),
+        "a4": (0, 30 * MIN),
+    }
