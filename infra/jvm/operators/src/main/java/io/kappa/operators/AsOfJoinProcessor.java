@@ -205,7 +205,7 @@ final class AsOfJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
         firstRowOf.putIfAbsent(v, r);
       }
     }
-    AsOfRule.State current = stored == null ? new AsOfRule.State() : AsOfRule.deserialize(stored).state();
+    AsOfRule.State current = stored == null ? new AsOfRule.State() : AsOfRule.deserialize(stored);
     AsOfRule.Changes changes =
         AsOfRule.apply(current, stores.buckets(k), stores.index(k), versions, events, latenessMs, disorderMs);
     List<AsOfRule.Answer> answers = changes.emit(); // the new events first, one each, in their order

@@ -146,29 +146,14 @@ final class AsOfRule {
     return new Changes(emit, late);
   }
 
-  /** Moves the held events a first-layout value carried inline (in their order) beside the key's state. */
-  static void moveInline(State state, List<HeldBuckets.Entry> inline, BytesByLong buckets,
-      LongById index) {
-    HeldBuckets held = new HeldBuckets(buckets, index, state.held);
-    for (HeldBuckets.Entry e : inline) {
-      held.put(e.event, e.answer);
-    }
-    held.flush();
-  }
-
   private static Long max(Long a, long b) {
     return a == null ? b : Math.max(a, b);
   }
 
-  // The state as bytes (one value per key in Spark's state store): a versioned, compact layout. Format 1 also
-  // held the events inline, rewritten whole by every batch that touched the key (16 MB per batch and state
-  // partition at 1,000 clicks/s); such a value is read once, and its events moved (moveInline).
+  // The state as bytes: a versioned, compact layout. Format 1 (enrich_clicks v1's first jars) also held the
+  // events inline; no v2 checkpoint holds it (v2's state key differs: such a checkpoint is refused by Spark).
 
-  private static final int FIRST_FORMAT = 1;
   private static final int FORMAT = 2;
-
-  /** A key's value as read: its state, and the held events a first-layout value carried inline (else empty). */
-  record Stored(State state, List<HeldBuckets.Entry> inline) {}
 
   static byte[] serialize(State state) {
     ByteArrayOutputStream bytes = new ByteArrayOutputStream(256);
@@ -188,10 +173,7 @@ final class AsOfRule {
     return bytes.toByteArray();
   }
 
-  static Stored deserialize(byte[] data) {
-    if (data.length > 0 && data[0] == FIRST_FORMAT) {
-      return Bytes.decode("as-of", FIRST_FORMAT, data, AsOfRule::readFirstFormat);
-    }
+  static State deserialize(byte[] data) {
     return Bytes.decode("as-of", FORMAT, data, in -> {
       State state = new State();
       readVersions(in, state.versions);
@@ -205,22 +187,8 @@ final class AsOfRule {
       for (int i = 0; i < buckets; i++) {
         state.held.buckets.add(in.readLong());
       }
-      return new Stored(state, List.of());
+      return state;
     });
-  }
-
-  private static Stored readFirstFormat(DataInputStream in) throws IOException {
-    State state = new State();
-    readVersions(in, state.versions);
-    int held = in.readInt();
-    List<HeldBuckets.Entry> inline = new ArrayList<>();
-    for (int i = 0; i < held; i++) {
-      Event e = new Event(Bytes.readString(in), in.readLong(), Bytes.readStrings(in));
-      inline.add(new HeldBuckets.Entry(i, e, Bytes.readLong(in)));
-    }
-    state.frontierMs = Bytes.readLong(in);
-    state.settledThroughMs = Bytes.readLong(in);
-    return new Stored(state, inline);
   }
 
   private static void writeVersions(DataOutputStream out, List<Version> versions) throws IOException {

@@ -187,7 +187,7 @@ class ColumnsByNameTest {
     List<Row> out = new ArrayList<>();
     Long clock = processor.handle(1, first.iterator(), null, stores, out);
     assertEquals(80L, clock);
-    AsOfRule.State state = AsOfRule.deserialize(stores.states.get("u")).state();
+    AsOfRule.State state = AsOfRule.deserialize(stores.states.get("u"));
     assertEquals(1, state.versions.size());
     assertArrayEquals(new String[] {"GOLD"}, state.versions.get(0).payload());
     // the next batch goes on from the clock

@@ -104,16 +104,14 @@ class StateBytesTest {
   @Test
   void theAsOfStateRoundTrips() {
     AsOfRule.State original = asOfState();
-    AsOfRule.Stored back = AsOfRule.deserialize(AsOfRule.serialize(original));
-    assertEquals(asOfValues(original), asOfValues(back.state()));
-    assertEquals(List.of(), back.inline(), "this layout keeps no events in the value");
+    assertEquals(asOfValues(original), asOfValues(AsOfRule.deserialize(AsOfRule.serialize(original))));
 
-    AsOfRule.State empty = AsOfRule.deserialize(AsOfRule.serialize(new AsOfRule.State())).state();
+    AsOfRule.State empty = AsOfRule.deserialize(AsOfRule.serialize(new AsOfRule.State()));
     assertEquals(asOfValues(new AsOfRule.State()), asOfValues(empty));
 
     AsOfRule.State settled = asOfState();
     settled.settledThroughMs = 42L;
-    assertEquals(asOfValues(settled), asOfValues(AsOfRule.deserialize(AsOfRule.serialize(settled)).state()));
+    assertEquals(asOfValues(settled), asOfValues(AsOfRule.deserialize(AsOfRule.serialize(settled))));
   }
 
   @Test
@@ -122,7 +120,7 @@ class StateBytesTest {
     AsOfRule.State kept = new AsOfRule.State();
     List<AsOfRule.Version> first = List.of(new AsOfRule.Version(1, 0, 0, new String[] {"A"}));
     AsOfRule.apply(kept, store, store, first, events("a", 100, "b", 400), 50, 10);
-    AsOfRule.State stored = AsOfRule.deserialize(AsOfRule.serialize(kept)).state();
+    AsOfRule.State stored = AsOfRule.deserialize(AsOfRule.serialize(kept));
     MapStore copy = store.copy();
     List<AsOfRule.Version> next = List.of(new AsOfRule.Version(2, 90, 95, new String[] {"B"}));
     AsOfRule.Changes fromMemory = AsOfRule.apply(kept, store, store, next, events("c", 410), 50, 10);
@@ -166,30 +164,11 @@ class StateBytesTest {
     assertArrayEquals(expected.array(), AsOfRule.serialize(s));
   }
 
-  /** A value of the first layout (format 1, written whole by every batch), byte by byte: one version, one
-   * held event without an answer, frontier 9. */
-  private static byte[] firstFormatValue() {
-    ByteBuffer value = ByteBuffer.allocate(1 + 4 + 24 + 4 + 4 + 1 + 4 + 4 + 1 + 8 + 4 + 1 + 9 + 1);
-    value.put((byte) 1); // FORMAT
-    value.putInt(1).putLong(3).putLong(4).putLong(5).putInt(1).putInt(1).put((byte) 'S'); // one version
-    value.putInt(1).putInt(1).put((byte) 'e').putLong(6).putInt(0).put((byte) 0); // one held event, no answer
-    value.put((byte) 1).putLong(9).put((byte) 0); // frontier 9, settled through: none
-    assertEquals(0, value.remaining(), "the layout above is complete");
-    return value.array();
-  }
-
   @Test
-  void aFirstLayoutValueIsReadWithItsEventsAndTheyAreMovedBesideIt() {
-    AsOfRule.Stored read = AsOfRule.deserialize(firstFormatValue());
-    assertEquals(List.of(List.of(3L, 4L, 5L, List.of("S")), Arrays.asList(9L, null, 0L, List.of())),
-        asOfValues(read.state()));
-    MapStore store = new MapStore();
-    AsOfRule.moveInline(read.state(), read.inline(), store, store);
-    List<String> held = new ArrayList<>();
-    new HeldBuckets(store, store, read.state().held).inOrder()
-        .forEach(e -> held.add(e.event.id() + "@" + e.event.timeMs() + "=" + e.answer));
-    assertEquals(List.of("e@6=null"), held);
-    assertEquals(1L, read.state().held.nextNumber, "an event held after it comes after it");
+  void aFirstLayoutValueIsRefusedByItsFormat() {
+    byte[] first = AsOfRule.serialize(asOfState());
+    first[0] = 1; // format 1: v1's first jars, which held the events inline
+    refuses(AsOfRule::deserialize, first, "as-of", "format 1, this operator reads 2");
   }
 
   // ---- the sessions state
@@ -398,7 +377,7 @@ class StateBytesTest {
 
   @Test
   void bytesCutShortAnywhereAreRefusedAsTruncated() {
-    for (byte[] asOf : List.of(AsOfRule.serialize(asOfState()), firstFormatValue())) {
+    for (byte[] asOf : List.of(AsOfRule.serialize(asOfState()))) {
       for (int length = 0; length < asOf.length; length++) {
         refuses(AsOfRule::deserialize, Arrays.copyOf(asOf, length), "as-of", "truncated");
       }
@@ -414,17 +393,15 @@ class StateBytesTest {
   void bytesLeftOverAfterTheLayoutAreRefused() {
     byte[] asOf = AsOfRule.serialize(asOfState());
     refuses(AsOfRule::deserialize, Arrays.copyOf(asOf, asOf.length + 3), "as-of", "3 left over");
-    byte[] first = firstFormatValue();
-    refuses(AsOfRule::deserialize, Arrays.copyOf(first, first.length + 2), "as-of", "2 left over");
     byte[] sessions = SessionRule.serialize(new SessionRule.State());
     refuses(SessionRule::deserialize, Arrays.copyOf(sessions, sessions.length + 1), "sessions", "1 left over");
   }
 
   @Test
   void aBrokenLengthIsRefusedNotAllocated() {
-    // FORMAT 1, then a version count of one and a payload of 2^31 - 1 strings
+    // FORMAT 2, then a version count of one and a payload of 2^31 - 1 strings
     ByteBuffer data = ByteBuffer.allocate(1 + 4 + 24 + 4);
-    data.put((byte) 1).putInt(1).putLong(1).putLong(2).putLong(3).putInt(Integer.MAX_VALUE);
+    data.put((byte) 2).putInt(1).putLong(1).putLong(2).putLong(3).putInt(Integer.MAX_VALUE);
     refuses(AsOfRule::deserialize, data.array(), "as-of", "truncated");
     // FORMAT 2, no version, no frontier, none settled, a next number, then 2^31 - 1 buckets
     ByteBuffer buckets = ByteBuffer.allocate(1 + 4 + 1 + 1 + 8 + 4);
