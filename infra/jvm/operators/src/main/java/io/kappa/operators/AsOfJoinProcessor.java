@@ -124,6 +124,7 @@ final class AsOfJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
     final String key;
     final AsOfRule.Event event; // null for a version
     final Row version; // null for an event
+    int slot; // an event's place among the batch's clicks in offset order: where its first emission goes
 
     Item(long offset, String key, AsOfRule.Event event, Row version) {
       this.offset = offset;
@@ -155,16 +156,18 @@ final class AsOfJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
     // as numpy's lexsort does; a click and a version at equal offsets go to separate lists of the rule).
     items.sort(Comparator.comparingLong(item -> item.offset));
     Long latest = start;
+    int clicks = 0;
     Map<String, List<Item>> byKey = new LinkedHashMap<>(); // keys in their first row's order
     for (Item item : items) {
       if (item.event != null) {
         String[] payload = item.event.payload();
         payload[payload.length - 1] = latest == null ? null : Long.toString(latest);
         latest = latest == null ? item.event.timeMs() : Math.max(latest, item.event.timeMs());
+        item.slot = clicks++;
       }
       byKey.computeIfAbsent(item.key, k -> new ArrayList<>()).add(item);
     }
-    Emitted emitted = new Emitted();
+    Emitted emitted = new Emitted(clicks);
     for (Map.Entry<String, List<Item>> e : byKey.entrySet()) {
       String k = e.getKey();
       stores.putState(k, apply(partition, k, stores.state(k), e.getValue(), stores, emitted));
@@ -172,8 +175,12 @@ final class AsOfJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
     // Each click's first emission in the partition's offset order (a task writes its partitions' rows in order,
     // so along an output partition fed by one input partition the stamps never decrease: what lets a reader
     // settle by the largest stamp seen), then the re-emissions and late versions, each key's in the rule's order.
-    emitted.firsts.sort(Comparator.comparingLong(first -> first.offset));
-    emitted.firsts.forEach(first -> out.add(first.row));
+    for (Row first : emitted.firsts) {
+      if (first == null) { // AsOfRule emits every new click once: a click left without its row would be lost
+        throw new IllegalStateException("the as-of rule emitted no row for a click of partition " + partition);
+      }
+      out.add(first);
+    }
     out.addAll(emitted.again);
     out.addAll(emitted.late);
     return latest;
@@ -181,23 +188,24 @@ final class AsOfJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
 
   /** A batch's output rows by kind, until they are put in order. */
   private static final class Emitted {
-    final List<First> firsts = new ArrayList<>();
+    final Row[] firsts; // by the click's slot: offset order
     final List<Row> again = new ArrayList<>();
     final List<Row> late = new ArrayList<>();
-  }
 
-  /** A click's first emission in the batch, and the click's offset. */
-  private record First(long offset, Row row) {}
+    Emitted(int clicks) {
+      firsts = new Row[clicks];
+    }
+  }
 
   private byte[] apply(int partition, String k, byte[] stored, List<Item> items, Stores stores, Emitted emitted) {
     List<AsOfRule.Version> versions = new ArrayList<>();
     Map<Long, Row> firstRowOf = new HashMap<>();
     List<AsOfRule.Event> events = new ArrayList<>();
-    List<Long> offsets = new ArrayList<>();
+    List<Integer> slots = new ArrayList<>();
     for (Item item : items) {
       if (item.event != null) {
         events.add(item.event);
-        offsets.add(item.offset);
+        slots.add(item.slot);
       } else {
         Row r = item.version;
         long v = r.getLong(version);
@@ -226,7 +234,7 @@ final class AsOfJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
       values[8] = stamp == null ? null : Long.parseLong(stamp);
       Row row = RowFactory.create(values);
       if (i < events.size()) {
-        emitted.firsts.add(new First(offsets.get(i), row));
+        emitted.firsts[slots.get(i)] = row;
       } else {
         emitted.again.add(row);
       }
