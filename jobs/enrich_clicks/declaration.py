@@ -33,8 +33,8 @@ def plan(ctx: JobContext) -> TopicPlan:
 
     clicks = ctx.read(CLICKS, with_raw=True)
     profiles = ctx.read(USER_PROFILES, with_raw=True)  # late versions keep their original bytes
-    partitions = (ctx.spec.topic(CLICKS).partitions, ctx.spec.topic(USER_PROFILES).partitions)
-    changes = enriched_changes(union_inputs(clicks.rows, profiles.rows, partitions), lateness_ms, disorder_ms)
+    topics = (ctx.spec.topic(CLICKS), ctx.spec.topic(USER_PROFILES))
+    changes = enriched_changes(union_inputs(clicks.rows, profiles.rows, topics), lateness_ms, disorder_ms)
     by_user = partition_column(F.col("user_id"), ctx.output_topic.partitions)
     return TopicPlan(changes, key=F.col("event_id"), partition=by_user, keep=F.col("kind") == ENRICHED)
 

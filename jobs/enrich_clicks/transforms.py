@@ -16,7 +16,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from kappa.job import EVENT, LATE, SIDE_COLUMNS, SIDE_SCHEMA, AsOfJoinColumns, as_of_join, as_of_rows
+from kappa.job import EVENT, LATE, SIDE_COLUMNS, SIDE_SCHEMA, AsOfJoinColumns, Topic, as_of_join, as_of_rows
 
 ENRICHED, LATE_PROFILE = "enriched", "late_profile"  # the kind column of OUTPUT_SCHEMA
 # The kind (`kappa.error.kind` header) of a late profile version on the output's `.late` topic: a version
@@ -41,10 +41,11 @@ OUTPUT_SCHEMA = (
 )
 
 
-def union_inputs(clicks: DataFrame, profiles: DataFrame, partitions: tuple[int, int]) -> DataFrame:
+def union_inputs(clicks: DataFrame, profiles: DataFrame, topics: tuple[Topic, Topic]) -> DataFrame:
     """Decoded clicks and profile versions (with raw values) as the operator's rows, the inputs' dead letters
-    (side columns) riding along. `partitions`: the two topics' declared partition counts (equal)."""
-    return as_of_rows(clicks, profiles, COLUMNS, partitions)
+    (side columns) riding along. `topics`: the two topics as deployed (both placed by user, in as many
+    partitions)."""
+    return as_of_rows(clicks, profiles, COLUMNS, topics)
 
 
 def enriched_changes(inputs: DataFrame, lateness_ms: int, disorder_ms: int) -> DataFrame:

@@ -86,8 +86,8 @@ def change_logic(d: Deployment) -> None:
     d.edit(DECLARATION, "version=1,", "version=2,")
     d.edit(
         DECLARATION,
-        "partitions), lateness_ms, disorder_ms)",
-        "partitions), lateness_ms, disorder_ms).withColumn(\n"
+        "topics), lateness_ms, disorder_ms)",
+        "topics), lateness_ms, disorder_ms).withColumn(\n"
         '        "segment", F.when(F.col("segment") == "TRIAL", "FREE").otherwise(F.col("segment"))\n'
         "    )",
     )

@@ -407,8 +407,8 @@ def test_runbooks_as_written(stack: KappaSettings, pipeline: Deployment) -> None
         d.edit(DECLARATION, "version=4,", "version=5,")
         d.edit(
             DECLARATION,
-            "partitions), lateness_ms, disorder_ms)",  # the job's rows: the output gains a column
-            "partitions), lateness_ms, disorder_ms).withColumn(\n"
+            "topics), lateness_ms, disorder_ms)",  # the job's rows: the output gains a column
+            "topics), lateness_ms, disorder_ms).withColumn(\n"
             '        "profile_lateness_minutes", F.lit(settings.profile_lateness_minutes)\n'
             "    )",
         )

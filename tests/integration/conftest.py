@@ -32,8 +32,9 @@ def control_topics(stack: KappaSettings) -> None:
 def avro_topic(stack: KappaSettings, unique_name: Callable[[str], str]) -> Callable[..., Topic]:
     """`avro_topic("clicks")`: a new topic with a unique name, its value schema registered, and its DLQ.
 
-    Declared like the catalog's dataset of that schema (its key field, whether null values delete), with a
-    subject of its own.
+    Declared like the catalog's dataset of that schema (its key field, its partition field, whether null values
+    delete), with a subject of its own: records of a topic with a partition field go where `partition_for` puts
+    them, or its readers set them aside.
     """
 
     def make(base: str, value_schema: str = "clicks.avsc", partitions: int = 2) -> Topic:
@@ -41,6 +42,7 @@ def avro_topic(stack: KappaSettings, unique_name: Callable[[str], str]) -> Calla
         topic = Topic(
             unique_name(base), partitions=partitions, cleanup=Cleanup.COMPACT, value_schema=value_schema,
             key_field=like.key_field if like else None, deletes=like.deletes if like else False,
+            partition_field=like.partition_field if like else None,
         )  # fmt: skip
         dlq = Topic(f"{topic.name}.dlq", partitions=1, cleanup=Cleanup.DELETE)
         apply(admin_client(stack), [topic, dlq])

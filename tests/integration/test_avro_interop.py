@@ -21,6 +21,7 @@ from kappa.contracts.topic_declarations import Topic
 from kappa.contracts.wire_format import unframe
 from kappa.core.settings import KappaSettings
 from kappa.kafka.clients import Outgoing, produce_all
+from kappa.kafka.partitioning import partition_for
 from kappa.spark.topic_io import encode_for_topic, kafka_options, read_topic
 
 CLICKS = [
@@ -94,7 +95,11 @@ def test_confluent_serializer_is_read_by_the_spark_decoder(
         },
     )
     ctx = SerializationContext(topic.name, MessageField.VALUE)
-    produce_all(stack, topic.name, (Outgoing(c["event_id"].encode(), serializer(c, ctx)) for c in CLICKS))
+    records = (  # each click in its user's partition, as the topic declares
+        Outgoing(c["event_id"].encode(), serializer(c, ctx), partition_for(c["user_id"], topic.partitions))
+        for c in CLICKS
+    )
+    produce_all(stack, topic.name, records)
 
     decoded = read_topic(spark, stack, topic, job="test", job_version=1, streaming=False)
     assert decoded.dead_letters.count() == 0

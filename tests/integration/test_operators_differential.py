@@ -1,8 +1,9 @@
 """The JVM operators (kappa.operators) against their specifications, the Python rules in jobs/*/logic.py.
 
 The as-of join (enrich_clicks): generated per-user logs of clicks and profile versions (out of order, late
-versions, versions published too late, re-delivered records, dead letters, records outside their user's
-partition), each click stamped with its partition's clock. Sessionization (sessionize):
+versions, versions published too late, re-delivered records, dead letters), each click stamped with its
+partition's clock (a record outside its user's partition never reaches the operator: decoding sets it aside,
+tests/unit/test_decoding_is_total.py). Sessionization (sessionize):
 generated per-user click logs (gaps at and around the gap, events that bridge and merge sessions, late events,
 corrections of a segment, dead letters). Each log is cut at random batch boundaries and streamed through the
 job's own transforms, one file per micro-batch, at two shuffle-partition counts. The expected answer runs the
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ from jobs.sessionize.logic import UserState as SessionState
 from jobs.sessionize.logic import sessionize
 from jobs.sessionize.transforms import FINAL, LATE, RETRACT, UPSERT, session_changes
 from kappa.contracts.dead_letter_format import DeadLetterKind
-from kappa.contracts.topic_declarations import MINUTE_MS
+from kappa.contracts.topic_declarations import MINUTE_MS, Cleanup, Topic
 from kappa.core.errors import KappaError, SettingsError
 from kappa.kafka.partitioning import partition_for
 from kappa.operators.jvm import STATE_STORE_PROVIDER
@@ -42,6 +43,9 @@ from tests.integration.conftest import partitions_of
 L, D = 20 * MINUTE_MS, 10 * MINUTE_MS
 CLICKS, PROFILES = "clicks-t", "profiles-t"
 PARTITIONS = 3  # per topic; a user's records share a partition number in both (partition_for)
+CLICKS_TOPIC, PROFILES_TOPIC = (
+    Topic(name, PARTITIONS, Cleanup.COMPACT, partition_field="user_id") for name in (CLICKS, PROFILES)
+)
 
 # One file holds both inputs (kind tells them apart): a micro-batch reads one file.
 SCHEMA = (
@@ -94,8 +98,6 @@ def _generate(seed: int, users: int) -> list[dict[str, Any]]:
     for r in records:
         topic = PROFILES if r.values["is_profile"] else CLICKS
         partition = partition_for(r.values["user_id"], PARTITIONS)
-        if rng.random() < 0.01:  # a producer with another partitioner: a dead letter, never a record
-            partition = (partition + 1) % PARTITIONS
         r.values["key"] = r.values["user_id"] if r.values["is_profile"] else r.values["event_id"]
         offset = offsets[(topic, partition)]
         offsets[(topic, partition)] += 1
@@ -121,15 +123,6 @@ def _dead_letter(i: int, columns: list[str]) -> dict[str, Any]:
     return row | ({"is_profile": i % 2 == 0} if "is_profile" in columns else {})
 
 
-def _misplaced(row: dict[str, Any]) -> tuple[Any, ...]:
-    """A record outside its user's partition, as its dead letter."""
-    home = partition_for(row["user_id"], PARTITIONS)
-    why = (f"partition {row['kafka_partition']} is not the partition of user_id '{row['user_id']}' ({home} of "
-           f"{PARTITIONS}, as the platform's producers place it)")  # fmt: skip
-    return ("partition-mismatch", why, row["key"].encode(), row["raw_value"], row["kafka_topic"],
-            row["kafka_partition"], row["kafka_offset"], row["kafka_timestamp"])  # fmt: skip
-
-
 def _expected(batches: list[list[dict[str, Any]]]) -> list[dict[str, list[tuple[Any, ...]]]]:
     """Per batch, per user: the records the rule emits, in its order (dead letters under user None, sorted)."""
     states: dict[str, UserState] = defaultdict(UserState)
@@ -141,8 +134,6 @@ def _expected(batches: list[list[dict[str, Any]]]) -> list[dict[str, list[tuple[
         for row in batch:
             if row["side_kind"] is not None:
                 per_user[None].append(_side_only(row))
-            elif row["kafka_partition"] != partition_for(row["user_id"], PARTITIONS):
-                per_user[None].append(_misplaced(row))
             else:
                 rows_of[row["user_id"]].append(row)
         # each partition's clicks in offset order, stamped by its clock
@@ -229,7 +220,7 @@ def _first_emissions_in_offset_order(rows: list[Row], batch: list[dict[str, Any]
 def enriched_changes_of_both(stream: DataFrame) -> DataFrame:
     """enrich_clicks' transform over a file that holds both inputs."""
     is_profile = F.col("is_profile") & F.col("side_kind").isNull()
-    inputs = union_inputs(stream.where(~is_profile), stream.where(is_profile), (PARTITIONS, PARTITIONS))
+    inputs = union_inputs(stream.where(~is_profile), stream.where(is_profile), (CLICKS_TOPIC, PROFILES_TOPIC))
     return enriched_changes(inputs, L, D)
 
 
@@ -247,9 +238,7 @@ def test_the_as_of_operator_equals_the_python_rule(
     assert sum(r[0] == LATE_PROFILE for r in emitted) >= 2
     assert sum(r[0] == ENRICHED and r[7] is None for r in emitted) >= 5  # clicks before any version
     records = [row for b in batches for row in b if row["side_kind"] is None]
-    placed = [row for row in records if row["kafka_partition"] == partition_for(row["user_id"], PARTITIONS)]
-    assert len(records) - len(placed) >= 3  # records outside their user's partition
-    corrections = len([r for r in emitted if r[0] == ENRICHED]) - sum(1 for row in placed if not row["is_profile"])
+    corrections = len([r for r in emitted if r[0] == ENRICHED]) - sum(1 for row in records if not row["is_profile"])
     assert corrections >= 5
     assert any(r[0] == ENRICHED and r[11] is not None for r in emitted)
 
@@ -307,11 +296,16 @@ def test_the_as_of_state_keys_spread_a_topics_partitions_evenly_over_the_tasks(s
     assert row.asDict() == {f"{p}/{n}": p % n for p in keys for n in counts}
 
 
-def test_the_as_of_join_refuses_inputs_in_different_partition_counts(spark: SparkSession, tmp_path: Path) -> None:
+def test_the_as_of_join_refuses_inputs_not_placed_by_user_in_as_many_partitions(
+    spark: SparkSession, tmp_path: Path
+) -> None:
     write_batches(tmp_path / "in", [[_dead_letter(0, COLUMNS)]], SCHEMA)
     stream = spark.readStream.schema(SCHEMA).parquet(str(tmp_path / "in"))
-    with pytest.raises(KappaError, match=r"in as many partitions .*: the events' topic has 4, the entities' 3"):
-        union_inputs(stream, stream, (4, 3))
+    with pytest.raises(KappaError, match=r"in as many partitions .*: clicks-t has 3, profiles-t 4$"):
+        union_inputs(stream, stream, (CLICKS_TOPIC, replace(PROFILES_TOPIC, partitions=4)))
+    by_key = replace(PROFILES_TOPIC, partition_field=None)  # Kafka's default partitioner: by the record's key
+    with pytest.raises(KappaError, match=r"placed by 'user_id': topic profiles-t declares partition_field=None"):
+        union_inputs(stream, stream, (CLICKS_TOPIC, by_key))
 
 
 def test_the_as_of_operator_says_it_needs_rocksdb(
@@ -324,7 +318,7 @@ def test_the_as_of_operator_says_it_needs_rocksdb(
         SettingsError,
         match="the as-of join keeps its state with transformWithState, which needs the RocksDB state store: set",
     ):
-        enriched_changes(union_inputs(stream, stream, (PARTITIONS, PARTITIONS)), L, D)
+        enriched_changes(union_inputs(stream, stream, (CLICKS_TOPIC, PROFILES_TOPIC)), L, D)
 
 
 # ------------------------------------------------------------------ sessionization ----------------

@@ -30,6 +30,7 @@ from kappa.contracts.schema_files import topic_value_schema
 from kappa.contracts.topic_declarations import Topic, late_events_of
 from kappa.core.settings import KappaSettings
 from kappa.kafka.clients import Outgoing, admin_client, produce_all
+from kappa.kafka.partitioning import partition_for
 from kappa.kafka.topic_admin import apply
 from kappa.runtime.runner import run_job
 from kappa.spark.compacted import latest_per_key
@@ -106,14 +107,22 @@ def test_real_time_lane_enriches_refreshes_its_profiles_and_sets_bad_records_asi
 
     def publish_profile(version: ProfileVersion) -> None:
         value = profile_encoder.encode(version.as_avro())
-        produce_all(stack, profiles.name, [Outgoing(version.user_id.encode(), value)])
+        placed = partition_for(version.user_id, profiles.partitions)
+        produce_all(stack, profiles.name, [Outgoing(version.user_id.encode(), value, placed)])
 
     produced: list[Click] = []
 
     def publish_clicks(batch: list[Click]) -> set[str]:
         produced.extend(batch)
         produce_all(
-            stack, clicks.name, [Outgoing(c.event_id.encode(), click_encoder.encode(c.as_avro())) for c in batch]
+            stack,
+            clicks.name,
+            [
+                Outgoing(
+                    c.event_id.encode(), click_encoder.encode(c.as_avro()), partition_for(c.user_id, clicks.partitions)
+                )
+                for c in batch
+            ],
         )
         return {c.event_id for c in batch}
 

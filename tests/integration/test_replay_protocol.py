@@ -62,8 +62,8 @@ def test_a_cascade_cutover_and_rollback_through_the_library_leave_every_step_in_
     v2.edit("enrich_clicks/declaration.py", "version=1,", "version=2,")
     v2.edit(
         "enrich_clicks/declaration.py",
-        "partitions), lateness_ms, disorder_ms)",
-        "partitions), lateness_ms, disorder_ms).withColumn(\n"
+        "topics), lateness_ms, disorder_ms)",
+        "topics), lateness_ms, disorder_ms).withColumn(\n"
         '        "segment", F.when(F.col("segment") == "TRIAL", "FREE").otherwise(F.col("segment"))\n'
         "    )",
     )

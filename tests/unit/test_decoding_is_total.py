@@ -6,6 +6,7 @@ corrupted frames, unknown, huge and negative schema ids, empty and null values, 
 
 import io
 import os
+import zlib
 from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
@@ -26,13 +27,13 @@ from kappa.spark.topic_io import decode_topic
 
 SCHEMA = topic_value_schema(load_settings().schemas_path, CLICKS)
 WRITER_ID = 7
-KIND, OFFSET = 0, 4  # positions of the kind and the source offset in a dead letter's headers
+KIND, MESSAGE, OFFSET = 0, 1, 4  # positions of the kind, message and source offset in a dead letter's headers
 
 
-def click_bytes(event_id: str) -> bytes:
+def click_bytes(event_id: str, user_id: str = "u1") -> bytes:
     record = {
         "event_id": event_id,
-        "user_id": "u1",
+        "user_id": user_id,
         "page": "/a",
         "referrer": None,
         "event_time": datetime(2026, 1, 1, tzinfo=UTC),
@@ -175,3 +176,27 @@ def expected_outcome(key: bytes | None, value: bytes | None) -> Any:
     if value == GOOD:
         return "record" if key == b"e1" else DeadLetterKind.KEY_MISMATCH
     return None
+
+
+def test_a_record_outside_its_users_partition_is_a_dead_letter_that_says_where_it_belongs(spark: SparkSession) -> None:
+    """clicks are placed by user_id: in every partition but the user's, the same record is refused, by every
+    reader (decoding decides), with its place and the user's; a wrong key is reported as that, first."""
+    home = zlib.crc32(b"ann") % 4  # independently of partition_for
+    value = click_bytes("e1", user_id="ann")
+    records = [(b"e1", value, p) for p in range(4)] + [(b"e2", value, (home + 1) % 4)]
+    rows = [(k, v, "clicks", p, i, datetime(2026, 1, 1, tzinfo=UTC)) for i, (k, v, p) in enumerate(records)]
+    raw = spark.createDataFrame(
+        rows, "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
+    )
+    decoded = decode_topic(raw, SCHEMA, {WRITER_ID: SCHEMA}, "t", 1, key_field="event_id", placed_by=("user_id", 4))
+    assert [r.kafka_offset for r in decoded.records.collect()] == [home]
+    headers = F.col("headers")
+    letters = decoded.dead_letters.select(
+        headers[OFFSET]["value"].cast("string").cast("long").alias("offset"),
+        headers[KIND]["value"].cast("string").alias("kind"),
+        headers[MESSAGE]["value"].cast("string").alias("message"),
+    )
+    why = "partition {} is not the partition of user_id 'ann' ({} of 4, as the platform's producers place it)"
+    misplaced = {(p, "partition-mismatch", why.format(p, home)) for p in range(4) if p != home}
+    key_first = (4, "key-mismatch", "key 'e2' is not the record's event_id 'e1'")
+    assert {(r.offset, r.kind, r.message) for r in letters.collect()} == {*misplaced, key_first}

@@ -7,8 +7,8 @@ its rows back into columns. Both inputs are decoded topic reads with their Kafka
 columns) pass through the operator unchanged.
 
 The operator is keyed by Kafka partition (each partition's keys' states and its clock in one call), so both
-inputs must place a key as `partition_for` does, in as many partitions: a record in another partition is a
-dead letter (`partition-mismatch`), set aside before the shuffle.
+inputs' topics must be placed by the key (`Topic.partition_field`), in as many partitions: decoding them then
+makes a record in another partition a dead letter (`partition-mismatch`), before the shuffle.
 """
 
 from __future__ import annotations
@@ -19,11 +19,9 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from kappa.contracts.dead_letter_format import DeadLetterKind
+from kappa.contracts.topic_declarations import Topic
 from kappa.core.errors import KappaError
-from kappa.kafka.partitioning import partition_column
 from kappa.operators.jvm import operators_jvm, side_input, side_output
-from kappa.spark.side_outputs import set_aside_where
 
 EVENT, LATE = "event", "late"  # the operator's `kind`; null on a passed-through dead letter
 
@@ -46,18 +44,24 @@ def _strings(columns: Sequence[str]) -> Column:
     return F.array(*(F.col(c).cast("string") for c in columns))
 
 
-def as_of_rows(events: DataFrame, entities: DataFrame, cols: AsOfJoinColumns, partitions: tuple[int, int]) -> DataFrame:
+def as_of_rows(events: DataFrame, entities: DataFrame, cols: AsOfJoinColumns, topics: tuple[Topic, Topic]) -> DataFrame:
     """Both inputs as one DataFrame of the operator's rows (io.kappa.operators.AsOfJoin.INPUT).
 
-    `partitions`: the declared partition counts of the events' and the entities' topics, which must be equal
-    (a key's events and versions share a partition number); a record outside its key's partition is set aside.
+    `topics`: the events' and the entities' topics as deployed, refused unless both are placed by the key in as
+    many partitions (a key's events and versions share a partition number, and a reader's decoding sets aside a
+    record outside it).
     """
-    if partitions[0] != partitions[1]:
+    for topic in topics:
+        if topic.partition_field != cols.key:
+            raise KappaError(
+                f"the as-of join keeps its state per Kafka partition, so its inputs must be placed by {cols.key!r}: "
+                f"topic {topic.name} declares partition_field={topic.partition_field!r}"
+            )
+    if topics[0].partitions != topics[1].partitions:
         raise KappaError(
             f"the as-of join needs its two inputs in as many partitions (a key's events and versions in one "
-            f"partition number): the events' topic has {partitions[0]}, the entities' {partitions[1]}"
+            f"partition number): {topics[0].name} has {topics[0].partitions}, {topics[1].name} {topics[1].partitions}"
         )
-    events, entities = (_placed(df, cols.key, partitions[0]) for df in (events, entities))
     null_long = F.lit(None).cast("long")
     position = [F.col("kafka_topic"), F.col("kafka_partition").cast("int"), F.col("kafka_offset")]
     # Only a late version is set aside with its original bytes: an event's would cross the shuffle for nothing.
@@ -76,16 +80,6 @@ def as_of_rows(events: DataFrame, entities: DataFrame, cols: AsOfJoinColumns, pa
         _strings(cols.entity_payload).alias("payload"), *side_input(entities),
     )  # fmt: skip
     return event_rows.unionByName(entity_rows)
-
-
-def _placed(rows: DataFrame, key: str, partitions: int) -> DataFrame:
-    """`rows` with each record outside its key's partition (`partition_for`) set aside as a dead letter."""
-    home = partition_column(F.col(key), partitions)
-    why = F.format_string(
-        f"partition %d is not the partition of {key} '%s' (%d of {partitions}, as the platform's producers place it)",
-        F.col("kafka_partition"), F.col(key), home,
-    )  # fmt: skip
-    return set_aside_where(rows, F.col("kafka_partition") != home, DeadLetterKind.PARTITION_MISMATCH, why)
 
 
 def as_of_join(rows: DataFrame, lateness_ms: int, disorder_ms: int, late_kind: str) -> DataFrame:

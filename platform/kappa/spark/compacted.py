@@ -14,7 +14,7 @@ from kappa.contracts.registry import Registry
 from kappa.contracts.topic_declarations import Topic
 from kappa.core.settings import KappaSettings
 from kappa.spark.changes import last_per_key
-from kappa.spark.topic_io import DELETED, decode_topic, kafka_source, value_schema, writer_schemas
+from kappa.spark.topic_io import DELETED, decode_topic, kafka_source, placement, value_schema, writer_schemas
 
 
 def latest_per_key(
@@ -31,7 +31,7 @@ def latest_per_key(
     raw = kafka_source(spark, settings, topic, streaming=False)
     decoded = decode_topic(
         raw, value_schema(settings, topic), writers, job="reader", job_version=0,
-        key_field=topic.key_field, deletes=topic.deletes,
+        key_field=topic.key_field, deletes=topic.deletes, placed_by=placement(topic),
     )  # fmt: skip
     changes = decoded.changes  # records and tombstones from one read of the topic
     if written_until_ms is not None:

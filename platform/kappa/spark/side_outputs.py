@@ -80,24 +80,6 @@ def late_side_row(rows: pd.DataFrame, i: int, kind: DeadLetterKind) -> dict[str,
     }
 
 
-def set_aside_where(rows: DataFrame, condition: Column, kind: str, message: Column) -> DataFrame:
-    """A decoded read with its raw values (`with_raw=True`), its records meeting `condition` set aside as side rows
-    of `kind`, `message` saying why, with their original key, bytes and place in the log. Rows already set
-    aside keep their reason."""
-    hit = F.col(SIDE_KIND).isNull() & F.coalesce(condition, F.lit(False))
-    own = {
-        SIDE_KIND: F.lit(str(kind)),
-        "side_message": message,
-        "side_key": F.col("key").cast("binary"),  # a record's key is its declared field's UTF-8 text
-        "side_value": F.col("raw_value"),
-        "side_topic": F.col("kafka_topic"),
-        "side_partition": F.col("kafka_partition"),
-        "side_offset": F.col("kafka_offset"),
-        "side_timestamp": F.col("kafka_timestamp"),
-    }
-    return rows.withColumns({name: F.when(hit, value).otherwise(F.col(name)) for name, value in own.items()})
-
-
 HEADER_TYPE = "struct<key: string, value: binary>"  # one Kafka header, as Spark's Kafka sink takes it
 HEADERS_TYPE = f"array<{HEADER_TYPE}>"
 

@@ -37,6 +37,7 @@ from kappa.core.observed import (
     record_age_column,
 )
 from kappa.core.settings import KappaSettings
+from kappa.kafka.partitioning import partition_column
 from kappa.spark.clock import wall_clock_ms
 from kappa.spark.confluent_avro import DEAD_LETTER, RECORD, decode_confluent, encode_confluent, struct_for
 from kappa.spark.side_outputs import SIDE_KIND, side_records
@@ -170,6 +171,7 @@ def decode_topic(
     contract: RowContract | None = None,
     key_field: str | None = None,
     deletes: bool = False,
+    placed_by: tuple[str, int] | None = None,
 ) -> DecodedTopic:
     """Split raw Kafka rows into decoded records, dead letters and tombstones.
 
@@ -177,6 +179,10 @@ def decode_topic(
     `contract`: decoded records breaking it are dead letters too (kind `contract-violation`), not records.
     `key_field`: the record field the Kafka key must equal (as UTF-8 text); any other key is a dead letter
     (kind `key-mismatch`): compaction keeps one value per key, so a wrong key would keep the wrong identity.
+    `placed_by`: (the topic's partition field, its declared partition count): a record outside
+    `partition_for(field)` is a dead letter (kind `partition-mismatch`): readers rely on a field's records
+    sharing one partition, in its log order (enrich_clicks keeps its state per partition), so every reader of
+    the topic refuses the same records.
     `deletes`: null values delete their key (the `tombstones` frame); otherwise they are dead letters.
     """
     decoded = decode_confluent(raw, reader_schema, writers, deletes=deletes)
@@ -198,6 +204,8 @@ def decode_topic(
         why = F.concat(F.lit("key "), shown_key, F.lit(f" is not the record's {key_field} "), shown_field)
         wrong_key = F.struct(F.lit(DeadLetterKind.KEY_MISMATCH.value).alias("kind"), why.alias("message"))
         decoded = decoded.withColumn(DEAD_LETTER, F.when(mismatch, wrong_key).otherwise(F.col(DEAD_LETTER)))
+    if placed_by is not None:
+        decoded, keeps = _placed(decoded, keeps, *placed_by, field_names)
     broken: Column = F.lit(None).cast("string")
     if contract is not None and contract.expectations:
         contract.require(field_names)
@@ -244,6 +252,30 @@ def decode_topic(
     return DecodedTopic(rows, names, job, job_version, deletes)
 
 
+def placement(topic: Topic) -> tuple[str, int] | None:
+    """decode_topic's `placed_by` for a declared topic: its partition field and count, if it declares one."""
+    return None if topic.partition_field is None else (topic.partition_field, topic.partitions)
+
+
+def _placed(
+    decoded: DataFrame, keeps: Column, field: str, partitions: int, field_names: list[str]
+) -> tuple[DataFrame, Column]:
+    """decode_topic's placement check: records outside their field's partition become dead letters."""
+    if field not in field_names:
+        raise KappaError(f"partition field {field!r} is not a field of the schema (fields: {field_names})")
+    value = F.col(RECORD).getField(field)
+    home = partition_column(value, partitions)
+    misplaced = keeps & ~F.col("partition").eqNullSafe(home)  # one reason per record: a wrong key comes first
+    why = F.format_string(
+        f"partition %d is not the partition of {field} %s (%s of {partitions}, as the platform's producers place it)",
+        F.col("partition"), F.coalesce(F.concat(F.lit("'"), value.cast("string"), F.lit("'")), F.lit("null")),
+        F.coalesce(home.cast("string"), F.lit("none")),
+    )  # fmt: skip
+    wrong_place = F.struct(F.lit(DeadLetterKind.PARTITION_MISMATCH.value).alias("kind"), why.alias("message"))
+    decoded = decoded.withColumn(DEAD_LETTER, F.when(misplaced, wrong_place).otherwise(F.col(DEAD_LETTER)))
+    return decoded, keeps & ~misplaced
+
+
 def read_topic(
     spark: SparkSession,
     settings: KappaSettings,
@@ -278,7 +310,7 @@ def read_topic(
     contract = topic_contract(settings, topic) if enforce_contract else None
     return decode_topic(
         raw, value_schema(settings, topic), writers, job, job_version, with_raw, contract,
-        key_field=topic.key_field, deletes=topic.deletes,
+        key_field=topic.key_field, deletes=topic.deletes, placed_by=placement(topic),
     )  # fmt: skip
 
 
