@@ -36,7 +36,7 @@ from kappa.kafka.partitioning import partition_for
 from kappa.ops.avro_types import Field, RowError
 from kappa.ops.csv_cells import CsvTyping, from_text
 from kappa.ops.file_rows import FileFormat, detect_format, open_source
-from kappa.ops.produce_file import RejectsFile, default_rejects_path, interrupts_noted, produce_rows
+from kappa.ops.produce_file import Interrupts, RejectsFile, default_rejects_path, produce_rows
 from kappa.ops.progress_bar import Progress
 from kappa.ops.receipts import ranges
 from kappa.ops.record_shape import RecordShape, placement
@@ -504,10 +504,10 @@ def test_an_interrupt_while_sending_stops_at_the_next_row_and_raises_nothing(tmp
         if row == 3:
             os.kill(os.getpid(), signum)  # delivered while this callback runs, as under the producer's poll
 
-    with RejectsFile(default_rejects_path(path)) as rejects, interrupts_noted() as stop:
+    with RejectsFile(default_rejects_path(path)) as rejects, Interrupts().noting() as interrupts:
         count = produce_rows(open_source(path, FileFormat.JSONL, shape), shape, CLICKS, encoder(CLICK_SCHEMA),
-                             send, rejects, stop=stop)  # fmt: skip
-        assert stop.is_set()
+                             send, rejects, stop=interrupts)  # fmt: skip
+        assert interrupts.noted
     assert (count, sent) == (3, [1, 2, 3])
     with pytest.raises(KeyboardInterrupt):
         signal.raise_signal(signal.SIGINT)  # the handlers are back
@@ -519,12 +519,28 @@ def test_an_interrupt_ends_the_wait_between_paced_rows_at_once(tmp_path: Path) -
     shape, sent = RecordShape(CLICK_SCHEMA), []
     started = time.monotonic()
     ctrl_c = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
-    with RejectsFile(default_rejects_path(path)) as rejects, interrupts_noted() as stop:
+    with RejectsFile(default_rejects_path(path)) as rejects, Interrupts().noting() as interrupts:
         ctrl_c.start()
         produce_rows(open_source(path, FileFormat.JSONL, shape), shape, CLICKS, encoder(CLICK_SCHEMA),
-                     lambda _record, row: sent.append(row), rejects, rate=0.01, stop=stop)  # fmt: skip
+                     lambda _record, row: sent.append(row), rejects, rate=0.01, stop=interrupts)  # fmt: skip
     assert sent == []  # the first row would have waited 100 s
     assert time.monotonic() - started < 10
+
+
+def test_an_ignored_signal_stays_ignored_while_interrupts_are_noted() -> None:
+    """A run in the background (nohup, `&` in a script) ignores SIGINT: it must not start to stop on one."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with Interrupts().noting() as interrupts:
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            signal.raise_signal(signal.SIGINT)
+            signal.raise_signal(signal.SIGTERM)  # not ignored: noted
+        assert (interrupts.noted, signal.getsignal(signal.SIGINT)) == (True, signal.SIG_IGN)
+        with Interrupts().noting() as quiet:
+            signal.raise_signal(signal.SIGINT)
+        assert not quiet.noted
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 # --- CSV typing in batches (pyarrow.csv) against cell by cell (from_text) ----------------------------------------

@@ -128,7 +128,10 @@ class Publisher:
             self._outage_since = None
             self._last_line = 0.0
 
-    def send(self, topic: str, rec: Outgoing, tag: int | None = None) -> None:
+    def send(self, topic: str, rec: Outgoing, tag: int | None = None, stop: Callable[[], bool] | None = None) -> None:
+        """Send one record (acknowledged later, in `confirmed` or `unconfirmed`). While Kafka's local queue is full
+        it waits for room; `stop` saying true then ends the wait with KeyboardInterrupt, raised here, in Python,
+        and not inside a delivery callback."""
         on_delivery = self._delivered if tag is None else functools.partial(self._delivered, tag=tag)
         kwargs: dict[str, Any] = {"key": rec.key, "value": rec.value, "on_delivery": on_delivery}
         if rec.partition is not None:
@@ -144,6 +147,8 @@ class Publisher:
                 self._producer.produce(topic, **kwargs)
                 break
             except BufferError:  # local queue full (Kafka slow, or away): let deliveries drain, then retry
+                if stop is not None and stop():
+                    raise KeyboardInterrupt("interrupted while Kafka's local queue was full") from None
                 self._producer.poll(0.5)
                 self._unstall()
             except KafkaException as exc:

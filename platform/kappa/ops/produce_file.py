@@ -45,6 +45,7 @@ from kappa.ops.record_shape import RecordShape, check_declaration, placement
 
 REJECTS_SUFFIX = ".rejected.jsonl"
 INTERRUPT_FLUSH_S = 10.0  # after Ctrl-C: how long the rows already sent get to be acknowledged
+PAUSE_SLICE_S = 0.2  # a paced run looks for an interrupt this often while it waits between rows
 
 
 def default_rejects_path(path: Path) -> Path:
@@ -109,26 +110,23 @@ def produce_rows(
     progress: Progress | None = None,
     skip: Collection[int] = (),
     rate: float | None = None,
-    stop: threading.Event | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> int:
     """Every row of the source either sent (encoded, keyed, placed; with its row number) or written to the rejects
     file, except the rows in `skip` (in the topic already); the number sent. `rate`: at most that many rows a
-    second. `stop`: once set, no further row is read."""
+    second. `stop`: once it says true, no further row is read."""
     sent = paced = 0
     started = time.monotonic()
     for row in source.rows():
-        if stop is not None and stop.is_set():
+        if stop is not None and stop():
             break
         if row.row in skip:
             continue  # before the pacing: a re-run does not wait through the rows the topic holds already
         if rate:
             paced += 1
             ahead = paced / rate - (time.monotonic() - started)
-            if ahead > 0:
-                if stop is None:
-                    time.sleep(ahead)
-                elif stop.wait(ahead):  # an interrupt ends the wait at once
-                    break
+            if ahead > 0 and not _pause(ahead, stop):
+                break
         try:
             if row.values is None:
                 raise RowError(row.problem or "unreadable")
@@ -187,25 +185,54 @@ def _require_topic(settings: KappaSettings, topic: Topic) -> None:
         )
 
 
-@contextmanager
-def interrupts_noted() -> Iterator[threading.Event]:
-    """Ctrl-C and SIGTERM, while inside, only set the event they yield: the run stops at its next row.
+def _pause(seconds: float, stop: Callable[[], bool] | None) -> bool:
+    """Sleep `seconds`, looking at `stop` every PAUSE_SLICE_S; False if it said stop first."""
+    if stop is None:
+        time.sleep(seconds)
+        return True
+    until = time.monotonic() + seconds
+    while (left := until - time.monotonic()) > 0:
+        if stop():
+            return False
+        time.sleep(min(left, PAUSE_SLICE_S))
+    return not stop()
 
-    Raised as KeyboardInterrupt they land wherever Python runs next, which in a producing loop is mostly a
-    delivery callback that librdkafka calls from `poll`; confluent-kafka then loses the exception and `poll` fails
-    with "SystemError: ... returned NULL without setting an exception" (seen in CI). Outside the main thread
-    (where no handler can be set) the event is never set by a signal."""
-    stop = threading.Event()
-    if threading.current_thread() is not threading.main_thread():
-        yield stop
-        return
-    signals = (signal.SIGINT, signal.SIGTERM)
-    previous = {s: signal.signal(s, lambda _signum, _frame: stop.set()) for s in signals}
-    try:
-        yield stop
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+
+class Interrupts:
+    """Ctrl-C and SIGTERM, while `noting()`, are only noted (`noted`, or call the object): the run stops at its
+    next row, waits briefly for what it sent, and says so.
+
+    Raised as KeyboardInterrupt they would land wherever Python runs next, which in a producing loop is mostly a
+    delivery callback that librdkafka calls from `poll`: confluent-kafka then loses the exception, and `poll`
+    fails with "SystemError: ... returned NULL without setting an exception" (seen in CI). The handler only sets
+    an attribute: it takes no lock, so it can never wait for one its own thread holds. A signal that is ignored
+    (a run in the background) stays ignored; outside the main thread no handler can be set, and nothing is noted.
+    """
+
+    def __init__(self) -> None:
+        self.noted = False
+
+    def __call__(self) -> bool:
+        return self.noted
+
+    def _note(self, _signum: int, _frame: object) -> None:
+        self.noted = True
+
+    @contextmanager
+    def noting(self) -> Iterator[Interrupts]:
+        replaced: dict[signal.Signals, Any] = {}
+        try:
+            if threading.current_thread() is threading.main_thread():
+                for s in (signal.SIGINT, signal.SIGTERM):
+                    current = signal.getsignal(s)
+                    if current is signal.SIG_IGN or current is None:  # ignored, or set outside Python: kept
+                        continue
+                    replaced[s] = current
+                    signal.signal(s, self._note)
+            yield self
+        finally:
+            for s, handler in replaced.items():
+                signal.signal(s, handler)
 
 
 def produce_file(
@@ -253,25 +280,28 @@ def produce_file(
         bar.write(f"kappa produce: {line}")
 
     publisher = Publisher(settings, say=say)
-    with RejectsFile(rejects_path) as rejects, interrupts_noted() as stop:
+    with RejectsFile(rejects_path) as rejects, Interrupts().noting() as interrupts:
 
         def send(record: Outgoing, row: int) -> None:
             headers = [receipts.row_header(digest, row)]
-            publisher.send(topic.name, replace(record, headers=headers), tag=row)
+            publisher.send(topic.name, replace(record, headers=headers), tag=row, stop=interrupts)
 
         try:
-            produce_rows(source, shape, topic, encoder.encode, send, rejects, bar, skip=found, rate=rate, stop=stop)
+            produce_rows(source, shape, topic, encoder.encode, send, rejects, bar, skip=found, rate=rate,
+                         stop=interrupts)  # fmt: skip
+        except KeyboardInterrupt:  # Kafka's queue was full when the interrupt came (Publisher.send)
+            interrupts.noted = True
         except KappaError as exc:  # the file broke off: what was sent before is delivered, and said
-            publisher.flush()
+            publisher.flush(stop=interrupts)
             raise KappaError(f"{exc}; the {publisher.confirmed} records before it were produced") from None
         finally:
             bar.finish()
-        if not stop.is_set():
-            publisher.flush(stop=stop.is_set)  # an outage is waited out, unless interrupted meanwhile
-        interrupted = stop.is_set()  # stop reading; what was sent is waited for briefly, and said
+        # Interrupted: rows were left unread. An interrupt during the last wait only cuts the wait short: what is
+        # still unacknowledged then is reported as unconfirmed.
+        interrupted = interrupts.noted
         if interrupted:
             say(f"interrupted: waiting up to {INTERRUPT_FLUSH_S:g} s for the rows sent so far to be acknowledged")
-            publisher.flush(INTERRUPT_FLUSH_S)
+        publisher.flush(INTERRUPT_FLUSH_S if interrupted else None, stop=None if interrupted else interrupts)
     unconfirmed = publisher.unconfirmed()
     if not unconfirmed and not interrupted:
         receipts.save(where, replace(receipt, complete=True, rows=len(found) + publisher.confirmed))
