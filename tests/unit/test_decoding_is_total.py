@@ -200,3 +200,21 @@ def test_a_record_outside_its_users_partition_is_a_dead_letter_that_says_where_i
     misplaced = {(p, "partition-mismatch", why.format(p, home)) for p in range(4) if p != home}
     key_first = (4, "key-mismatch", "key 'e2' is not the record's event_id 'e1'")
     assert {(r.offset, r.kind, r.message) for r in letters.collect()} == {*misplaced, key_first}
+
+
+def test_a_number_places_its_record_by_its_text_as_the_producers_place_it(spark: SparkSession) -> None:
+    """`kappa produce` places a record by its partition field's text (`partition_for(key_text(value))`): an int
+    field is placed by its digits, so decoding checks the same partition."""
+    schema = {"type": "record", "name": "Reading", "fields": [{"name": "id", "type": "string"},
+                                                               {"name": "sensor", "type": "int"}]}  # fmt: skip
+    home = zlib.crc32(b"1234") % 4  # independently of partition_for
+    buffer = io.BytesIO()
+    schemaless_writer(buffer, parse_schema(schema), {"id": "r1", "sensor": 1234})
+    value = frame(WRITER_ID, buffer.getvalue())
+    rows = [(b"r1", value, "readings", p, p, datetime(2026, 1, 1, tzinfo=UTC)) for p in range(4)]
+    raw = spark.createDataFrame(
+        rows, "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
+    )
+    decoded = decode_topic(raw, schema, {WRITER_ID: schema}, "t", 1, key_field="id", placed_by=("sensor", 4))
+    assert [r.kafka_offset for r in decoded.records.collect()] == [home]
+    assert decoded.dead_letters.count() == 3

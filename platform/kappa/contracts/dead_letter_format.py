@@ -15,7 +15,7 @@ class DeadLetterKind(StrEnum):
     UNDECODABLE = "undecodable"  # the Avro body does not decode with its writer schema (truncated, garbage)
     TOMBSTONE_ON_SOURCE = "tombstone-on-source"  # a null value on a topic whose declaration has no deletes
     KEY_MISMATCH = "key-mismatch"  # decoded, but the Kafka key is not the record's declared key field
-    PARTITION_MISMATCH = "partition-mismatch"  # decoded, but not in the partition its key's records share
+    PARTITION_MISMATCH = "partition-mismatch"  # decoded, but not in the partition its partition field places it in
     CONTRACT_VIOLATION = "contract-violation"  # decoded, but breaks a row-level data contract
     LATE_EVENT = "late-event"  # beyond the allowed lateness
     # A stateful rule names its own late kinds too (e.g. enrich_clicks' "late-profile"): any kind not above.

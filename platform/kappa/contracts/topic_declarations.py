@@ -42,8 +42,9 @@ class Topic:
     key_schema: str | None = None  # file in schemas/, when the key is structured
     # The value field every record's key must equal (UTF-8 text): another key is a `key-mismatch` dead letter.
     key_field: str | None = None
-    # The value field that places a record (kappa.kafka.partitioning.partition_for): every record of one user in
-    # one partition, so the user's order is the log's in every run. None: by key (Kafka's default partitioner).
+    # The value field that places a record (kappa.kafka.partitioning.partition_for, of its text): every record of
+    # one user in one partition, so the user's order is the log's in every run; a record elsewhere is a
+    # `partition-mismatch` dead letter. None: by key (Kafka's default partitioner).
     partition_field: str | None = None
     # Null values (tombstones) delete their key: meaningful here. Elsewhere they are `tombstone-on-source`.
     deletes: bool = False

@@ -263,12 +263,12 @@ def _placed(
     """decode_topic's placement check: records outside their field's partition become dead letters."""
     if field not in field_names:
         raise KappaError(f"partition field {field!r} is not a field of the schema (fields: {field_names})")
-    value = F.col(RECORD).getField(field)
+    value = F.col(RECORD).getField(field).cast("string")  # as producers place it: by its text (`key_text`)
     home = partition_column(value, partitions)
     misplaced = keeps & ~F.col("partition").eqNullSafe(home)  # one reason per record: a wrong key comes first
     why = F.format_string(
         f"partition %d is not the partition of {field} %s (%s of {partitions}, as the platform's producers place it)",
-        F.col("partition"), F.coalesce(F.concat(F.lit("'"), value.cast("string"), F.lit("'")), F.lit("null")),
+        F.col("partition"), F.coalesce(F.concat(F.lit("'"), value, F.lit("'")), F.lit("null")),
         F.coalesce(home.cast("string"), F.lit("none")),
     )  # fmt: skip
     wrong_place = F.struct(F.lit(DeadLetterKind.PARTITION_MISMATCH.value).alias("kind"), why.alias("message"))
