@@ -33,6 +33,7 @@ from kappa.contracts.dead_letter_format import H_SOURCE_PARTITION, DeadLetterKin
 from kappa.contracts.registry import Registry, value_subject
 from kappa.contracts.schema_files import load, topic_value_schema
 from kappa.contracts.topic_declarations import MINUTE_MS, Topic, late_events_of
+from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings
 from kappa.kafka.clients import Outgoing, admin_client, produce_all
 from kappa.kafka.topic_admin import apply
@@ -285,3 +286,6 @@ def test_a_record_outside_its_users_partition_is_a_dead_letter_and_moves_no_cloc
             f"partition {partition} is not the partition of user_id '{user}' ({home[user]} of 3, as the platform's "
             "producers place it)"
         )
+        assert dlq.replay(stack, topic.name) == (0, 1)  # never re-injected: it would be set aside again
+        with pytest.raises(KappaError, match="partition-mismatch letters cannot be replayed"):
+            dlq.replay(stack, topic.name, kind=DeadLetterKind.PARTITION_MISMATCH)

@@ -39,7 +39,7 @@ def cmd_dlq_replay(settings: KappaSettings, args: argparse.Namespace) -> int:
     replayed, skipped = dlq.replay(settings, args.topic, kind=args.kind)
     print(
         f"re-injected {replayed} dead letter(s) of {args.topic}"
-        + (f", {skipped} of other kinds left" if skipped else "")
+        + (f", {skipped} left (of other kinds, or partition-mismatch: produce those again, placed)" if skipped else "")
     )
     return 0
 

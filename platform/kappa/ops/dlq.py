@@ -16,6 +16,7 @@ from kappa.contracts.dead_letter_format import (
     H_SOURCE_PARTITION,
     H_SOURCE_TIMESTAMP,
     H_SOURCE_TOPIC,
+    DeadLetterKind,
     dlq_topic,
 )
 from kappa.core.errors import KappaError
@@ -143,15 +144,22 @@ def replay(settings: KappaSettings, topic: str, kind: str | None = None) -> tupl
     Progress is the consumer group `kappa-dlq-replay-<topic>-<kind or all>`: offsets are committed only after
     every record was acknowledged, so a crash re-sends at most the last batch (harmless: topics are compacted
     by key) and a second replay sends nothing already sent. Letters that retention deleted before a replay
-    read them are gone: it re-injects what the topic still holds. Returns (replayed, skipped by kind filter).
+    read them are gone: it re-injects what the topic still holds. Returns (replayed, skipped: other kinds, and the
+    `partition-mismatch` letters, which are never re-injected: each would land in the same wrong partition and be
+    set aside again; such a record must be produced again, placed by `partition_for`).
     """
+    if kind == DeadLetterKind.PARTITION_MISMATCH:
+        raise KappaError(
+            f"{kind} letters cannot be replayed: each would land in the same wrong partition again. Produce those "
+            "records again from a producer that places them (kappa.kafka.partitioning.partition_for)"
+        )
     # One progress record per filter: replaying one kind now must not mark the other kinds as done.
     group = f"kappa-dlq-replay-{topic}-{kind or 'all'}"
     with reading_consumer(settings, group) as consumer:
         letters, _ = _letters(consumer, dlq_topic(topic))
         # Each bad record once, however many jobs reported it.
         unique = list({d.source: d for d in reversed(letters)}.values())[::-1]
-        chosen = [d for d in unique if kind is None or d.kind == kind]
+        chosen = [d for d in unique if d.kind == kind or (kind is None and d.kind != DeadLetterKind.PARTITION_MISMATCH)]
         by_source: dict[str, list[DeadLetter]] = {}
         for letter in chosen:
             by_source.setdefault(letter.headers.get(H_SOURCE_TOPIC, topic), []).append(letter)
