@@ -3,8 +3,8 @@
 The rule is jobs/enrich_clicks/logic.py's (visibility, lateness L, disorder D, corrections, late versions, the
 partition's clock that stamps each event); this module only shapes the two inputs into the operator's rows and
 its rows back into columns. Both inputs are decoded topic reads with their Kafka position and raw values
-(`ctx.read(..., with_raw=True)`: the bytes of a late version or a misplaced record); their dead letters (the SIDE
-columns) pass through the operator unchanged.
+(`ctx.read(..., with_raw=True)`: the bytes of a late version); their dead letters (the SIDE columns) pass
+through the operator unchanged.
 
 The operator is keyed by Kafka partition (each partition's keys' states and its clock in one call), so both
 inputs' topics must be placed by the key (`Topic.partition_field`), in as many partitions: decoding them then

@@ -22,7 +22,7 @@ import java.util.function.Function;
 import org.junit.jupiter.api.Test;
 
 /**
- * The state bytes of both rules (the as-of rule's format 2, format 1 still read; the sessions' format 3, formats
+ * The state bytes of both rules (the as-of rule's format 2, format 1 refused; the sessions' format 4, formats
  * 1 and 2 still read): every kind of value survives a round trip, the layout is the
  * one written down here byte by byte (a change to it must change FORMAT), and bytes of another format, cut
  * short or with bytes left over are refused with a message that says so.
