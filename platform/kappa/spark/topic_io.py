@@ -187,38 +187,26 @@ def decode_topic(
     """
     decoded = decode_confluent(raw, reader_schema, writers, deletes=deletes)
     field_names = [f["name"] for f in reader_schema["fields"]]
-    keeps = F.col(RECORD).isNotNull()
+    # Each check below refuses only what no earlier one refused (one reason per record, the first), and reads
+    # that from the dead-letter column, so it costs once per record: an expression repeated in every field's
+    # `when` would be evaluated once per field (Spark's CollapseProject inlines a cheap-looking condition).
     if key_field is not None:
-        if key_field not in field_names:
-            raise KappaError(f"key field {key_field!r} is not a field of the schema (fields: {field_names})")
-        declared = F.col(RECORD).getField(key_field).cast("string")
-        key_text = F.col("key").cast("string")  # byte for byte: invalid UTF-8 never equals a decoded field
-        mismatch = F.col(RECORD).isNotNull() & ~key_text.eqNullSafe(declared)
-        keeps = keeps & ~mismatch
-        shown_key = (
-            F.when(F.col("key").isNull(), F.lit("null"))
-            .when(F.is_valid_utf8(key_text), F.concat(F.lit("'"), key_text, F.lit("'")))
-            .otherwise(F.concat(F.lit("0x"), F.hex(F.col("key"))))
-        )
-        shown_field = F.coalesce(F.concat(F.lit("'"), declared, F.lit("'")), F.lit("null"))
-        why = F.concat(F.lit("key "), shown_key, F.lit(f" is not the record's {key_field} "), shown_field)
-        wrong_key = F.struct(F.lit(DeadLetterKind.KEY_MISMATCH.value).alias("kind"), why.alias("message"))
-        decoded = decoded.withColumn(DEAD_LETTER, F.when(mismatch, wrong_key).otherwise(F.col(DEAD_LETTER)))
+        decoded = _keyed_by(decoded, key_field, field_names)
     if placed_by is not None:
-        decoded, keeps = _placed(decoded, keeps, *placed_by, field_names)
+        decoded = _placed(decoded, *placed_by, field_names)
     broken: Column = F.lit(None).cast("string")
     if contract is not None and contract.expectations:
         contract.require(field_names)
-        passes = contract.passes(F.col(RECORD).getField)
-        breaks = keeps & ~passes  # one reason per record: a wrong key is reported as that
-        keeps = keeps & passes
         # Only a failing row pays for the names (the array is built under the `when`).
-        broken = F.when(breaks, F.array_join(contract.violations(F.col(RECORD).getField), ", "))
+        violated = F.array_join(contract.violations(F.col(RECORD).getField), ", ")
+        decoded = decoded.withColumn(_BROKEN, F.when(_undecided() & ~contract.passes(F.col(RECORD).getField), violated))
+        broken = F.col(_BROKEN)
         violation = F.struct(
             F.lit(DeadLetterKind.CONTRACT_VIOLATION.value).alias("kind"),
             F.concat(F.lit(f"breaks its data contract {contract.suite}: "), broken).alias("message"),
         )
-        decoded = decoded.withColumn(DEAD_LETTER, F.when(breaks, violation).otherwise(F.col(DEAD_LETTER)))
+        decoded = decoded.withColumn(DEAD_LETTER, F.when(broken.isNotNull(), violation).otherwise(F.col(DEAD_LETTER)))
+    keeps = _undecided()
     side = F.col(DEAD_LETTER).isNotNull()
 
     def when_side(value: Column) -> Column:
@@ -257,23 +245,48 @@ def placement(topic: Topic) -> tuple[str, int] | None:
     return None if topic.partition_field is None else (topic.partition_field, topic.partitions)
 
 
-def _placed(
-    decoded: DataFrame, keeps: Column, field: str, partitions: int, field_names: list[str]
-) -> tuple[DataFrame, Column]:
+_BROKEN = "kappa_broken"  # the contract's broken expectations of a record refused for them
+
+
+def _undecided() -> Column:
+    """A decoded record that no check has refused yet (decode_confluent: a record or a dead letter, not both)."""
+    return F.col(RECORD).isNotNull() & F.col(DEAD_LETTER).isNull()
+
+
+def _refuse(decoded: DataFrame, refused: Column, kind: DeadLetterKind, why: Column) -> DataFrame:
+    """The records `refused` (among the undecided) become dead letters of `kind`, saying `why`."""
+    letter = F.struct(F.lit(kind.value).alias("kind"), why.alias("message"))
+    return decoded.withColumn(DEAD_LETTER, F.when(_undecided() & refused, letter).otherwise(F.col(DEAD_LETTER)))
+
+
+def _keyed_by(decoded: DataFrame, field: str, field_names: list[str]) -> DataFrame:
+    """decode_topic's key check: records whose Kafka key is not their field's text become dead letters."""
+    if field not in field_names:
+        raise KappaError(f"key field {field!r} is not a field of the schema (fields: {field_names})")
+    declared = F.col(RECORD).getField(field).cast("string")
+    key_text = F.col("key").cast("string")  # byte for byte: invalid UTF-8 never equals a decoded field
+    shown_key = (
+        F.when(F.col("key").isNull(), F.lit("null"))
+        .when(F.is_valid_utf8(key_text), F.concat(F.lit("'"), key_text, F.lit("'")))
+        .otherwise(F.concat(F.lit("0x"), F.hex(F.col("key"))))
+    )
+    shown_field = F.coalesce(F.concat(F.lit("'"), declared, F.lit("'")), F.lit("null"))
+    why = F.concat(F.lit("key "), shown_key, F.lit(f" is not the record's {field} "), shown_field)
+    return _refuse(decoded, ~key_text.eqNullSafe(declared), DeadLetterKind.KEY_MISMATCH, why)
+
+
+def _placed(decoded: DataFrame, field: str, partitions: int, field_names: list[str]) -> DataFrame:
     """decode_topic's placement check: records outside their field's partition become dead letters."""
     if field not in field_names:
         raise KappaError(f"partition field {field!r} is not a field of the schema (fields: {field_names})")
     value = F.col(RECORD).getField(field).cast("string")  # as producers place it: by its text (`key_text`)
     home = partition_column(value, partitions)
-    misplaced = keeps & ~F.col("partition").eqNullSafe(home)  # one reason per record: a wrong key comes first
     why = F.format_string(
         f"partition %d is not the partition of {field} %s (%s of {partitions}, as the platform's producers place it)",
         F.col("partition"), F.coalesce(F.concat(F.lit("'"), value, F.lit("'")), F.lit("null")),
         F.coalesce(home.cast("string"), F.lit("none")),
     )  # fmt: skip
-    wrong_place = F.struct(F.lit(DeadLetterKind.PARTITION_MISMATCH.value).alias("kind"), why.alias("message"))
-    decoded = decoded.withColumn(DEAD_LETTER, F.when(misplaced, wrong_place).otherwise(F.col(DEAD_LETTER)))
-    return decoded, keeps & ~misplaced
+    return _refuse(decoded, ~F.col("partition").eqNullSafe(home), DeadLetterKind.PARTITION_MISMATCH, why)
 
 
 def read_topic(
