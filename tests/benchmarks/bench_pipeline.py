@@ -43,14 +43,14 @@ from jobs.catalog import CLICKS, USER_PROFILES
 from jobs.clickstream.generator import StreamConfig
 from jobs.clickstream.produce import generate
 from kappa.contracts.schema_rollout import apply_schemas
-from kappa.contracts.topic_declarations import Cleanup, Topic, dead_letters_of, late_events_of
+from kappa.contracts.topic_declarations import Cleanup, Topic, dead_letters_of
 from kappa.core.settings import KappaSettings
 from kappa.core.waiting import wait_until
 from kappa.kafka.clients import admin_client
 from kappa.kafka.topic_admin import apply
 from kappa.runtime.declaration import JobSpec, version_checkpoints
 from kappa.runtime.discovery import discover, load_catalog
-from kappa.runtime.outputs import DeltaTable
+from kappa.runtime.outputs import DeltaTable, output_of
 from kappa.runtime.runner import run_job
 from kappa.spark.session import get_spark
 from kappa.spark.topic_io import publish, read_topic, topic_encoder
@@ -124,7 +124,7 @@ def load(settings: KappaSettings, events: int, users: int, reuse: bool) -> dict[
     topics = load_catalog()
     side = {t.name: t for t in topics}
     side |= {dead_letters_of(t).name: dead_letters_of(t) for spec in jobs for t in spec.inputs}
-    side |= {late_events_of(s.output).name: late_events_of(s.output) for s in jobs if isinstance(s.output, Topic)}
+    side |= {t.name: t for s in jobs for t in output_of(s.output).topics(s.version)}  # a table's late topic too
     side_topics = [t for name, t in side.items() if name not in {t.name for t in topics}]
     derived = [t for t in topics if t not in (CLICKS, USER_PROFILES)] + side_topics
     if reuse and stamp_file.is_file():

@@ -26,6 +26,7 @@ from kappa.core.settings import KappaSettings
 from kappa.kafka.clients import Outgoing, admin_client, produce_all
 from kappa.kafka.topic_admin import apply
 from kappa.ops import dlq
+from kappa.runtime.binding import deployment_topics
 from kappa.runtime.outputs import DeltaTable
 from kappa.runtime.runner import run_job
 
@@ -57,6 +58,7 @@ def test_raw_clicks_dead_letters_contract_violations_and_keeps_the_rest(
     suffix = uuid.uuid4().hex[:8]
     table = DeltaTable(f"raw_clicks_{suffix}")
     job = dataclasses.replace(RAW_CLICKS, name=f"raw_clicks_{suffix}", inputs=(topic,), output=table)
+    apply(admin_client(stack), deployment_topics(job, job.version))
     run_job(job, stack, available_now=True)
 
     rows = spark.read.format("delta").load(table.path(stack, job.version))

@@ -1,10 +1,12 @@
 """Bad records go to <topic>.dlq with their reasons; counts reconcile; `kappa dlq` inspects and replays."""
 
 import argparse
+import uuid
 from collections.abc import Callable
 from datetime import UTC
 from pathlib import Path
 
+import deltalake
 import pytest
 from confluent_kafka import TopicPartition
 from pyspark.sql import DataFrame, SparkSession
@@ -28,13 +30,17 @@ from kappa.contracts.registry import Registry, value_subject
 from kappa.contracts.schema_files import topic_value_schema
 from kappa.contracts.topic_declarations import SIDE_RETENTION_MS, Cleanup, Topic, dead_letters_of
 from kappa.contracts.wire_format import WireFormatError, frame
+from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings
 from kappa.kafka.clients import Outgoing, admin_client, produce_all
 from kappa.kafka.reading import whole_topic
 from kappa.kafka.topic_admin import apply
 from kappa.ops import dlq
-from kappa.runtime import DeltaTable, JobContext, JobPlan, JobSpec
+from kappa.runtime import DeltaTable, JobContext, JobPlan, JobSpec, TablePlan
+from kappa.runtime.binding import deployment_topics
+from kappa.runtime.outputs import output_of
 from kappa.runtime.runner import run_job
+from kappa.spark.side_outputs import SIDE_COLUMNS, SIDE_KIND
 from kappa.spark.topic_io import kafka_source, read_topic
 
 
@@ -73,6 +79,7 @@ def test_bad_records_are_dead_lettered_counted_and_replayable(
         return JobPlan(ctx.read(topic).rows, write)
 
     spec = JobSpec("dlq_test", 3, "counts its records", (topic,), DeltaTable("dlq_test"), plan)
+    apply(admin_client(stack), deployment_topics(spec, spec.version))
     run = run_job(spec, stack.model_copy(update={"checkpoint_root": str(tmp_path / "cp")}), available_now=True)
     assert run.input_rows == {"dlq_test_v3": len(records)}  # one query, each input record read once
     decoded_count = sum(batches)
@@ -112,6 +119,66 @@ def test_bad_records_are_dead_lettered_counted_and_replayable(
     assert sorted((r.key, round(r.timestamp.astimezone(UTC).timestamp() * 1000)) for r in replayed) == sorted(
         [(b"unknown-id", stamps[b"unknown-id"]), *stamps.items()]
     )
+
+
+@pytest.mark.slow
+def test_a_table_jobs_late_records_go_to_its_versions_late_topic_and_leave_with_the_version(
+    stack: KappaSettings, avro_topic: Callable[..., Topic], tmp_path: Path
+) -> None:
+    """A job writing a Delta table sets records aside as late like a topic job does: to its version's own `.late`
+    topic (before, a table's late record went to its input's dead letters), which prepare creates and a retire
+    deletes with the table."""
+    topic = avro_topic("late-in", partitions=1)
+    with Registry(stack.registry) as registry:
+        encoder = AvroEncoder(registry, value_subject(topic.name), topic_value_schema(stack.schemas_path, topic))
+        sent = {
+            f"{'late' if i % 3 == 0 else 'on-time'}-{i}": encoder.encode(
+                Click(f"{'late' if i % 3 == 0 else 'on-time'}-{i}", "u1", "/p", None, 1767225600000 + i).as_avro()
+            )
+            for i in range(12)
+        }
+    produce_all(stack, topic.name, [Outgoing(k.encode(), v) for k, v in sent.items()])
+
+    def plan(ctx: JobContext) -> TablePlan:  # the rule a stateful operator would apply: here, by the event id
+        rows = ctx.read(topic, with_raw=True).rows
+        late = F.col(SIDE_KIND).isNull() & F.col("event_id").startswith("late")
+        aside = {
+            SIDE_KIND: F.lit(DeadLetterKind.LATE_EVENT.value), "side_message": F.lit("beyond the test's lateness"),
+            "side_key": F.col("key").cast("binary"), "side_value": F.col("raw_value"),
+            "side_topic": F.col("kafka_topic"), "side_partition": F.col("kafka_partition"),
+            "side_offset": F.col("kafka_offset"), "side_timestamp": F.col("kafka_timestamp"),
+        }  # fmt: skip
+        marked = rows.select(
+            F.when(~late, F.col("event_id")).alias("event_id"),
+            *[F.when(late, value).otherwise(F.col(name)).alias(name) for name, value in aside.items()],
+            *[F.col(name) for name in SIDE_COLUMNS if name not in aside],
+        )
+        return TablePlan(marked)
+
+    settings = stack.model_copy(update={"checkpoint_root": str(tmp_path / "cp"), "delta_root": str(tmp_path / "d")})
+    name = f"late_table_{uuid.uuid4().hex[:8]}"  # a job's name is an identifier; the table's and topic's its own
+    spec = JobSpec(name, 1, "sets every third click aside", (topic,), DeltaTable(name), plan)
+    output, version = output_of(spec.output), 4
+    late_topic = output.late_events(version).name
+    assert late_topic == f"delta.{name}.v{version}.late"
+    with pytest.raises(KappaError, match=f"{late_topic} does not exist; jobs never create topics"):
+        run_job(spec, settings, version=version, available_now=True)
+    apply(admin_client(stack), deployment_topics(spec, version))  # what a replay's prepare and topics apply do
+    run_job(spec, settings, version=version, available_now=True)
+
+    table = deltalake.DeltaTable(output.location(settings, version)).to_pyarrow_table(columns=["event_id"])
+    assert sorted(table.column("event_id").to_pylist()) == sorted(k for k in sent if k.startswith("on-time"))
+    aside_records = {r.key(): r for r in whole_topic(stack, late_topic)}
+    assert {k.decode(): v.value() for k, v in aside_records.items()} == {
+        k: v for k, v in sent.items() if k.startswith("late")
+    }  # the original bytes
+    assert {dict(r.headers())[H_KIND] for r in aside_records.values()} == {DeadLetterKind.LATE_EVENT.value.encode()}
+    assert list(whole_topic(stack, dead_letters_of(topic).name)) == []  # none went to the input's dead letters
+
+    deleted = output.delete(settings, version)  # what `kappa replay retire` does to the version's output
+    assert deleted == [late_topic, output.location(settings, version)]
+    assert late_topic not in admin_client(stack).list_topics(timeout=15).topics
+    assert not output.exists(settings, version)
 
 
 def test_python_decoder_names_each_failure(stack: KappaSettings, avro_topic: Callable[..., Topic]) -> None:

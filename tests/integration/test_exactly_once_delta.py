@@ -37,9 +37,11 @@ from kappa.contracts.registry import Registry, value_subject
 from kappa.contracts.schema_files import topic_value_schema
 from kappa.contracts.topic_declarations import Topic, dead_letters_of
 from kappa.core.settings import KappaSettings
-from kappa.kafka.clients import Outgoing, produce_all
+from kappa.kafka.clients import Outgoing, admin_client, produce_all
 from kappa.kafka.partitioning import partition_for
+from kappa.kafka.topic_admin import apply
 from kappa.runtime import DeltaTable
+from kappa.runtime.binding import deployment_topics
 from kappa.runtime.faults import KILL_AT, FaultPoint
 from kappa.runtime.runner import run_job
 from kappa.spark.delta_merge import committed_batch
@@ -125,6 +127,7 @@ def test_sigkills_inside_the_views_batches_neither_lose_nor_double(
         )
         for i, (click, segment) in enumerate(log)
     ])  # fmt: skip
+    apply(admin_client(stack), deployment_topics(PAGE_STATS, PAGE_STATS.version))  # its late records' topic
     env = stack_env(stack, KAPPA_CHECKPOINT_ROOT=str(tmp_path / "cp"), KAPPA_DELTA_ROOT=str(tmp_path / "delta"))
     bindings = json.dumps({ENRICHED_CLICKS.name: topic.name})
     command = [sys.executable, "-m", "tests.integration.pipeline_driver", PAGE_STATS.name, bindings,

@@ -75,6 +75,7 @@ from kappa.kafka.reading import whole_topic
 from kappa.kafka.topic_admin import apply
 from kappa.runtime import DeltaTable, JobSpec
 from kappa.runtime.faults import KILL_AT, FaultPoint
+from kappa.runtime.outputs import output_of
 from kappa.runtime.runner import run_job
 from kappa.spark.compacted import latest_per_key
 from tests import oracles
@@ -377,6 +378,7 @@ def topics(avro_topic: Callable[..., Topic], stack: KappaSettings) -> dict[str, 
         made[f"enriched_{run}"] = avro_topic(f"enriched-{run}", "enriched_clicks.avsc", ENRICHED_CLICKS.partitions)
         made[f"sessions_{run}"] = avro_topic(f"sessions-{run}", "sessions.avsc", SESSIONS.partitions)
     late = [late_events_of(t) for k, t in made.items() if k.startswith(("enriched", "sess"))]
+    late += [output_of(j.output).late_events(j.version) for j in (PAGE_STATS, USER_ACTIVITY, SESSIONS_TABLE)]
     apply(admin_client(stack), late)
     return made
 

@@ -34,6 +34,7 @@ from kappa.kafka.clients import Outgoing, admin_client, produce_all
 from kappa.kafka.topic_admin import apply
 from kappa.lifecycle.maintenance import HOLDER, OnDisk
 from kappa.lifecycle.state_files import checkpoint_lock
+from kappa.runtime.binding import deployment_topics
 from kappa.runtime.runner import run_job
 from kappa.spark.delta_merge import DeltaMerge
 from kappa.spark.session import get_spark
@@ -90,6 +91,7 @@ def test_a_table_stays_compact_and_vacuumed_while_its_writer_and_a_reader_run(
     assert len(sent) == FIRST + SECOND + LAST
     # The real job, under its own name (so `kappa tables maintain raw_clicks` finds it), a batch a second live.
     job = dataclasses.replace(RAW_CLICKS, inputs=(topic,), freshness="2 seconds")
+    apply(admin_client(stack), deployment_topics(job, job.version))  # its late records' topic too
     path = job.output.path(settings, job.version)  # type: ignore[union-attr]
 
     # 0. A view's MERGE compacts in its own commit and still writes each batch id at most once.

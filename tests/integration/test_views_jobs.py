@@ -25,10 +25,12 @@ from kappa.contracts.registry import Registry, value_subject
 from kappa.contracts.schema_files import topic_value_schema
 from kappa.contracts.topic_declarations import Topic
 from kappa.core.settings import KappaSettings
-from kappa.kafka.clients import Outgoing, produce_all
+from kappa.kafka.clients import Outgoing, admin_client, produce_all
 from kappa.kafka.partitioning import partition_for
+from kappa.kafka.topic_admin import apply
 from kappa.ops import duckdb_delta
 from kappa.runtime import DeltaTable, JobSpec
+from kappa.runtime.binding import deployment_topics
 from kappa.runtime.runner import run_job
 
 MIN = 60_000
@@ -56,6 +58,7 @@ def _run_twice(
 ) -> tuple[Rows, Rows, str]:
     """The job over the same input as many small batches and as one catch-up batch: both tables' rows, sorted."""
     tables = []
+    apply(admin_client(stack), deployment_topics(job, job.version))
     for name, max_offsets in (("small", small_batches), ("one", None)):
         settings = stack.model_copy(
             update={"checkpoint_root": str(tmp_path / f"cp-{name}"), "delta_root": str(tmp_path / f"delta-{name}")}

@@ -28,7 +28,7 @@ def test_a_topic_is_versioned_by_name_and_read_by_its_kafka_key(tmp_path: Path) 
     # A version's bound topic keeps its dataset: its alias name and suite are the dataset's.
     bound = output_of(output.versioned(3))
     assert (bound.dataset, bound.suite) == ("enriched_clicks", "enriched_clicks")
-    assert [t.name for t in bound.topics()] == ["enriched_clicks.v3", "enriched_clicks.v3.late"]
+    assert [t.name for t in bound.topics(3)] == ["enriched_clicks.v3", "enriched_clicks.v3.late"]
     assert output.bound({"enriched_clicks": "test_enriched"}) == Topic(
         "test_enriched", partitions=3, cleanup=Cleanup.COMPACT, doc="A click with its profile."
     )
@@ -48,22 +48,21 @@ def test_a_delta_table_is_versioned_by_path_and_read_by_its_declared_keys(tmp_pa
     assert output.versioned(2) == STATS
     assert output.bound({"page_stats": "other"}) == STATS
     assert output.location(settings, 2) == f"{tmp_path}/delta/page_stats/v2"
-    assert output.topics() == []
+    # Its late records' topic is named after the table and version, apart from any topic `page_stats`'s.
+    assert [t.name for t in output.topics(2)] == ["delta.page_stats.v2.late"]
+    assert output.late_events(2).cleanup is Cleanup.DELETE  # kept for its retention, like every side topic
     assert output.row_keys(["page", "hour", "views"]) == ["page", "hour"]
     assert output_of(DeltaTable("raw")).row_keys(["a", "b"]) == ["a", "b"]  # no keys declared: every column
     assert output.asset_path == ("delta", "page_stats")
     assert output.metadata(2) == {"table": "page_stats", "path": "<delta_root>/page_stats/v2"}
 
 
-def test_a_table_exists_once_a_commit_made_its_log_and_is_gone_once_deleted(tmp_path: Path) -> None:
+def test_a_table_exists_once_a_commit_made_its_log(tmp_path: Path) -> None:
     settings = load_settings(delta_root=str(tmp_path / "delta"))
     output = output_of(STATS)
     assert not output.exists(settings, 1)
-    assert output.delete(settings, 1) == []  # nothing there: nothing deleted
     (tmp_path / "delta" / "page_stats" / "v1" / "_delta_log").mkdir(parents=True)
-    assert output.exists(settings, 1)
-    assert output.delete(settings, 1) == [f"{tmp_path}/delta/page_stats/v1"]
-    assert not output.exists(settings, 1)
+    assert output.exists(settings, 1)  # its deletion, with its late topic: the late records' integration test
 
 
 def test_only_a_declared_kind_is_an_output() -> None:

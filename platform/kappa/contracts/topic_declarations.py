@@ -100,21 +100,21 @@ class Topic:
         return {**wanted, **self.extra_configs}
 
 
-def _side_topic(name: str, doc: str) -> Topic:
+def side_topic_declaration(name: str, doc: str) -> Topic:
     """Original bytes plus headers saying why, kept 30 days to inspect and re-inject."""
     return Topic(name=name, partitions=1, cleanup=Cleanup.DELETE, retention_ms=SIDE_RETENTION_MS, doc=doc)
 
 
 def dead_letters_of(topic: Topic) -> Topic:
     """The dead-letter topic of a (physical) topic: records that could not be decoded or broke their contract."""
-    return _side_topic(
+    return side_topic_declaration(
         dlq_topic(topic.name), f"Records of {topic.name} that could not be decoded or broke their contract."
     )
 
 
 def late_events_of(topic: Topic) -> Topic:
     """The side topic of input records too late for the job writing `topic`."""
-    return _side_topic(
+    return side_topic_declaration(
         late_topic(topic.name),
         f"Input records the job writing {topic.name} set aside as beyond its lateness contract, counted.",
     )

@@ -136,7 +136,9 @@ def prepare(settings: KappaSettings, replay: Replay) -> dict[str, Any]:
             f"{describe_inputs(binding.inputs)}: a version reads what it was made on. Replay the new inputs as a new "
             f"version, or retire v{replay.version} first"
         )
-    created = [c.topic for c in apply(require_kafka(settings), deployment_topics(bound)) if c.kind == "created"]
+    created = [
+        c.topic for c in apply(require_kafka(settings), deployment_topics(bound, replay.version)) if c.kind == "created"
+    ]
     topic = output_of(bound.output).topic
     if topic is not None and topic.value_schema:
         apply_schemas(settings.schemas_path, [topic], settings.registry)

@@ -167,9 +167,10 @@ def physical_output(job: JobSpec, settings: KappaSettings, version: int) -> tupl
     return output.alias_kind, output.location(settings, version)
 
 
-def deployment_topics(bound: JobSpec) -> list[Topic]:
-    """The topics a bound job version writes: its output and `.late` side topic, its inputs' dead letters."""
-    return [*output_of(bound.output).topics(), *(dead_letters_of(t) for t in bound.inputs)]
+def deployment_topics(bound: JobSpec, version: int) -> list[Topic]:
+    """The topics a job version writes (`bound` to it): its output and `.late` side topic, its inputs' dead
+    letters."""
+    return [*output_of(bound.output).topics(version), *(dead_letters_of(t) for t in bound.inputs)]
 
 
 def cluster_topics(catalog: Iterable[Topic], jobs: Mapping[str, JobSpec], aliases: Mapping[str, Alias]) -> list[Topic]:
@@ -180,7 +181,7 @@ def cluster_topics(catalog: Iterable[Topic], jobs: Mapping[str, JobSpec], aliase
     for job in jobs.values():
         live = aliases.get(dataset_of(job))
         for version in sorted({job.version, *([live.version] if live else [])}):
-            for topic in deployment_topics(bind(job, version, jobs, aliases)):
+            for topic in deployment_topics(bind(job, version, jobs, aliases), version):
                 wanted.setdefault(topic.name, topic)
     return list(wanted.values())
 

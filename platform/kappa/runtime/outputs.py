@@ -22,7 +22,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
-from kappa.contracts.topic_declarations import Topic, late_events_of
+from kappa.contracts.dead_letter_format import late_topic
+from kappa.contracts.topic_declarations import Topic, late_events_of, side_topic_declaration
 from kappa.core.settings import KappaSettings
 from kappa.kafka.aliases import DELTA_KIND, TOPIC_KIND
 from kappa.kafka.clients import admin_client
@@ -142,9 +143,14 @@ class Output(ABC, Generic[Declared]):
         """What a UI shows of one version's output, from the declaration alone (no settings)."""
 
     @abstractmethod
-    def topics(self) -> list[Topic]:
-        """The topics a bound version writes for it (the output and its `.late` side topic): what prepare
-        creates and retire deletes."""
+    def late_events(self, version: int) -> Topic:
+        """The side topic of one version's late records: the input records its rule set aside as beyond its
+        lateness contract."""
+
+    @abstractmethod
+    def topics(self, version: int) -> list[Topic]:
+        """The topics one version writes for it (a topic output itself, and the `.late` side topic): what
+        prepare creates and retire deletes."""
 
     @abstractmethod
     def exists(self, settings: KappaSettings, version: int) -> bool:
@@ -201,8 +207,11 @@ class TopicOutput(Output[Topic]):
     def metadata(self, version: int) -> dict[str, Any]:
         return {"topic": self.name}
 
-    def topics(self) -> list[Topic]:
-        return [self.declared, late_events_of(self.declared)]
+    def late_events(self, version: int) -> Topic:
+        return late_events_of(self.declared)  # beside the version's topic: bound, its name holds the version
+
+    def topics(self, version: int) -> list[Topic]:
+        return [self.declared, self.late_events(version)]
 
     def exists(self, settings: KappaSettings, version: int) -> bool:
         return self.location(settings, version) in admin_client(settings).list_topics(timeout=15).topics
@@ -222,14 +231,7 @@ class TopicOutput(Output[Topic]):
         return ["key"]  # the Kafka key
 
     def delete(self, settings: KappaSettings, version: int) -> list[str]:
-        admin = admin_client(settings)
-        names = [t.name for t in TopicOutput(self.versioned(version)).topics()]  # the output and its .late topic
-        existing = admin.list_topics(timeout=15).topics
-        deleted = []
-        for name, future in admin.delete_topics([n for n in names if n in existing], operation_timeout=30).items():
-            future.result(timeout=30)
-            deleted.append(name)
-        return deleted
+        return delete_topics(settings, TopicOutput(self.versioned(version)).topics(version))
 
 
 class DeltaOutput(Output[DeltaTable]):
@@ -267,8 +269,16 @@ class DeltaOutput(Output[DeltaTable]):
     def metadata(self, version: int) -> dict[str, Any]:
         return {"table": self.name, "path": f"<delta_root>/{self.name}/v{version}"}
 
-    def topics(self) -> list[Topic]:
-        return []  # a job writing a table has no late records
+    def late_events(self, version: int) -> Topic:
+        # A table's name may be a topic's too (`table_dataset`): `delta.` keeps their side topics apart.
+        return side_topic_declaration(
+            late_topic(f"delta.{self.name}.v{version}"),
+            f"Input records the job writing Delta table {self.name} v{version} set aside as beyond its lateness "
+            "contract, counted.",
+        )
+
+    def topics(self, version: int) -> list[Topic]:
+        return [self.late_events(version)]
 
     def exists(self, settings: KappaSettings, version: int) -> bool:
         return Path(self.location(settings, version).removeprefix("file:"), "_delta_log").is_dir()
@@ -290,12 +300,25 @@ class DeltaOutput(Output[DeltaTable]):
         # Lazy: imports pyspark, only where a Spark session runs (this module is imported without one).
         from kappa.spark.delta_merge import forget_table
 
+        deleted = delete_topics(settings, self.topics(version))
         table = self.location(settings, version)
-        if not Path(table.removeprefix("file:")).exists():
-            return []
-        shutil.rmtree(table.removeprefix("file:"))
-        forget_table(table)
-        return [table]
+        if Path(table.removeprefix("file:")).exists():
+            shutil.rmtree(table.removeprefix("file:"))
+            forget_table(table)
+            deleted.append(table)
+        return deleted
+
+
+def delete_topics(settings: KappaSettings, topics: Sequence[Topic]) -> list[str]:
+    """Delete those of `topics` that exist; the names deleted."""
+    admin = admin_client(settings)
+    existing = admin.list_topics(timeout=15).topics
+    deleted = []
+    names = [t.name for t in topics if t.name in existing]
+    for name, future in admin.delete_topics(names, operation_timeout=30).items() if names else ():
+        future.result(timeout=30)
+        deleted.append(name)
+    return deleted
 
 
 def commit_as_of(spark: SparkSession, path: str, at_ms: int) -> int | None:

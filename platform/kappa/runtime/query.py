@@ -176,7 +176,8 @@ def kafka_records(
 
     output = ctx.output_topic
     side = F.col(SIDE_KIND).isNotNull()
-    dead = side_record_columns(ctx.spec.name, ctx.version, tuple(t.name for t in ctx.spec.inputs), output.name)
+    late_to = output_of(ctx.spec.output).late_events(ctx.version).name
+    dead = side_record_columns(ctx.spec.name, ctx.version, tuple(t.name for t in ctx.spec.inputs), late_to)
     value = topic_value(ctx.settings, output)
     record = {
         "key": key.cast("string").cast("binary"),
@@ -235,11 +236,11 @@ def _start_batch_function_query(
     inputs = tuple(t.name for t in ctx.spec.inputs)
     faults, query = process_faults(), ctx.query_name()
     output = output_of(ctx.spec.output)
-    output_topic = output.topic.name if output.topic is not None else None
+    late_to = output.late_events(ctx.version).name
     to_records: Callable[[DataFrame], DataFrame] | None = None
     write: Callable[[DataFrame, int], None] | None = None
     if isinstance(plan, TopicPlan):
-        if output_topic is None:
+        if output.topic is None:
             raise KappaError(f"job {ctx.spec.name}: a TopicPlan writes Kafka records, not {ctx.spec.output.name}")
         to_records = kafka_records(ctx, plan.key, plan.partition, plan.keep, plan.delete)
     elif isinstance(plan, TablePlan):
@@ -283,7 +284,7 @@ def _start_batch_function_query(
                 publish(to_records(batch), ctx.settings)
             else:
                 assert write is not None
-                publish(side_records(side, ctx.spec.name, ctx.version, inputs, output_topic), ctx.settings)
+                publish(side_records(side, ctx.spec.name, ctx.version, inputs, late_to), ctx.settings)
                 rows = batch.where(F.col(SIDE_KIND).isNull()).drop(*SIDE_COLUMNS)
                 said = lambda: f"{side.count()} side rows sent, {rows.count()} rows unwritten"  # noqa: E731
                 faults.reached(FaultPoint.BETWEEN_WRITES, query, batch_id, said, counts=lambda: not rows.isEmpty())

@@ -112,7 +112,7 @@ def _start_and_run(
     number = version or spec.version
     start_point.pin(version_checkpoints(settings, spec.name, number), spec.name, number, starting)
     record_binding(settings, spec.name, number, VersionBinding.of(spec, spec.version))  # once
-    _refuse_missing_topics(spec, settings, version_id(spec.name, number))  # before Spark's tens of seconds
+    _refuse_missing_topics(spec, settings, number)  # before Spark's tens of seconds
     log.info("starting %s: Spark session", spec.name)
     if spec.real_time is not None and not available_now:
         settings = real_time_slots(spec, settings)
@@ -170,12 +170,12 @@ def unavailable_service(failure: str) -> str | None:
     return None
 
 
-def missing_topics(spec: JobSpec, settings: KappaSettings) -> list[str]:
+def missing_topics(spec: JobSpec, settings: KappaSettings, version: int) -> list[str]:
     """The topics the job reads or writes (its dead-letter and late topics too) that Kafka does not have.
     Raises when Kafka does not answer."""
 
     existing = admin_client(settings).list_topics(timeout=15).topics
-    wanted = [t.name for t in (*spec.inputs, *spec.lookups, *deployment_topics(spec))]
+    wanted = [t.name for t in (*spec.inputs, *spec.lookups, *deployment_topics(spec, version))]
     return [name for name in dict.fromkeys(wanted) if name not in existing]
 
 
@@ -187,17 +187,17 @@ def _missing_topics_error(job_id: str, missing: list[str]) -> KappaError:
     )
 
 
-def _refuse_missing_topics(spec: JobSpec, settings: KappaSettings, job_id: str) -> None:
+def _refuse_missing_topics(spec: JobSpec, settings: KappaSettings, version: int) -> None:
     """Raises when a topic of the job is missing; Kafka not answering is left to the query's start, which waits
     it out and asks again."""
     try:
-        missing = missing_topics(spec, settings)
+        missing = missing_topics(spec, settings, version)
     except Exception as exc:
         if unavailable_service(str(exc)) is None:
             raise
         return
     if missing:
-        raise _missing_topics_error(job_id, missing)
+        raise _missing_topics_error(version_id(spec.name, version), missing)
 
 
 def _run_query(context: JobContext, recorder: ProgressRecorder, control: QueryControl) -> str | None:
@@ -206,7 +206,8 @@ def _run_query(context: JobContext, recorder: ProgressRecorder, control: QueryCo
     Returns the failure (its error, whole), or None. The query is stopped on return, never mid-batch.
     """
     try:
-        if missing := missing_topics(context.spec, context.settings):  # deleted since the start, or a restart
+        # deleted since the start, or a restart
+        if missing := missing_topics(context.spec, context.settings, context.version):
             raise _missing_topics_error(context.id, missing)
         watch = WriterWatch(context.settings.registry, (*context.spec.inputs, *context.spec.lookups))
     except Exception as exc:  # a start needs Kafka and the registry: their absence is retried by the caller

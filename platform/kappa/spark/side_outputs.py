@@ -3,7 +3,7 @@
 A job runs as one streaming query, so what it sets aside travels in the same rows as its output: the SIDE
 columns, null on an output row. The decoding fills them for an input record it cannot accept (a dead letter,
 bound for `<input topic>.dlq`); a stateful rule fills them for a record beyond its lateness contract (bound for
-`<output topic>.late`). Either way the original key and bytes are kept, and the headers say why and where from.
+its output's `.late` topic). Either way the original key and bytes are kept, and the headers say why and where from.
 
 The write is at least once (a batch run again after a crash sends its side records again); `kappa dlq inspect`
 counts a record once by where it came from. A graceful stop never runs a batch twice.
@@ -34,7 +34,6 @@ from kappa.contracts.dead_letter_format import (
     SIDE_ROWS_OBSERVED,
     DeadLetterKind,
     dlq_topic,
-    late_topic,
 )
 from kappa.contracts.expectations import kept_in_order
 from kappa.spark.clock import wall_clock_ms
@@ -90,27 +89,27 @@ def kafka_header(name: str, value: Column) -> Column:
 
 
 def side_records(
-    rows: DataFrame, job: str, job_version: int, inputs: Sequence[str] = (), output_topic: str | None = None
+    rows: DataFrame, job: str, job_version: int, inputs: Sequence[str] = (), late_to: str | None = None
 ) -> DataFrame:
     """Side rows -> Kafka records (key, value, headers, topic): the original bytes, headers saying why.
 
-    `topic` is where each goes: `<input>.dlq` for a dead letter of one of `inputs`, `<output_topic>.late` for a
-    late record (a job writing a table has no late records).
+    `topic` is where each goes: `<input>.dlq` for a dead letter of one of `inputs`, the topic `late_to` for a
+    late record (the job version's `Output.late_events`).
     """
-    columns = side_record_columns(job, job_version, inputs, output_topic)
+    columns = side_record_columns(job, job_version, inputs, late_to)
     return rows.select(*[column.alias(name) for name, column in columns.items()])
 
 
 def side_record_columns(
-    job: str, job_version: int, inputs: Sequence[str] = (), output_topic: str | None = None
+    job: str, job_version: int, inputs: Sequence[str] = (), late_to: str | None = None
 ) -> dict[str, Column]:
     """The Kafka record of a side row, column by column (key, value, headers, topic): see `side_records`."""
     target: Column = F.lit(None).cast("string")  # a side row comes from an input, so never stays null
     for topic in inputs:
         target = F.when(F.col("side_topic") == topic, F.lit(dlq_topic(topic))).otherwise(target)
-    if output_topic is not None:
+    if late_to is not None:
         late = ~F.col(SIDE_KIND).isin(*DEAD_LETTER_KINDS)
-        target = F.when(late, F.lit(late_topic(output_topic))).otherwise(target)
+        target = F.when(late, F.lit(late_to)).otherwise(target)
     headers = (
         kafka_header(H_KIND, F.col(SIDE_KIND)),
         kafka_header(H_MESSAGE, F.col("side_message")),
