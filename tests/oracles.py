@@ -8,6 +8,10 @@ The restatements follow from the rules' documented semantics:
   for the final value per click whenever no version breaks the lateness contract, which the tests check.)
 - Partition stamps: a click's stamp is the latest event time among the clicks before it in its `clicks` partition,
   in offset order (none for the first); the latest value of a click re-delivered is its last copy's.
+- Page statistics with a lateness bound: a record is late when its time is more than L behind its stamp. The
+  click's previous counted record (by log order, a window's `lag`) starts a new life of the click when its time is
+  more than L + G behind the new record's stamp; the lives are a running count, and each life's last record
+  counts (case 2 of jobs/page_stats/logic.py, restated).
 - Sessionization, per user in log order: an event is late when its time is more than A behind the greatest
   earlier time (a late event never raises that maximum, so the maximum over every earlier event is the same
   as over the accepted ones). The accepted events form sessions by gap: sorted by time, a gap over G starts a
@@ -163,6 +167,51 @@ def page_stats(
     ).fetchall()
     return {(page, int(hour)): (int(views), int(users), None if median is None else int(median))
             for page, hour, views, users, median in rows}  # fmt: skip
+
+
+def bounded_page_stats(
+    records: Iterable[tuple[str, str, str, int, int | None]], gap_ms: int, lateness_ms: int
+) -> tuple[dict[tuple[str, int], tuple[int, int, int | None]], list[int]]:
+    """records (user_id, event_id, page, event_time_ms, stamp_ms) in log order -> (page_stats' view with the
+    lateness bound, the positions of the late records). Late: time < stamp - L. Each other record either replaces
+    the click's previous counted record or, when that one's time is below stamp - L - gap, starts a new life of
+    the click beside it; a life's last record counts."""
+    con = duckdb.connect()
+    rows = [(i, *r) for i, r in enumerate(records)]
+    con.register("r", pd.DataFrame(rows, columns=["seq", "user_id", "event_id", "page", "event_time", "stamp"]))
+    late_sql = f"stamp IS NOT NULL AND event_time < stamp - {int(lateness_ms)}"
+    late = [int(seq) for (seq,) in con.sql(f"SELECT seq FROM r WHERE {late_sql} ORDER BY seq").fetchall()]
+    rows_out = con.sql(
+        f"""
+        WITH counted AS (SELECT * FROM r WHERE NOT ({late_sql})),
+        chained AS (
+            SELECT *, lag(event_time) OVER (PARTITION BY user_id, event_id ORDER BY seq) AS previous_time
+            FROM counted
+        ),
+        lives AS (
+            SELECT *, sum(CASE WHEN previous_time IS NULL
+                                 OR (stamp IS NOT NULL AND previous_time < stamp - {int(lateness_ms)} - {int(gap_ms)})
+                               THEN 1 ELSE 0 END)
+                          OVER (PARTITION BY user_id, event_id ORDER BY seq) AS life
+            FROM chained
+        ),
+        final AS (
+            SELECT * FROM lives
+            QUALIFY row_number() OVER (PARTITION BY user_id, event_id, life ORDER BY seq DESC) = 1
+        ),
+        timed AS (
+            SELECT *, lead(event_time) OVER (PARTITION BY user_id ORDER BY event_time, event_id, life) - event_time
+                      AS dt
+            FROM final
+        )
+        SELECT page, event_time // 3600000 * 3600000 AS hour, count(*), count(DISTINCT user_id),
+               trunc(quantile_cont(CASE WHEN dt <= {int(gap_ms)} THEN dt END, 0.5))
+        FROM timed GROUP BY page, hour
+        """
+    ).fetchall()
+    view = {(page, int(hour)): (int(views), int(users), None if median is None else int(median))
+            for page, hour, views, users, median in rows_out}  # fmt: skip
+    return view, late
 
 
 def user_activity(

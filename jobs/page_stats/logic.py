@@ -16,6 +16,20 @@ Nothing here depends on batch boundaries or on when a click arrived, only on the
 falls between two earlier ones changes its predecessor's time on page, and so its predecessor's group. The
 operator kappa.operators.page_stats keeps the same answer incrementally; the differential test holds the two
 equal after every batch.
+
+With a lateness `L` (`lateness_ms`; None: the rule above, which keeps every click for ever), the rule is bounded
+by each record's stamp `s` (enrich_clicks' `partition_time_before`: the latest event time before the click in its
+`clicks` partition, in offset order; docs/bounded_view_state.md). A record without a stamp is never late and never
+settles anything. A record `r`:
+
+1. is **late** when `r.time < s(r) - L`: set aside (`late_records`), it changes nothing;
+2. else, if the click's latest counted record `e` has `e.time < s(r) - L - gap` (its time settled when `r`
+   came): `r` counts as a **new click**, and `e` stays counted where it was. A source that moves a click further
+   than that after its time settled publishes the move as a new click; the rule says what happens if it does not;
+3. else replaces `e`, as above.
+
+Each case reads only the records' fields, so the answer is the same in every run, and an operator may forget a
+click once its time is below its partition's largest stamp - L - gap without changing it.
 """
 
 from __future__ import annotations
@@ -34,6 +48,52 @@ class Click:
     event_id: str
     page: str | None
     event_time_ms: int
+    stamp_ms: int | None = None  # partition_time_before (enrich_clicks v2); None: never late
+
+
+# (user, event id, life): a click, and which of its lives (a record in case 2 starts the next one)
+ClickKey = tuple[str, str, int]
+
+
+def is_late(record: Click, lateness_ms: int | None) -> bool:
+    """Case 1: the record is beyond the lateness its stamp allows."""
+    return (
+        lateness_ms is not None and record.stamp_ms is not None and record.event_time_ms < record.stamp_ms - lateness_ms
+    )
+
+
+def settled_before(earlier: Click, record: Click, gap_ms: int, lateness_ms: int | None) -> bool:
+    """Case 2: the click's earlier record is older than what `record`'s partition has settled when it comes."""
+    if lateness_ms is None or record.stamp_ms is None:
+        return False
+    return earlier.event_time_ms < record.stamp_ms - lateness_ms - gap_ms
+
+
+def counted_records(
+    log: Iterable[Click], gap_ms: int, lateness_ms: int | None = None
+) -> tuple[dict[ClickKey, Click], list[Click]]:
+    """The latest record of each click's each life, and the late records (in log order)."""
+    latest: dict[ClickKey, Click] = {}
+    lives: dict[tuple[str, str], int] = {}
+    late: list[Click] = []
+    for record in log:  # in log order: a later record of a click replaces it
+        if is_late(record, lateness_ms):
+            late.append(record)
+            continue
+        click = (record.user_id, record.event_id)
+        life = lives.get(click)
+        if life is None:
+            life = 0
+        elif settled_before(latest[(*click, life)], record, gap_ms, lateness_ms):
+            life += 1
+        lives[click] = life
+        latest[(*click, life)] = record
+    return latest, late
+
+
+def late_records(log: Iterable[Click], lateness_ms: int | None) -> list[Click]:
+    """Case 1's records, in log order: what the job sets aside to its `.late` topic."""
+    return [record for record in log if is_late(record, lateness_ms)]
 
 
 @dataclass(frozen=True)
@@ -45,29 +105,31 @@ class PageHour:
     median_time_on_page_ms: int | None
 
 
-def times_on_page(log: Iterable[Click], gap_ms: int) -> dict[tuple[str, str], tuple[Click, int | None]]:
-    """(user, event id) -> the latest record of the click and its time on page."""
-    latest: dict[tuple[str, str], Click] = {}
-    for click in log:  # in log order: a later record of a click replaces it
-        latest[(click.user_id, click.event_id)] = click
-    by_user: dict[str, list[Click]] = defaultdict(list)
-    for click in latest.values():
-        by_user[click.user_id].append(click)
-    result: dict[tuple[str, str], tuple[Click, int | None]] = {}
+def times_on_page(
+    log: Iterable[Click], gap_ms: int, lateness_ms: int | None = None
+) -> dict[ClickKey, tuple[Click, int | None]]:
+    """(user, event id, life) -> the latest record of the click and its time on page."""
+    by_user: dict[str, list[tuple[ClickKey, Click]]] = defaultdict(list)
+    for key, record in counted_records(log, gap_ms, lateness_ms)[0].items():
+        by_user[record.user_id].append((key, record))
+    result: dict[ClickKey, tuple[Click, int | None]] = {}
     for clicks in by_user.values():
-        clicks.sort(key=lambda c: (c.event_time_ms, c.event_id.encode()))  # Spark orders strings by UTF-8 bytes
-        for click, following in zip(clicks, [*clicks[1:], None], strict=True):
-            gap = None if following is None else following.event_time_ms - click.event_time_ms
-            result[(click.user_id, click.event_id)] = (click, gap if gap is not None and gap <= gap_ms else None)
+        # Spark orders strings by UTF-8 bytes; the life orders two lives of a click at one time (stamp-less records)
+        clicks.sort(key=lambda kc: (kc[1].event_time_ms, kc[1].event_id.encode(), kc[0][2]))
+        for (key, click), following in zip(clicks, [*clicks[1:], None], strict=True):
+            gap = None if following is None else following[1].event_time_ms - click.event_time_ms
+            result[key] = (click, gap if gap is not None and gap <= gap_ms else None)
     return result
 
 
-def page_stats(log: Iterable[Click], gap_ms: int) -> dict[tuple[str | None, int], PageHour]:
+def page_stats(
+    log: Iterable[Click], gap_ms: int, lateness_ms: int | None = None
+) -> dict[tuple[str | None, int], PageHour]:
     """The view over the whole log: (page, hour start in epoch ms) -> its row."""
     views: dict[tuple[str | None, int], int] = defaultdict(int)
     users: dict[tuple[str | None, int], set[str]] = defaultdict(set)
     gaps: dict[tuple[str | None, int], list[int]] = defaultdict(list)
-    for click, gap in times_on_page(log, gap_ms).values():
+    for click, gap in times_on_page(log, gap_ms, lateness_ms).values():
         group = (click.page, click.event_time_ms // HOUR_MS * HOUR_MS)
         views[group] += 1
         users[group].add(click.user_id)
