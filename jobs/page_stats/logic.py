@@ -23,13 +23,14 @@ by each record's stamp `s` (enrich_clicks' `partition_time_before`: the latest e
 settles anything. A record `r`:
 
 1. is **late** when `r.time < s(r) - L`: set aside (`late_records`), it changes nothing;
-2. else, if the click's latest counted record `e` has `e.time < s(r) - L - gap` (its time settled when `r`
-   came): `r` counts as a **new click**, and `e` stays counted where it was. A source that moves a click further
-   than that after its time settled publishes the move as a new click; the rule says what happens if it does not;
+2. else, if the click's latest counted record `e` has `e.time < s(r) - L - gap` (more than L + gap behind `r`'s
+   stamp): `r` counts as a **new click**, and `e` stays counted where it was. A source that moves a click from
+   that far back publishes the move as a new click; the rule says what happens if it does not;
 3. else replaces `e`, as above.
 
 Each case reads only the records' fields, so the answer is the same in every run, and an operator may forget a
-click once its time is below its partition's largest stamp - L - gap without changing it.
+click once its time is below its partition's largest stamp - L - 2 gap without changing it (a record that counts
+can move the successor of a click up to 2 gaps before it away: docs/bounded_view_state.md, "The rule").
 """
 
 from __future__ import annotations

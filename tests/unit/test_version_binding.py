@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 
+from kappa.contracts.topic_declarations import Cleanup
 from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings
 from kappa.kafka.aliases import TOPIC_KIND, Alias
@@ -17,6 +18,7 @@ from kappa.runtime.binding import (
     VersionBinding,
     bind_inputs,
     bound_versions,
+    made_versions_late_topics,
     read_topics,
     record_binding,
     recorded_binding,
@@ -55,6 +57,18 @@ def test_a_version_reads_the_input_versions_it_is_bound_to() -> None:
     assert bound.output.name == "sessions.v3"  # type: ignore[union-attr]
     assert bound_versions(bound) == {"enriched_clicks": 2}
     assert bound_versions(bind_inputs(discover()["enrich_clicks"], 2, {})) == {}  # sources: no versions
+
+
+def test_every_version_made_gets_its_late_topic_from_topics_apply() -> None:
+    jobs = discover()
+    made = {"page_stats": [1, 3], "sessionize": [2], "retired_job": [9]}  # a job no longer declared: nothing
+    topics = made_versions_late_topics(jobs, made)
+    assert sorted(t.name for t in topics) == [
+        "delta.page_stats.v1.late",
+        "delta.page_stats.v3.late",
+        "sessions.v2.late",
+    ]
+    assert {t.cleanup for t in topics} == {Cleanup.DELETE}
 
 
 def test_a_binding_is_recorded_once(settings: KappaSettings) -> None:

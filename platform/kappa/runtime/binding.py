@@ -249,10 +249,27 @@ def declared_job(name: str, version: int | None = None) -> JobSpec:
     return job
 
 
-def topics_to_apply(settings: KappaSettings, catalog: Iterable[Topic]) -> list[Topic]:
-    """`cluster_topics` for the discovered jobs and the live aliases (none yet on a fresh cluster)."""
+def made_versions_late_topics(jobs: Mapping[str, JobSpec], made: Mapping[str, Iterable[int]]) -> list[Topic]:
+    """The `.late` topic of each version `made` here (job -> versions), declared and live or not: a replay's
+    version, or one kept for a rollback, made before its output kind had a late topic gets it from `kappa topics
+    apply` (its runner refuses to start without it)."""
+    return [
+        output_of(output_of(job.output).versioned(version)).late_events(version)
+        for name, job in jobs.items()
+        for version in made.get(name, ())
+    ]
 
-    return cluster_topics(catalog, discover(), AliasRegistry(settings).all())
+
+def topics_to_apply(settings: KappaSettings, catalog: Iterable[Topic]) -> list[Topic]:
+    """`cluster_topics` for the discovered jobs and the live aliases (none yet on a fresh cluster), and the late
+    topics of the other versions made here (`made_versions_late_topics`)."""
+
+    jobs = discover()
+    wanted = {t.name: t for t in cluster_topics(catalog, jobs, AliasRegistry(settings).all())}
+    made = {name: known_versions(settings, name) for name in jobs}
+    for topic in made_versions_late_topics(jobs, made):
+        wanted.setdefault(topic.name, topic)
+    return list(wanted.values())
 
 
 def ensure_live(settings: KappaSettings, job: JobSpec, version: int) -> Alias | None:
