@@ -145,7 +145,8 @@ class Output(ABC, Generic[Declared]):
     @abstractmethod
     def late_events(self, version: int) -> Topic:
         """The side topic of one version's late records: the input records its rule set aside as beyond its
-        lateness contract."""
+        lateness contract. Asked of the version's own output (`versioned(version)`, or a job bound to it): a
+        topic's is named after the bound topic, which holds the version already; a table's after the version."""
 
     @abstractmethod
     def topics(self, version: int) -> list[Topic]:
