@@ -188,8 +188,8 @@ def decode_topic(
     decoded = decode_confluent(raw, reader_schema, writers, deletes=deletes)
     field_names = [f["name"] for f in reader_schema["fields"]]
     # Each check below refuses only what no earlier one refused (one reason per record, the first), and reads
-    # that from the dead-letter column, so it costs once per record: an expression repeated in every field's
-    # `when` would be evaluated once per field (Spark's CollapseProject inlines a cheap-looking condition).
+    # that from the dead-letter column, which Spark computes once per record. A condition repeated in every
+    # field's `when` was evaluated in each: the plan of `clicks` held 8 CRC-32s for its placement check, now 2.
     if key_field is not None:
         decoded = _keyed_by(decoded, key_field, field_names)
     if placed_by is not None:
