@@ -172,6 +172,17 @@ def apply(admin: AdminClient, topics: Iterable[Topic], force_partitions: bool = 
     return changes
 
 
+def delete(admin: AdminClient, topics: Iterable[Topic]) -> list[str]:
+    """Delete those of `topics` that exist; the names deleted."""
+    existing = admin.list_topics(timeout=15).topics
+    names = [t.name for t in topics if t.name in existing]
+    deleted = []
+    for name, future in admin.delete_topics(names, operation_timeout=30).items() if names else ():
+        future.result(timeout=30)
+        deleted.append(name)
+    return deleted
+
+
 def _wait_until_visible(admin: AdminClient, partitions: dict[str, int], timeout_s: float = 30.0) -> None:
     """Return once the metadata shows each topic with its partitions: the next caller may ask any broker."""
 

@@ -27,6 +27,7 @@ from kappa.contracts.topic_declarations import Topic, late_events_of, side_topic
 from kappa.core.settings import KappaSettings
 from kappa.kafka.aliases import DELTA_KIND, TOPIC_KIND
 from kappa.kafka.clients import admin_client
+from kappa.kafka.topic_admin import delete
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -232,7 +233,7 @@ class TopicOutput(Output[Topic]):
         return ["key"]  # the Kafka key
 
     def delete(self, settings: KappaSettings, version: int) -> list[str]:
-        return delete_topics(settings, TopicOutput(self.versioned(version)).topics(version))
+        return delete(admin_client(settings), TopicOutput(self.versioned(version)).topics(version))
 
 
 class DeltaOutput(Output[DeltaTable]):
@@ -301,25 +302,13 @@ class DeltaOutput(Output[DeltaTable]):
         # Lazy: imports pyspark, only where a Spark session runs (this module is imported without one).
         from kappa.spark.delta_merge import forget_table
 
-        deleted = delete_topics(settings, self.topics(version))
+        deleted = delete(admin_client(settings), self.topics(version))
         table = self.location(settings, version)
         if Path(table.removeprefix("file:")).exists():
             shutil.rmtree(table.removeprefix("file:"))
             forget_table(table)
             deleted.append(table)
         return deleted
-
-
-def delete_topics(settings: KappaSettings, topics: Sequence[Topic]) -> list[str]:
-    """Delete those of `topics` that exist; the names deleted."""
-    admin = admin_client(settings)
-    existing = admin.list_topics(timeout=15).topics
-    deleted = []
-    names = [t.name for t in topics if t.name in existing]
-    for name, future in admin.delete_topics(names, operation_timeout=30).items() if names else ():
-        future.result(timeout=30)
-        deleted.append(name)
-    return deleted
 
 
 def commit_as_of(spark: SparkSession, path: str, at_ms: int) -> int | None:
