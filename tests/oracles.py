@@ -28,7 +28,7 @@ The restatements follow from the rules' documented semantics:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import duckdb
@@ -271,6 +271,7 @@ class PipelineAnswer:
     late_clicks: set[str]  # event ids on sessions' .late
     final_sessions: set[str]  # session ids whose latest value on the sessions topic is marked final
     page_stats: dict[tuple[str, int], tuple[int, int, int | None]]
+    late_page_clicks: set[str]  # event ids on page_stats' .late (beyond its lateness by their partition stamps)
     user_activity: dict[str, tuple[int, int, int, int, str]]
 
 
@@ -282,10 +283,13 @@ def pipeline(
     gap_ms: int,
     allowed_lateness_ms: int,
     page_gap_ms: int,
+    page_lateness_ms: int,
+    stamps: Mapping[str, tuple[int, int | None]],
     segment: Callable[[str], str] = lambda s: s,
 ) -> PipelineAnswer:
     """The pipeline's outputs for the generator's records in log order (clicks and profile versions), with the
-    jobs' settings; `segment` maps the as-of rule's segment to the one enrich_clicks writes (a logic change)."""
+    jobs' settings; `stamps`: each click's partition stamp (`partition_stamps` over the order they were produced
+    in); `segment` maps the as-of rule's segment to the one enrich_clicks writes (a logic change)."""
     clicks = [e.record for e in log if not isinstance(e.record, ProfileVersion)]
     profiles = [(r.user_id, r.profile_version, r.valid_from_ms, e.log_time_ms, r.segment, r.country)
                 for e in log if isinstance(r := e.record, ProfileVersion)]  # fmt: skip
@@ -308,6 +312,13 @@ def pipeline(
     events = [(c.event_id, c.user_id, c.page, c.event_time_ms, enriched[c.event_id][6]) for c in clicks]
     found, late_clicks = sessions(events, gap_ms, allowed_lateness_ms)
     by_session = {sid: (sid.split(":", 1)[0], *row) for sid, row in found.items()}
+    # page_stats over the clicks as enrich_clicks stamps them (a re-emission keeps its click's stamp and fields,
+    # so it changes nothing here and the clicks alone give the answer)
+    page_view, page_late = bounded_page_stats(
+        ((c.user_id, c.event_id, c.page, c.event_time_ms, stamps[c.event_id][1]) for c in clicks),
+        page_gap_ms,
+        page_lateness_ms,
+    )
     return PipelineAnswer(
         enriched=enriched,
         late_profiles=late_versions,
@@ -319,7 +330,8 @@ def pipeline(
             gap_ms,
             allowed_lateness_ms,
         ),
-        page_stats=page_stats(((c.user_id, c.event_id, c.page, c.event_time_ms) for c in clicks), page_gap_ms),
+        page_stats=page_view,
+        late_page_clicks={clicks[i].event_id for i in page_late},
         user_activity=user_activity(
             (sid, user, start, end, n, seg)
             for sid, (user, start, end, n, _pages, _entry, _exit, seg) in by_session.items()

@@ -27,6 +27,7 @@ from kappa.contracts.registry import Registry
 from kappa.contracts.schema_files import topic_value_schema
 from kappa.contracts.topic_declarations import MINUTE_MS, Topic
 from kappa.core.settings import KappaSettings
+from kappa.kafka.partitioning import partition_for
 from kappa.kafka.reading import whole_topic
 from kappa.runtime.binding import deployed_job, physical_output
 from tests import oracles
@@ -104,8 +105,14 @@ def check(settings: KappaSettings, say: Callable[[str], None] = print) -> list[d
     found, _late = oracles.sessions(events, sessionize.gap_minutes * MINUTE_MS,
                                     sessionize.allowed_lateness_minutes * MINUTE_MS)  # fmt: skip
     sessions = {sid: (sid.split(":", 1)[0], *row) for sid, row in found.items()}
-    page_gap = PAGE_STATS.settings_as(PageStatsSettings).gap_minutes * MINUTE_MS
-    expected_pages = oracles.page_stats(((u, e, page, t) for e, u, page, t in clicks), page_gap)
+    page = PAGE_STATS.settings_as(PageStatsSettings)
+    # each click's partition stamp, over its partition's offset order (read in it: a partition after another)
+    stamps = oracles.partition_stamps((e, partition_for(u, CLICKS.partitions), t) for e, u, _page, t in clicks)
+    expected_pages, _late = oracles.bounded_page_stats(
+        ((u, e, pg, t, stamps[e][1]) for e, u, pg, t in clicks),
+        page.gap_minutes * MINUTE_MS,
+        page.lateness_minutes * MINUTE_MS,
+    )
     expected_activity = oracles.user_activity(
         (sid, user, start, end, n, seg) for sid, (user, start, end, n, _pages, _entry, _exit, seg) in sessions.items()
     )

@@ -43,7 +43,8 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from deltalake import DeltaTable
 
-from jobs.clickstream.generator import clickstream
+from jobs.catalog import CLICKS
+from jobs.clickstream.generator import Click, clickstream
 from jobs.enrich_clicks.declaration import JOB as ENRICH
 from jobs.enrich_clicks.declaration import Settings as EnrichSettings
 from jobs.page_stats.declaration import JOB as PAGE_STATS
@@ -54,6 +55,7 @@ from kappa.contracts.schema_files import load
 from kappa.contracts.topic_declarations import MINUTE_MS, Cleanup, Topic
 from kappa.core.settings import KappaSettings
 from kappa.kafka.aliases import AliasRegistry, AliasWatch
+from kappa.kafka.partitioning import partition_for
 from kappa.lifecycle import deployments, state_files
 from kappa.lifecycle.state_files import Health
 from kappa.runtime.readers import AliasConsumer, Change
@@ -210,13 +212,20 @@ def answer(segment: Callable[[str], str] = lambda s: s) -> dict[str, dict[Any, A
     which shares no code with jobs/), with the settings the jobs declare; `segment`: what enrich_clicks' logic
     makes of the as-of rule's segment (v2's change). Keyed and valued as `as_answered` reads the outputs."""
     enrich, sessionize = ENRICH.settings_as(EnrichSettings), SESSIONIZE.settings_as(SessionizeSettings)
+    page = PAGE_STATS.settings_as(PageStatsSettings)
+    log = list(clickstream(DATA))  # produced in this order
+    clicks = [e.record for e in log if isinstance(e.record, Click)]
     found = oracles.pipeline(
-        list(clickstream(DATA)),
+        log,
         lateness_ms=enrich.profile_lateness_minutes * MINUTE_MS,  # in v1 and v2: the change is the segment
         disorder_ms=enrich.disorder_minutes * MINUTE_MS,
         gap_ms=sessionize.gap_minutes * MINUTE_MS,
         allowed_lateness_ms=sessionize.allowed_lateness_minutes * MINUTE_MS,
-        page_gap_ms=PAGE_STATS.settings_as(PageStatsSettings).gap_minutes * MINUTE_MS,
+        page_gap_ms=page.gap_minutes * MINUTE_MS,
+        page_lateness_ms=page.lateness_minutes * MINUTE_MS,
+        stamps=oracles.partition_stamps(
+            (c.event_id, partition_for(c.user_id, CLICKS.partitions), c.event_time_ms) for c in clicks
+        ),
         segment=segment,
     )
     # The as-of answer holds when no profile version breaks the lateness contract (tests/oracles.py); one that

@@ -159,6 +159,179 @@ def test_the_page_stats_operator_equals_the_python_rule(
     assert partitions_of(tmp_path / "in-checkpoint") == (shuffle_partitions, shuffle_partitions)
 
 
+# ------------------------------------------------------------------ page_stats, bounded ------------------------
+
+LATENESS = 20 * MIN
+STAMPED_SCHEMA = (
+    "user_id string, event_id string, page string, event_time timestamp, kafka_topic string, kafka_partition int, "
+    f"kafka_offset long, raw_value binary, partition_time_before timestamp, clicks_partition int, {SIDE_SCHEMA}"
+)
+STAMPED_COLUMNS = [c.split()[0] for c in STAMPED_SCHEMA.split(", ")]
+USERS_STEP, GROUPS_STEP = 1, 0  # the operators' ids in the checkpoint: Spark numbers them from the sink back
+
+
+def _stamped_log(seed: int, records: int) -> list[dict[str, Any]]:
+    """enriched_clicks as enrich_clicks writes it, over hours of event time: per partition, first emissions (new
+    clicks, and corrections of every case: a click's time kept, moved within the bound, moved forward past it)
+    stamped with the partition's latest event time before them, and re-emissions (a click's last record again,
+    its stamp kept), which often come after the click was forgotten. A few percent come more than L late, some
+    exactly L (they count). Partitions interleave; each keeps its own order."""
+    rng = random.Random(seed)
+    logs: list[list[dict[str, Any]]] = []
+    for p in range(PARTITIONS):
+        log: list[dict[str, Any]] = []
+        last: dict[str, dict[str, Any]] = {}
+        clock, stamp = T0 + rng.randint(0, 30) * MIN, None
+        for i in range(records):
+            clock += rng.choice([0, 10_000, 40_000, 90_000, 3 * MIN, 12 * MIN])
+            action = rng.random()
+            if action < 0.15 and last:  # a re-emission: the click's last record, byte for byte
+                log.append(dict(last[rng.choice(sorted(last))]))
+                continue
+            if action < 0.3 and last:  # a correction: the same click, its time kept, moved a little or far on
+                r = dict(last[rng.choice(sorted(last))])
+                r["event_time"] += rng.choice([0, 0, 2 * MIN, -3 * MIN, 90 * MIN])
+                r["page"] = rng.choice(["/a", "/b", "/e"])
+            else:
+                user = f"user-{rng.randrange(40) * PARTITIONS + p:03d}"
+                disorder = rng.choice([0, 0, 0, -MIN, -5 * MIN, -LATENESS, -LATENESS - 1, -45 * MIN])
+                r = {"user_id": user, "event_id": f"{user}-e{i:03d}", "event_time": clock + disorder,
+                     "page": rng.choice(["/a", "/b", "/c", None])}  # fmt: skip
+            r |= {"partition_time_before": stamp, "clicks_partition": p}
+            stamp = r["event_time"] if stamp is None else max(stamp, r["event_time"])
+            last[r["event_id"]] = r
+            log.append(r)
+        logs.append(log)
+    rows = _interleave(rng, logs)
+    _positions(rows, lambda r: r["clicks_partition"])
+    return [dict.fromkeys(STAMPED_COLUMNS) | r | {"kafka_topic": "enriched-t",
+            "raw_value": f"{r['kafka_partition']}:{r['kafka_offset']}".encode()} for r in rows]  # fmt: skip
+
+
+def _stamped_clicks(log: list[dict[str, Any]]) -> list[page_logic.Click]:
+    return [page_logic.Click(r["user_id"], r["event_id"], r["page"], r["event_time"], r["partition_time_before"])
+            for r in log]  # fmt: skip
+
+
+def _state_rows(spark: SparkSession, checkpoint: Path, operator: int, variable: str) -> int:
+    """How many entries one state variable of a transformWithState operator holds at the checkpoint's last batch
+    (Spark's state data source)."""
+    return (
+        spark.read.format("statestore").option("path", str(checkpoint)).option("operatorId", operator)
+        .option("stateVarName", variable).load().count()
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shuffle_partitions", [1, 4])
+def test_the_bounded_page_stats_operator_equals_the_rule_and_forgets_what_settled(
+    spark: SparkSession, tmp_path: Path, shuffle_partitions: int, session_conf_restored: None
+) -> None:
+    rng = random.Random(50 + shuffle_partitions)
+    log = _stamped_log(seed=shuffle_partitions, records=260)
+    batches = cut(log, 24, rng, lambda i: dead_letter(i, STAMPED_COLUMNS, "enriched-t"))
+    write_batches(tmp_path / "in", batches, STAMPED_SCHEMA)
+    records = [r for b in batches for r in b if r["side_kind"] is None]
+    late = {(r["kafka_partition"], r["kafka_offset"]) for r in records
+            if page_logic.is_late(_stamped_clicks([r])[0], LATENESS)}  # fmt: skip
+    # the log exercises the bound: late records, and clicks that gain a second life
+    assert len(late) > 20
+    counted, _ = page_logic.counted_records(_stamped_clicks(records), GAP, LATENESS)
+    assert any(life > 0 for _user, _id, life in counted)
+
+    seen = run_batches(
+        spark, tmp_path / "in", STAMPED_SCHEMA,
+        lambda s: page_stat_changes(s, GAP, LATENESS, stamp_partitions=PARTITIONS), shuffle_partitions,
+    )  # fmt: skip
+
+    assert sorted(seen) == list(range(len(batches)))
+    view: View = {}
+    so_far: list[dict[str, Any]] = []
+    set_aside: dict[str, set[tuple[int, int]]] = defaultdict(set)
+    for batch_id, batch in enumerate(batches):
+        rows = seen[batch_id]
+        dead = sorted(r["side_offset"] for r in batch if r["side_kind"] is not None)
+        assert sorted(r.side_offset for r in rows if r.side_kind == "undecodable") == dead, f"batch {batch_id}"
+        for row in (r for r in rows if r.side_kind is not None and r.side_kind != "undecodable"):
+            # a record set aside carries its own bytes and place
+            assert row.side_value == f"{row.side_partition}:{row.side_offset}".encode(), row
+            set_aside[row.side_kind].add((row.side_partition, row.side_offset))
+        for row in (r for r in rows if r.side_kind is None):
+            if row.deleted:
+                del view[(row.page, _ms(row.hour_start))]
+            else:
+                view[(row.page, _ms(row.hour_start))] = (row.views, row.distinct_users, row.median_time_on_page_ms)
+        so_far += sorted((r for r in batch if r["side_kind"] is None),
+                         key=lambda r: (r["kafka_partition"], r["kafka_offset"]))  # fmt: skip
+        stats = page_logic.page_stats(_stamped_clicks(so_far), GAP, LATENESS)
+        assert view == {g: (s.views, s.distinct_users, s.median_time_on_page_ms) for g, s in stats.items()}, batch_id
+    assert set_aside["late-event"] == late
+    # what was set aside as settled is a re-emission of a click forgotten: a record sent before, byte for byte
+    first = {}
+    for r in records:
+        first.setdefault((r["event_id"], r["event_time"], r["page"], r["partition_time_before"]), r)
+    settled = set_aside["settled"]
+    assert len(settled) > 5, "re-emissions must reach forgotten clicks, or the settled path proves nothing"
+    by_place = {(r["kafka_partition"], r["kafka_offset"]): r for r in records}
+    for place in settled:
+        r = by_place[place]
+        assert first[(r["event_id"], r["event_time"], r["page"], r["partition_time_before"])] is not r, r
+    assert set(set_aside) == {"late-event", "settled"}
+
+    # Forgotten: of the users' clicks, only those within L + 2 gaps of their user's largest stamp (and the bucket
+    # around the horizon); of the groups, those whose hour has not ended 2 gaps and L before the partitions' least
+    # largest stamp, the others a marker each.
+    checkpoint = tmp_path / "in-checkpoint"
+    largest: dict[str, int] = {}
+    for r in records:
+        if r["partition_time_before"] is not None:
+            largest[r["user_id"]] = max(largest.get(r["user_id"], 0), r["partition_time_before"])
+    horizon = {u: (m - LATENESS - 2 * GAP) // MIN * MIN for u, m in largest.items()}
+    held = {(u, i) for (u, i, _life), c in counted.items() if c.event_time_ms >= horizon.get(u, -(2**62))}
+    assert len(held) < len(counted) / 3, "most clicks must be old enough to forget"
+    assert _state_rows(spark, checkpoint, USERS_STEP, "times") == len(held)
+    stamps = {p: max(r["partition_time_before"] or 0 for r in records if r["clicks_partition"] == p)
+              for p in range(PARTITIONS)}  # fmt: skip
+    settled_through = min(stamps.values()) - LATENESS - 2 * GAP
+    open_groups = {g for g in page_logic.page_stats(_stamped_clicks(records), GAP, LATENESS)
+                   if g[1] + 3_600_000 > settled_through}  # fmt: skip
+    assert _state_rows(spark, checkpoint, GROUPS_STEP, "summary") == len(open_groups)
+    assert _state_rows(spark, checkpoint, GROUPS_STEP, "settled") >= len(view) - len(open_groups) > 10
+
+
+def test_a_click_whose_stamp_went_back_is_set_aside_when_it_reaches_a_settled_group(
+    spark: SparkSession, tmp_path: Path, session_conf_restored: None
+) -> None:
+    """A topic that breaks the stamps' contract (a first emission stamped below its partition's largest) cannot
+    change a settled group, stops nothing, and says which group it reached."""
+    hour = T0 // 3_600_000 * 3_600_000
+    row = dict.fromkeys(STAMPED_COLUMNS) | {"kafka_topic": "enriched-t", "kafka_partition": 0, "clicks_partition": 0}
+    batches = [
+        [row | {"user_id": "a", "event_id": "a1", "page": "/x", "event_time": hour + 10 * MIN, "kafka_offset": 0},
+         row | {"user_id": "a", "event_id": "a2", "page": "/y", "event_time": hour + 180 * MIN, "kafka_offset": 1,
+                "partition_time_before": hour + 10 * MIN},
+         row | {"user_id": "a", "event_id": "a3", "page": "/y", "event_time": hour + 181 * MIN, "kafka_offset": 2,
+                "partition_time_before": hour + 180 * MIN}],  # T = 3:00 - 20 - 60 min: hour 0 settles
+        [row | {"user_id": "b", "event_id": "b1", "page": "/x", "event_time": hour + 20 * MIN, "kafka_offset": 3,
+                "partition_time_before": hour + 15 * MIN}],  # its stamp went back: hour 0 is settled
+    ]  # fmt: skip
+    for batch in batches:
+        for r in batch:
+            r["raw_value"] = f"0:{r['kafka_offset']}".encode()
+    write_batches(tmp_path / "in", batches, STAMPED_SCHEMA)
+
+    seen = run_batches(
+        spark, tmp_path / "in", STAMPED_SCHEMA, lambda s: page_stat_changes(s, GAP, LATENESS, stamp_partitions=1)
+    )
+
+    assert [(r.page, r.views) for r in seen[0] if r.side_kind is None and r.page == "/x"] == [("/x", 1)]
+    assert [r for r in seen[1] if r.side_kind is None] == []  # hour 0's row stays as it was
+    (aside,) = [r for r in seen[1] if r.side_kind is not None]
+    assert aside.side_kind == "settled"
+    assert f"{hour}//x" in aside.side_message, aside.side_message
+    assert "user b" in aside.side_message, aside.side_message
+
+
 # ------------------------------------------------------------------ user_activity ------------------------------
 
 SESSIONS_SCHEMA = (

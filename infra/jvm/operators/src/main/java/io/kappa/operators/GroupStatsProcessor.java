@@ -39,13 +39,20 @@ final class GroupStatsProcessor extends StatefulProcessor<String, Row, Row> {
   private static final long serialVersionUID = 1L;
 
   // Positions in PageStats.CONTRIBUTIONS.
-  private static final int SIGN = 0, PAGE = 1, HOUR = 2, USER = 3, GAP = 4, SIDE_IN = ClickGapsProcessor.SIDE_OUT;
+  private static final int SIGN = 0, PAGE = 1, HOUR = 2, USER = 3, GAP = 4, SETTLE = 5;
+  private static final int SIDE_IN = ClickGapsProcessor.SIDE_OUT;
   private static final int SIDE_OUT = 6; // in PageStats.OUTPUT
 
+  private final String settledKind;
   private transient ValueState<byte[]> summary;
   private transient MapState<String, Long> users;
   private transient MapState<Long, byte[]> ranges; // GroupTimes' levels (the name is the first layout's)
   private transient BytesByLong rangeStore;
+  private transient ValueState<Boolean> settled; // the marker a settled group leaves: its state is gone
+
+  GroupStatsProcessor(String settledKind) {
+    this.settledKind = settledKind;
+  }
 
   @Override
   public void init(OutputMode outputMode, TimeMode timeMode) {
@@ -53,6 +60,7 @@ final class GroupStatsProcessor extends StatefulProcessor<String, Row, Row> {
     users = getHandle().getMapState("users", Encoders.STRING(), Encoders.LONG(), TTLConfig.NONE());
     ranges = getHandle().getMapState("ranges", Encoders.LONG(), Encoders.BINARY(), TTLConfig.NONE());
     rangeStore = BytesByLong.of(ranges);
+    settled = getHandle().getValueState("settled", Encoders.BOOLEAN(), TTLConfig.NONE());
   }
 
   /** What is kept per group besides the users and the times. */
@@ -133,10 +141,23 @@ final class GroupStatsProcessor extends StatefulProcessor<String, Row, Row> {
     Map<String, Long> userDeltas = new HashMap<>();
     TreeMap<Long, Long> valueDeltas = new TreeMap<>();
     Row first = null;
+    boolean settle = false;
+    Boolean wasSettled = null; // read with the first row that is not a dead letter (theirs is the null key)
     while (rows.hasNext()) {
       Row row = rows.next();
       if (!row.isNullAt(SIDE_IN + SideRows.KIND)) {
         out.add(SideRows.passThrough(row, SIDE_IN, PageStats.OUTPUT.size(), SIDE_OUT));
+        continue;
+      }
+      if (wasSettled == null) {
+        wasSettled = settled.exists();
+      }
+      if (!row.isNullAt(SETTLE) && row.getBoolean(SETTLE)) {
+        settle = true;
+        continue;
+      }
+      if (wasSettled) { // the lateness bound says none can come: set aside, never counted from zero
+        out.add(reachedSettled(group, row));
         continue;
       }
       first = first == null ? row : first;
@@ -186,7 +207,27 @@ final class GroupStatsProcessor extends StatefulProcessor<String, Row, Row> {
         summary.update(s.write());
       }
     }
+    // after the batch's contributions (settle: wasSettled was read): the row emitted last is the final one
+    if (settle && !wasSettled) {
+      summary.clear();
+      users.clear();
+      ranges.clear();
+      settled.update(true);
+    }
     return CollectionConverters.asScala(out.iterator());
+  }
+
+  /** A contribution that reached a settled group, as a side row naming it: what a topic whose first emissions'
+   * stamps go back (enrich_clicks writes them in offset order) would cause. */
+  private Row reachedSettled(String group, Row contribution) {
+    Object[] values = new Object[PageStats.OUTPUT.size()];
+    values[SIDE_OUT + SideRows.KIND] = settledKind;
+    values[SIDE_OUT + SideRows.MESSAGE] =
+        "page_stats: a click of user " + contribution.getString(USER) + " (" + (contribution.getInt(SIGN) > 0 ? "added"
+            : "retracted") + ", time on page " + (contribution.isNullAt(GAP) ? "none" : contribution.getLong(GAP))
+            + " ms) reached the group " + group + ", which was settled: no record that counts can, unless its "
+            + "stamps went back along its partition; not counted";
+    return RowFactory.create(values);
   }
 
   private void applyUsers(Summary s, Map<String, Long> deltas) {

@@ -38,7 +38,7 @@ final class SideRows {
     field("side_suite", DataTypes.StringType),
   };
   // Positions within the SIDE columns.
-  static final int KIND = 0, VALUE = 3, TOPIC = 4, PARTITION = 5, OFFSET = 6;
+  static final int KIND = 0, MESSAGE = 1, VALUE = 3, TOPIC = 4, PARTITION = 5, OFFSET = 6;
 
   static StructField field(String name, DataType type) {
     return DataTypes.createStructField(name, type, true);
