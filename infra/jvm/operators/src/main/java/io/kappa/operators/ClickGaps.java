@@ -205,21 +205,48 @@ final class ClickGaps implements Serializable {
       current.put(id, new Position(r.timeMs(), life));
       head.raise(stamp);
     }
-    List<Change> changes = latest.isEmpty() ? List.of() : place(head, bucketStore, latest, stored);
-    for (Map.Entry<String, Position> e : current.entrySet()) {
-      Position now = e.getValue();
-      if (!now.equals(stored.get(e.getKey()))) {
-        times.put(e.getKey(), now.timeMs());
-        if (now.life() > 0) {
-          head.lives.put(e.getKey(), now.life());
-        } else {
-          head.lives.remove(e.getKey());
+    // Bounded: the buckets wholly older than the largest stamp - L - 2 gap go, with their ids. The batch's own
+    // clicks there are never written (a replay's batch holds hours of a user's clicks: most of them).
+    Long limit = null;
+    if (latenessMs != null && head.largestStampMs != null) {
+      limit = Math.floorDiv(head.largestStampMs - latenessMs - 2 * gapMs, BUCKET_MS);
+    }
+    List<Change> changes = List.of();
+    if (!latest.isEmpty()) {
+      Placed placed = place(head, bucketStore, latest, stored, limit);
+      changes = placed.changes();
+      for (Click c : placed.dropped()) { // held before this batch, forgotten now
+        if (!current.containsKey(c.eventId)) {
+          forgetId(c, head, times);
         }
       }
     }
-    forget(head, bucketStore, times);
+    for (Map.Entry<String, Position> e : current.entrySet()) {
+      String id = e.getKey();
+      Position now = e.getValue();
+      if (limit != null && bucketOf(now.timeMs()) < limit) { // its latest life is forgotten at once
+        if (stored.get(id) != null) {
+          times.remove(id);
+        }
+        head.lives.remove(id);
+      } else if (!now.equals(stored.get(id))) {
+        times.put(id, now.timeMs());
+        if (now.life() > 0) {
+          head.lives.put(id, now.life());
+        } else {
+          head.lives.remove(id);
+        }
+      }
+    }
+    if (limit != null) {
+      forget(head, bucketStore, times, limit);
+    }
     return new Outcome(changes, late, settled);
   }
+
+  /** What {@link #place} did: the contributions it changed, and the clicks held before the batch that it dropped
+   * with their buckets (their ids are still to go). */
+  private record Placed(List<Change> changes, List<Click> dropped) {}
 
   private static Position held(String id, Head head, LongById times) {
     Long time = times.get(id);
@@ -231,8 +258,8 @@ final class ClickGaps implements Serializable {
    * own, and its predecessor's, before and after the change (a click's time on page is the gap to the one next
    * after it, so no other changes). -> the contributions that changed.
    */
-  private List<Change> place(
-      Head head, BytesByLong bucketStore, Map<Key, Record> latest, Map<String, Position> stored) {
+  private Placed place(
+      Head head, BytesByLong bucketStore, Map<Key, Record> latest, Map<String, Position> stored, Long limit) {
     WriteBack<List<Click>> buckets =
         new WriteBack<>(bucketStore, ClickGaps::decode, ClickGaps::encode, List::isEmpty);
     // The positions that change: each click's new time, and where its life was before this batch.
@@ -267,8 +294,10 @@ final class ClickGaps implements Serializable {
       }
     }
     Map<Key, Contribution> was = new HashMap<>();
+    Set<Long> written = new HashSet<>(read); // the buckets this batch reads or writes
     List<Click> moved = new ArrayList<>(); // the positions left or taken: their predecessors' gaps change
     Set<Click> recompute = Collections.newSetFromMap(new IdentityHashMap<>());
+    Set<Click> fresh = Collections.newSetFromMap(new IdentityHashMap<>()); // the batch's own clicks
     for (Map.Entry<Key, Record> e : latest.entrySet()) {
       Click old = nearByKey.get(e.getKey());
       if (old != null) {
@@ -281,8 +310,10 @@ final class ClickGaps implements Serializable {
       Click now = new Click(r.timeMs(), r.eventId(), e.getKey().life(), r.page(), null);
       near.add(now);
       buckets.edit(bucketOf(now.timeMs)).add(now);
+      written.add(bucketOf(now.timeMs));
       moved.add(now);
       recompute.add(now);
+      fresh.add(now);
     }
     for (Click position : moved) {
       // Its predecessor now, the last click ordered before it. One more than the gap before it keeps its time on
@@ -313,34 +344,48 @@ final class ClickGaps implements Serializable {
         changes.add(new Change(1, e.getValue()));
       }
     }
+    List<Click> dropped = new ArrayList<>();
+    if (limit != null) {
+      for (long b : written) {
+        if (b < limit) { // forgotten now: not written (removed, where the store held it)
+          for (Click c : buckets.get(b)) {
+            if (!fresh.contains(c)) {
+              dropped.add(c);
+            }
+          }
+          buckets.replace(b, new ArrayList<>());
+        }
+      }
+    }
     Set<Long> left = new HashSet<>(buckets.flush());
     for (Click c : near) {
       head.buckets.add(bucketOf(c.timeMs));
     }
     head.buckets.removeAll(left);
-    return changes;
+    return new Placed(changes, dropped);
   }
 
   private Contribution contribution(Click c) {
     return new Contribution(c.page, Math.floorDiv(c.timeMs, hourMs) * hourMs, c.gap);
   }
 
-  /** Bounded: drops the buckets wholly older than the user's largest stamp - L - 2 gap, with their ids. */
-  private void forget(Head head, BytesByLong bucketStore, LongById times) {
-    if (latenessMs == null || head.largestStampMs == null) {
-      return;
-    }
-    long horizon = head.largestStampMs - latenessMs - 2 * gapMs;
-    long limit = Math.floorDiv(horizon, BUCKET_MS); // a bucket below it ends at or before the horizon
+  /** Drops the stored buckets below {@code limit} (each ends at or before the largest stamp - L - 2 gap) that the
+   * batch did not read, with their ids. */
+  private static void forget(Head head, BytesByLong bucketStore, LongById times, long limit) {
     for (long b : new ArrayList<>(head.buckets.headSet(limit))) {
       for (Click c : decode(bucketStore.get(b))) {
-        if (c.life == head.lives.getOrDefault(c.eventId, 0)) { // its latest life: the id goes with it
-          times.remove(c.eventId);
-          head.lives.remove(c.eventId);
-        }
+        forgetId(c, head, times);
       }
       bucketStore.remove(b);
       head.buckets.remove(b);
+    }
+  }
+
+  /** A forgotten click's id goes with it when it was the click's latest life. */
+  private static void forgetId(Click c, Head head, LongById times) {
+    if (c.life == head.lives.getOrDefault(c.eventId, 0)) {
+      times.remove(c.eventId);
+      head.lives.remove(c.eventId);
     }
   }
 

@@ -168,8 +168,26 @@ final class GroupStatsProcessor extends StatefulProcessor<String, Row, Row> {
         valueDeltas.merge(row.getLong(GAP), (long) sign, Long::sum);
       }
     }
-    if (first != null) {
-      Summary s = summary.exists() ? Summary.read(summary.get()) : new Summary();
+    boolean held = first != null && summary.exists();
+    if (first != null && settle && !held) {
+      // A group that opens and settles in one batch (a replay's, mostly): its row from the batch alone, nothing
+      // written to the state store only to be cleared.
+      String page = first.isNullAt(PAGE) ? null : first.getString(PAGE);
+      long distinct = 0;
+      for (long n : userDeltas.values()) {
+        if (n < 0) {
+          throw new IllegalStateException("page_stats group " + group + ": more clicks retracted than counted");
+        }
+        distinct += n > 0 ? 1 : 0;
+      }
+      if (views < 0) {
+        throw new IllegalStateException("page_stats group " + group + ": more clicks retracted than counted");
+      }
+      if (views > 0) {
+        out.add(row(page, first.getLong(HOUR), views, distinct, GroupTimes.medianOf(valueDeltas), false));
+      }
+    } else if (first != null) {
+      Summary s = held ? Summary.read(summary.get()) : new Summary();
       s.views += views;
       applyUsers(s, userDeltas);
       GroupTimes times = new GroupTimes(rangeStore, s.rangeCounts);
@@ -209,9 +227,11 @@ final class GroupStatsProcessor extends StatefulProcessor<String, Row, Row> {
     }
     // after the batch's contributions (settle: wasSettled was read): the row emitted last is the final one
     if (settle && !wasSettled) {
-      summary.clear();
-      users.clear();
-      ranges.clear();
+      if (held || first == null) { // held, or not known (no contribution this batch: not read)
+        summary.clear();
+        users.clear();
+        ranges.clear();
+      }
       settled.update(true);
     }
     return CollectionConverters.asScala(out.iterator());

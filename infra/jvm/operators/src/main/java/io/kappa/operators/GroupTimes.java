@@ -118,6 +118,40 @@ final class GroupTimes {
     return (long) ((higher - position) * lowerValue + (position - lower) * higherValue);
   }
 
+  /** {@link #median} of a multiset held whole in memory: value -> how many times it occurs (none: not at all). */
+  static Long medianOf(TreeMap<Long, Long> counts) {
+    long n = 0;
+    for (long count : counts.values()) {
+      if (count < 0) {
+        throw new IllegalStateException("page_stats: a time on page was retracted more often than counted");
+      }
+      n += count;
+    }
+    if (n == 0) {
+      return null;
+    }
+    double position = (n - 1) * 0.5;
+    long lower = (long) Math.floor(position);
+    long higher = (long) Math.ceil(position);
+    Long lowerValue = null;
+    Long higherValue = null;
+    long before = 0;
+    for (Map.Entry<Long, Long> e : counts.entrySet()) {
+      before += e.getValue();
+      if (lowerValue == null && before > lower) {
+        lowerValue = e.getKey();
+      }
+      if (before > higher) {
+        higherValue = e.getKey();
+        break;
+      }
+    }
+    if (higher == lower || higherValue.equals(lowerValue)) {
+      return (long) (double) lowerValue;
+    }
+    return (long) ((higher - position) * lowerValue + (position - lower) * higherValue);
+  }
+
   /** The value at 0-based rank {@code rank} of the group's times. */
   long nth(long rank) {
     long before = 0;

@@ -20,8 +20,9 @@ import org.junit.jupiter.api.Test;
 
 /**
  * A page_stats group's times on page in their three levels (GroupTimes) against a plain sorted list: every rank
- * and the median after each change, what one change writes, and a group moved from the first layout (one value
- * per range, the summary without a format byte) whose answers stay the same.
+ * and the median after each change (and the median of the same multiset held in memory), what one change
+ * writes, and a group moved from the first layout (one value per range, the summary without a format byte) whose
+ * answers stay the same.
  */
 class GroupTimesTest {
 
@@ -73,6 +74,10 @@ class GroupTimesTest {
       }
       Collections.sort(expected);
       assertEquals(expectedMedian(expected), times.median(), "median after batch " + batch);
+      TreeMap<Long, Long> whole = new TreeMap<>(); // the same multiset in memory (a group settled in one batch)
+      expected.forEach(v -> whole.merge(v, 1L, Long::sum));
+      whole.put(-1L - batch, 0L); // a value added and retracted within the batch counts for nothing
+      assertEquals(expectedMedian(expected), GroupTimes.medianOf(whole), "in memory, after batch " + batch);
       times.flush();
       GroupTimes reread = new GroupTimes(store, rangeCounts);
       for (int rank = 0; rank < expected.size(); rank += 1 + expected.size() / 50) {
