@@ -123,7 +123,7 @@ def test_bad_records_are_dead_lettered_counted_and_replayable(
 
 @pytest.mark.slow
 def test_a_table_jobs_late_records_go_to_its_versions_late_topic_and_leave_with_the_version(
-    stack: KappaSettings, avro_topic: Callable[..., Topic], tmp_path: Path
+    stack: KappaSettings, avro_topic: Callable[..., Topic], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A job writing a Delta table sets records aside as late like a topic job does: to its version's own `.late`
     topic (before, a table's late record went to its input's dead letters), which prepare creates and a retire
@@ -174,6 +174,16 @@ def test_a_table_jobs_late_records_go_to_its_versions_late_topic_and_leave_with_
     }  # the original bytes
     assert {dict(r.headers())[H_KIND] for r in aside_records.values()} == {DeadLetterKind.LATE_EVENT.value.encode()}
     assert list(whole_topic(stack, dead_letters_of(topic).name)) == []  # none went to the input's dead letters
+    # `kappa dlq inspect` reads a late topic as it reads dead letters; a replay refuses it (they would be late again)
+    report = dlq.inspect(stack, late_topic)
+    assert (report.topic, report.records, dict(report.by_kind)) == (late_topic, 4, {"late-event": 4})
+    assert report.by_job == {name: 4}
+    capsys.readouterr()  # what the runs printed
+    cmd_dlq_inspect(stack, argparse.Namespace(topic=late_topic, samples=1))
+    said = capsys.readouterr().out
+    assert said.startswith(f"{late_topic}: 4 late record(s), 4 set aside, reported by {name} 4\n"), said
+    with pytest.raises(KappaError, match="late again"):
+        dlq.replay(stack, late_topic)
 
     deleted = output.delete(settings, version)  # what `kappa replay retire` does to the version's output
     assert deleted == [late_topic, output.location(settings, version)]

@@ -13,12 +13,15 @@ from kappa.ops import dlq
 def cmd_dlq_inspect(settings: KappaSettings, args: argparse.Namespace) -> int:
     report = dlq.inspect(settings, args.topic, samples=args.samples)
     jobs = ", ".join(f"{job} {n}" for job, n in sorted(report.by_job.items()))
-    print(f"{report.topic}: {report.records} bad record(s), {report.total} dead letter(s), reported by {jobs or '-'}")
+    late = report.topic.endswith(dlq.LATE_SUFFIX)
+    what = ("late record(s)", "set aside") if late else ("bad record(s)", "dead letter(s)")
+    print(f"{report.topic}: {report.records} {what[0]}, {report.total} {what[1]}, reported by {jobs or '-'}")
     if report.log_starts:
-        # Counts of what remains must not read as everything ever dead-lettered.
+        # Counts of what remains must not read as everything ever set aside.
         starts = ", ".join(f"offset {start} of partition {p}" for p, start in report.log_starts.items())
         retention = _retention(report.retention_ms)
-        print(f"older dead letters were deleted by the topic's retention{retention}: the log starts at {starts}")
+        older = "late records" if late else "dead letters"
+        print(f"older {older} were deleted by the topic's retention{retention}: the log starts at {starts}")
     for kind, count in report.by_kind.most_common():
         print(f"  {kind:<24} {count}")
         for letter in report.samples.get(kind, []):
@@ -47,11 +50,13 @@ def cmd_dlq_replay(settings: KappaSettings, args: argparse.Namespace) -> int:
 def add_dlq_commands(sub: Any) -> None:
     dlq = sub.add_parser("dlq", help="dead-letter topics")
     dlq_sub = dlq.add_subparsers(dest="dlq_command", required=True, metavar="action")
-    inspect = dlq_sub.add_parser("inspect", help="counts by error kind, with samples")
+    inspect = dlq_sub.add_parser(
+        "inspect", help="counts by error kind, with samples (a dataset's dead letters, or a .late topic)"
+    )
     inspect.set_defaults(func=cmd_dlq_inspect)
     inspect.add_argument("--samples", type=int, default=3)
     replay = dlq_sub.add_parser("replay", help="re-inject dead letters into their source topic, each once")
     replay.set_defaults(func=cmd_dlq_replay)
     replay.add_argument("--kind", default=None, help="only this error kind (e.g. unknown-schema-id)")
-    for p in (inspect, replay):
-        p.add_argument("topic", help="the dataset topic (its dead letters are in <topic>.dlq)")
+    inspect.add_argument("topic", help="the dataset topic (its dead letters are in <topic>.dlq), or a .late topic")
+    replay.add_argument("topic", help="the dataset topic (its dead letters are in <topic>.dlq)")

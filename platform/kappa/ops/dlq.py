@@ -18,12 +18,15 @@ from kappa.contracts.dead_letter_format import (
     H_SOURCE_TOPIC,
     DeadLetterKind,
     dlq_topic,
+    late_topic,
 )
 from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings
 from kappa.kafka.clients import Outgoing, admin_client, produce_all
 from kappa.kafka.reading import MissingTopicError, extents, read_to_end, reading_consumer
 from kappa.kafka.topic_admin import topic_configs
+
+LATE_SUFFIX = late_topic("")  # ".late": a job's late records, beside its output
 
 
 @dataclass(frozen=True)
@@ -66,7 +69,7 @@ def _letters(consumer: Consumer, topic: str) -> tuple[list[DeadLetter], dict[int
     try:
         bounds = extents(consumer, topic)
     except MissingTopicError:
-        raise KappaError(f"dead-letter topic {topic} does not exist (`kappa topics apply` creates it)") from None
+        raise KappaError(f"side topic {topic} does not exist (`kappa topics apply` creates it)") from None
     committed = consumer.committed([TopicPartition(topic, p) for p in bounds], timeout=15)
     letters: list[DeadLetter] = []
     for msg in read_to_end(consumer, topic, bounds, {tp.partition: tp.offset for tp in committed}, stall_s=30):
@@ -85,10 +88,18 @@ def _raw(value: str | bytes | None) -> bytes | None:
     return value.encode() if isinstance(value, str) else value
 
 
+def side_topic(topic: str) -> str:
+    """The topic `inspect` reads for `topic`: a `.late` topic itself (a job's late records carry the dead letters'
+    headers), else the dataset's dead letters."""
+    return topic if topic.endswith(LATE_SUFFIX) else dlq_topic(topic)
+
+
 def inspect(settings: KappaSettings, topic: str, samples: int = 3) -> Inspection:
+    """What the dead-letter topic of dataset `topic` holds, or the `.late` topic `topic` (e.g.
+    `delta.page_stats.v2.late`): counts per kind, of distinct source records, with samples."""
     with reading_consumer(settings, f"kappa-dlq-inspect-{uuid.uuid4().hex[:8]}") as consumer:
-        letters, log_starts = _letters(consumer, dlq_topic(topic))
-    report = Inspection(dlq_topic(topic), total=len(letters))
+        letters, log_starts = _letters(consumer, side_topic(topic))
+    report = Inspection(side_topic(topic), total=len(letters))
     report.log_starts = {p: start for p, start in sorted(log_starts.items()) if start > 0}
     if report.log_starts:
         report.retention_ms = _retention_ms(settings, report.topic)
@@ -148,6 +159,11 @@ def replay(settings: KappaSettings, topic: str, kind: str | None = None) -> tupl
     `partition-mismatch` letters, which are never re-injected: each would land in the same wrong partition and be
     set aside again; such a record must be produced again, placed by `partition_for`).
     """
+    if topic.endswith(LATE_SUFFIX):
+        raise KappaError(
+            f"{topic} holds late records, which their job set aside by its rule: put back, they would be late again. "
+            "A replay of the job with a longer lateness is what counts them"
+        )
     if kind == DeadLetterKind.PARTITION_MISMATCH:
         raise KappaError(
             f"{kind} letters cannot be replayed: each would land in the same wrong partition again. Produce those "
