@@ -8,10 +8,12 @@ The restatements follow from the rules' documented semantics:
   for the final value per click whenever no version breaks the lateness contract, which the tests check.)
 - Partition stamps: a click's stamp is the latest event time among the clicks before it in its `clicks` partition,
   in offset order (none for the first); the latest value of a click re-delivered is its last copy's.
-- Page statistics with a lateness bound: a record is late when its time is more than L behind its stamp. The
-  click's previous counted record (by log order, a window's `lag`) starts a new life of the click when its time is
-  more than L + G behind the new record's stamp; the lives are a running count, and each life's last record
-  counts (case 2 of jobs/page_stats/logic.py, restated).
+- Page statistics with a lateness bound: a record is late when its time is more than L behind its stamp, and a
+  repeat (counts for nothing) when its stamp is below the largest stamp of its click's earlier records that were
+  not late (a running max: counted records' stamps never go down, so that is the stamp of the latest counted one).
+  The click's previous counted record (by log order, a window's `lag`) starts a new life of the click when its
+  time is more than L + G behind the new record's stamp; the lives are a running count, and each life's last
+  record counts (case 2 of jobs/page_stats/logic.py, restated).
 - Sessionization, per user in log order: an event is late when its time is more than A behind the greatest
   earlier time (a late event never raises that maximum, so the maximum over every earlier event is the same
   as over the accepted ones). The accepted events form sessions by gap: sorted by time, a gap over G starts a
@@ -171,19 +173,34 @@ def page_stats(
 
 def bounded_page_stats(
     records: Iterable[tuple[str, str, str, int, int | None]], gap_ms: int, lateness_ms: int
-) -> tuple[dict[tuple[str, int], tuple[int, int, int | None]], list[int]]:
+) -> tuple[dict[tuple[str, int], tuple[int, int, int | None]], list[int], list[int]]:
     """records (user_id, event_id, page, event_time_ms, stamp_ms) in log order -> (page_stats' view with the
-    lateness bound, the positions of the late records). Late: time < stamp - L. Each other record either replaces
-    the click's previous counted record or, when that one's time is below stamp - L - gap, starts a new life of
-    the click beside it; a life's last record counts."""
+    lateness bound, the positions of the late records, those of the copies). Late: time < stamp - L. A record
+    stamped below the largest stamp of the user's earlier records (no stamp: below any) is a copy and counts for
+    nothing. Each other record either replaces the click's previous counted record or, when that one's time is
+    below stamp - L - gap, starts a new life of the click beside it; a life's last record counts."""
     con = duckdb.connect()
     rows = [(i, *r) for i, r in enumerate(records)]
     con.register("r", pd.DataFrame(rows, columns=["seq", "user_id", "event_id", "page", "event_time", "stamp"]))
     late_sql = f"stamp IS NOT NULL AND event_time < stamp - {int(lateness_ms)}"
     late = [int(seq) for (seq,) in con.sql(f"SELECT seq FROM r WHERE {late_sql} ORDER BY seq").fetchall()]
+    stamped = """
+        SELECT *, max(stamp) OVER (PARTITION BY user_id ORDER BY seq
+                                   ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS stamp_before
+        FROM r
+    """
+    copy_sql = "stamp_before IS NOT NULL AND (stamp IS NULL OR stamp < stamp_before)"
+    copies = [
+        int(seq)
+        for (seq,) in con.sql(
+            f"SELECT seq FROM ({stamped}) WHERE NOT ({late_sql}) AND {copy_sql} ORDER BY seq"
+        ).fetchall()
+    ]
     rows_out = con.sql(
         f"""
-        WITH counted AS (SELECT * FROM r WHERE NOT ({late_sql})),
+        WITH counted AS (
+            SELECT * FROM ({stamped}) WHERE NOT ({late_sql}) AND NOT ({copy_sql})
+        ),
         chained AS (
             SELECT *, lag(event_time) OVER (PARTITION BY user_id, event_id ORDER BY seq) AS previous_time
             FROM counted
@@ -211,7 +228,7 @@ def bounded_page_stats(
     ).fetchall()
     view = {(page, int(hour)): (int(views), int(users), None if median is None else int(median))
             for page, hour, views, users, median in rows_out}  # fmt: skip
-    return view, late
+    return view, late, copies
 
 
 def user_activity(
@@ -314,7 +331,7 @@ def pipeline(
     by_session = {sid: (sid.split(":", 1)[0], *row) for sid, row in found.items()}
     # page_stats over the clicks as enrich_clicks stamps them (a re-emission keeps its click's stamp and fields,
     # so it changes nothing here and the clicks alone give the answer)
-    page_view, page_late = bounded_page_stats(
+    page_view, page_late, _copies = bounded_page_stats(
         ((c.user_id, c.event_id, c.page, c.event_time_ms, stamps[c.event_id][1]) for c in clicks),
         page_gap_ms,
         page_lateness_ms,

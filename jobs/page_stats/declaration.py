@@ -7,7 +7,8 @@ changed into the table, once per batch id. A late click changes its predecessor'
 another hour's row. Lateness is judged against each click's partition stamp (enrich_clicks'
 `partition_time_before`: the latest event time before it in its `clicks` partition), the same in every run; what
 no record that counts can reach any more is forgotten, so the state holds the last L + 2 gaps of each user's clicks
-and the hours not settled yet (docs/bounded_view_state.md).
+(a user who left keeps theirs, and a small head, until they come back), the hours not settled yet and a marker per
+settled (page, hour) (docs/bounded_view_state.md).
 
 Settings (`Settings`): `gap_minutes` (a next click later than this is not time on the page, 30) and
 `lateness_minutes` (L: a click more than this behind its partition's latest event time before it is late, 30).

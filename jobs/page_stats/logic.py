@@ -23,10 +23,15 @@ by each record's stamp `s` (enrich_clicks' `partition_time_before`: the latest e
 settles anything. A record `r`:
 
 1. is **late** when `r.time < s(r) - L`: set aside (`late_records`), it changes nothing;
-2. else, if the click's latest counted record `e` has `e.time < s(r) - L - gap` (more than L + gap behind `r`'s
+2. else is a **copy** (`copies`) when its stamp is below the largest stamp of the user's records before it (none:
+   below every stamp), and changes nothing. A first emission's stamp is never below an earlier one's: all of a
+   user's clicks come from one `clicks` partition, in offset order. So a record stamped lower was sent before: a
+   re-emission of a click's last record (which would change nothing anyway), or a batch of enrich_clicks run again
+   after a crash, whose records come again after newer ones (which would move a corrected click back);
+3. else, if the click's latest counted record `e` has `e.time < s(r) - L - gap` (more than L + gap behind `r`'s
    stamp): `r` counts as a **new click**, and `e` stays counted where it was. A source that moves a click from
    that far back publishes the move as a new click; the rule says what happens if it does not;
-3. else replaces `e`, as above.
+4. else replaces `e`, as above.
 
 Each case reads only the records' fields, so the answer is the same in every run, and an operator may forget a
 click once its time is below its partition's largest stamp - L - 2 gap without changing it (a record that counts
@@ -37,8 +42,9 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from enum import Enum
 
 from kappa.contracts.topic_declarations import HOUR_MS
 
@@ -63,11 +69,44 @@ def is_late(record: Click, lateness_ms: int | None) -> bool:
     )
 
 
+def is_copy(record: Click, largest_stamp_before: int | None, lateness_ms: int | None) -> bool:
+    """Case 2: stamped below the largest stamp of the user's earlier records (no stamp: below every stamp)."""
+    if lateness_ms is None or largest_stamp_before is None:
+        return False
+    return record.stamp_ms is None or record.stamp_ms < largest_stamp_before
+
+
 def settled_before(earlier: Click, record: Click, gap_ms: int, lateness_ms: int | None) -> bool:
-    """Case 2: the click's earlier record is older than what `record`'s partition has settled when it comes."""
+    """Case 3: the click's earlier record is older than what `record`'s partition has settled when it comes."""
     if lateness_ms is None or record.stamp_ms is None:
         return False
     return earlier.event_time_ms < record.stamp_ms - lateness_ms - gap_ms
+
+
+class Case(Enum):
+    LATE = 1
+    COPY = 2
+    COUNTS = 3  # case 3 or 4, decided against the click's latest counted record
+
+
+def judged(log: Iterable[Click], lateness_ms: int | None) -> Iterator[tuple[Click, Case]]:
+    """Each record in log order, with the case its stamp alone decides."""
+    largest_stamp: dict[str, int] = {}  # user -> the largest stamp of their records so far
+    for record in log:
+        stamp_before = largest_stamp.get(record.user_id)
+        if record.stamp_ms is not None and (stamp_before is None or record.stamp_ms > stamp_before):
+            largest_stamp[record.user_id] = record.stamp_ms
+        if is_late(record, lateness_ms):
+            yield record, Case.LATE
+        elif is_copy(record, stamp_before, lateness_ms):
+            yield record, Case.COPY
+        else:
+            yield record, Case.COUNTS
+
+
+def copies(log: Iterable[Click], lateness_ms: int | None) -> list[int]:
+    """Case 2's records, by their positions in the log: what the job sets aside to `.late` as settled."""
+    return [i for i, (_record, case) in enumerate(judged(log, lateness_ms)) if case is Case.COPY]
 
 
 def counted_records(
@@ -77,10 +116,12 @@ def counted_records(
     latest: dict[ClickKey, Click] = {}
     lives: dict[tuple[str, str], int] = {}
     late: list[Click] = []
-    for record in log:  # in log order: a later record of a click replaces it
-        if is_late(record, lateness_ms):
+    for record, case in judged(log, lateness_ms):  # in log order: a later record of a click replaces it
+        if case is Case.LATE:
             late.append(record)
             continue
+        if case is Case.COPY:
+            continue  # changes nothing
         click = (record.user_id, record.event_id)
         life = lives.get(click)
         if life is None:
@@ -115,7 +156,8 @@ def times_on_page(
         by_user[record.user_id].append((key, record))
     result: dict[ClickKey, tuple[Click, int | None]] = {}
     for clicks in by_user.values():
-        # Spark orders strings by UTF-8 bytes; the life orders two lives of a click at one time (stamp-less records)
+        # Spark orders strings by UTF-8 bytes; two lives of a click never share a time (a new life is more than a gap
+        # after the one before), so the life only makes the order total
         clicks.sort(key=lambda kc: (kc[1].event_time_ms, kc[1].event_id.encode(), kc[0][2]))
         for (key, click), following in zip(clicks, [*clicks[1:], None], strict=True):
             gap = None if following is None else following[1].event_time_ms - click.event_time_ms

@@ -108,7 +108,7 @@ def check(settings: KappaSettings, say: Callable[[str], None] = print) -> list[d
     page = PAGE_STATS.settings_as(PageStatsSettings)
     # each click's partition stamp, over its partition's offset order (read in it: a partition after another)
     stamps = oracles.partition_stamps((e, partition_for(u, CLICKS.partitions), t) for e, u, _page, t in clicks)
-    expected_pages, _late = oracles.bounded_page_stats(
+    expected_pages, _late, _copies = oracles.bounded_page_stats(
         ((u, e, pg, t, stamps[e][1]) for e, u, pg, t in clicks),
         page.gap_minutes * MINUTE_MS,
         page.lateness_minutes * MINUTE_MS,

@@ -595,8 +595,8 @@ def test_live_with_kills_inside_batches_and_replay_both_equal_the_independent_an
         _same({(r.page, _ms(r.hour_start)): (r.views, r.distinct_users, r.median_time_on_page_ms)
                for r in page_rows}, answer.page_stats, f"page_stats {run}")  # fmt: skip
         assert len(page_rows) == len(answer.page_stats)
-        # Its late clicks, by the event id of the enriched record each holds; a record of a click it had
-        # forgotten (`settled`, a re-emission) depends on when it came, so not compared.
+        # Its late clicks, by the event id of the enriched record each holds (its copies, `settled`, are held
+        # byte for byte by the differential test).
         keys = {(r.partition, r.offset): r.key for r in records(topics[f"enriched_{run}"].name)}
         assert isinstance(PAGE_STATS.output, DeltaTable)
         page_late = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from jobs.page_stats.logic import Click, PageHour, counted_records, late_records, page_stats
+from jobs.page_stats.logic import Click, PageHour, copies, counted_records, late_records, page_stats
 from tests import oracles
 
 GAP, LATENESS = 10, 50  # ms: small numbers keep the arithmetic readable; every time below is in hour 0
@@ -64,17 +64,32 @@ def test_a_click_moved_within_the_bound_replaces_the_old_record() -> None:
     assert view([click, moved]) == {("/b", 0): PageHour(1, 1, None)}
 
 
-def test_a_re_emission_keeps_its_stamp_and_replaces_whatever_came_since() -> None:
+def test_a_re_emission_keeps_its_stamp_and_changes_nothing() -> None:
     click = Click("u", "c1", "/a", 100, stamp_ms=120)
     later = Click("u", "c9", "/z", 5_000, stamp_ms=5_000)  # the partition's clock moves far on
     again = Click("u", "c1", "/a", 100, stamp_ms=120)  # enrich_clicks re-emits c1 (a new profile): same stamp
     assert late_records([click, later, again], LATENESS) == []
     assert view([click, later, again]) == view([click, later])
+    moved = Click("u", "c9", "/y", 4_990, stamp_ms=5_000)  # c9 corrected at once: the stamp has not moved
+    on, on2 = Click("u", "c10", "/x", 5_010, stamp_ms=5_000), Click("u", "c11", "/x", 5_020, stamp_ms=5_010)
+    log = [click, later, moved, on, on2]
+    assert view([*log, again, later]) == view(log)  # once the stamps move on, a copy of c9's first changes nothing
+    assert view([click, later, moved, later]) == view([click, later])  # before they do, it ties, and counts
+
+
+def test_a_crashs_copy_of_an_older_record_after_a_correction_changes_nothing() -> None:
+    click = Click("u", "c1", "/a", 100, stamp_ms=100)
+    moved = Click("u", "c1", "/b", 130, stamp_ms=140)  # 100 >= 140 - 50 - 10: replaces c1
+    copy = Click("u", "c1", "/a", 100, stamp_ms=100)  # enrich_clicks' batch run again sends the first record again
+    assert view([click, moved, copy]) == view([click, moved]) == {("/b", 0): PageHour(1, 1, None)}
+    assert view([click, moved, copy], lateness_ms=None) == {("/a", 0): PageHour(1, 1, None)}  # unbounded: it does
+    assert view([click, moved, moved]) == view([click, moved])  # a copy of the latest: the same stamp, no change
+    assert copies([click, moved, copy, moved], LATENESS) == [2]
 
 
 def test_the_rule_equals_its_sql_restatement_on_random_logs_with_every_kind_of_correction() -> None:
     rng = random.Random(40)
-    seen = {"late": 0, "new life": 0, "replaced": 0}
+    seen = {"late": 0, "new life": 0, "replaced": 0, "copies": 0}
     for trial in range(60):
         log: list[Click] = []
         clock = {p: 0 for p in range(3)}  # each clicks partition's latest event time so far: the stamps
@@ -82,6 +97,9 @@ def test_the_rule_equals_its_sql_restatement_on_random_logs_with_every_kind_of_c
             user = f"u{rng.randrange(6)}"
             partition = int(user[1:]) % 3
             stamp = None if rng.random() < 0.05 else clock[partition]  # a few written before the stamps
+            if log and rng.random() < 0.1:  # a copy of an earlier record (a crash's duplicate, a re-emission)
+                log.append(rng.choice(log))
+                continue
             if log and rng.random() < 0.35:  # a record of an earlier click: kept, moved back, moved forward
                 earlier = rng.choice(log)
                 user, partition = earlier.user_id, int(earlier.user_id[1:]) % 3
@@ -93,14 +111,16 @@ def test_the_rule_equals_its_sql_restatement_on_random_logs_with_every_kind_of_c
                 record = Click(user, f"e{n}", rng.choice(["/a", "/b", "/c"]), time, stamp)
             clock[partition] = max(clock[partition], record.event_time_ms)
             log.append(record)
-        expected, late_at = oracles.bounded_page_stats(
+        expected, late_at, copies_at = oracles.bounded_page_stats(
             [(c.user_id, c.event_id, c.page, c.event_time_ms, c.stamp_ms) for c in log], GAP, LATENESS
         )
         rows = {g: (s.views, s.distinct_users, s.median_time_on_page_ms) for g, s in view(log).items()}
         assert rows == expected, f"trial {trial}"
         assert late_records(log, LATENESS) == [log[i] for i in late_at], f"trial {trial}"
+        assert copies(log, LATENESS) == copies_at, f"trial {trial}"
         counted, late = counted_records(log, GAP, LATENESS)
         seen["late"] += len(late)
         seen["new life"] += sum(life > 0 for _u, _e, life in counted)
-        seen["replaced"] += len(log) - len(late) - len(counted)  # records of a click that replaced its last
+        seen["copies"] += len(copies_at)
+        seen["replaced"] += len(log) - len(late) - len(copies_at) - len(counted)  # records that replaced their click
     assert min(seen.values()) >= 10, seen  # every case ran, many times

@@ -20,8 +20,8 @@ from kappa.core.errors import SettingsError
 from kappa.operators.jvm import operators_jvm, side_input, side_output
 from kappa.spark.topic_io import DELETED
 
-# The side kind of a record of a click the operator forgot (a re-emission, which changes nothing): to `.late`, and
-# the one part of it a replay may not repeat (whether it comes before or after the forgetting depends on the run).
+# The side kind of a copy, which changes nothing: a record stamped below an earlier one of its user (a re-emission,
+# or a record sent again by a batch of enrich_clicks run again after a crash). To `.late`, the same in every run.
 SETTLED = "settled"
 
 
@@ -49,8 +49,8 @@ def page_stats(
     next click (by event time, ties by event id) when at most `gap_ms`.
 
     With `lateness_ms` (L), each click's `stamp` (the latest event time before it in its `stamp_partition`, one of
-    `stamp_partitions`) decides: a record more than L behind it is set aside as `late_kind`; a record of a click
-    that was forgotten (a re-emission, which changes nothing) as `settled_kind`; both with their original bytes
+    `stamp_partitions`) decides: a record more than L behind it is set aside as `late_kind`; a copy (stamped below
+    an earlier record of its user: it changes nothing) as `settled_kind`; both with their bytes
     (the input needs `kafka_topic` and `raw_value`). Without it (None), every click is kept for ever. Streaming
     input keeps the state in Spark's state store; a batch input runs the rule once over all rows.
 
@@ -76,11 +76,8 @@ def page_stats(
         *side_input(clicks),
     )  # fmt: skip
     jvm = operators_jvm(rows, "page statistics")
-    java = rows.sparkSession.sparkContext._jvm
-    assert java is not None
-    lateness = None if lateness_ms is None else java.java.lang.Long.valueOf(lateness_ms)  # a boxed Long, or null
-    changes = DataFrame(
-        jvm.PageStats.apply(rows._jdf, gap_ms, HOUR_MS, lateness, stamp_partitions, late_kind, settled_kind),
+    changes = DataFrame(  # py4j passes the lateness to the Long parameter as is, None as null
+        jvm.PageStats.apply(rows._jdf, gap_ms, HOUR_MS, lateness_ms, stamp_partitions, late_kind, settled_kind),
         rows.sparkSession,
     )
     return changes.select(

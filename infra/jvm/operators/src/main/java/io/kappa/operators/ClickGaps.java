@@ -6,9 +6,7 @@ import java.io.DataOutputStream;
 import java.io.IOException;
 import java.io.Serializable;
 import java.io.UncheckedIOException;
-import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
-import java.util.Arrays;
 import java.util.Collections;
 import java.util.Comparator;
 import java.util.HashMap;
@@ -39,9 +37,11 @@ import java.util.TreeSet;
  * later first emission of the user comes from the same {@code clicks} partition, after, so its stamp is at least
  * {@code M}, and no record that counts can touch a click older than {@code M - L - 2 gap}
  * (docs/bounded_view_state.md, "The rule"). Those clicks are forgotten, with their ids. A record of a click not
- * held whose stamp is below {@code M} is then a re-emission of one forgotten (a first emission's stamp is never
- * below {@code M}): it changes nothing in the specification, and is set aside as <em>settled</em>. A record without
- * a stamp (its partition's first click, and its re-emissions) is before every stamp: never late, never a new life.
+ * held is new when its stamp is at least {@code M}; a record stamped below {@code M} is a copy (a first emission's
+ * stamp is never below {@code M}: a re-emission, or a batch of enrich_clicks run again after a crash), which
+ * changes nothing in the specification whether its click is held or forgotten, and is set aside as
+ * <em>settled</em>. A record without a stamp (its partition's first click, and its copies) is before every stamp:
+ * never late, never a new life, a copy once the user has a stamp.
  */
 final class ClickGaps implements Serializable {
   private static final long serialVersionUID = 1L;
@@ -96,8 +96,20 @@ final class ClickGaps implements Serializable {
           .thenComparing(c -> c.eventId, ClickGaps::utf8)
           .thenComparingInt(c -> c.life);
 
+  /** The order of the strings' UTF-8 bytes, without encoding them: UTF-8 keeps code point order, and UTF-16 keeps
+   * it too except across surrogates, which are compared as code points. */
   static int utf8(String a, String b) {
-    return Arrays.compareUnsigned(a.getBytes(StandardCharsets.UTF_8), b.getBytes(StandardCharsets.UTF_8));
+    int n = Math.min(a.length(), b.length());
+    for (int i = 0; i < n; i++) {
+      char x = a.charAt(i);
+      char y = b.charAt(i);
+      if (x != y) {
+        return Character.isSurrogate(x) || Character.isSurrogate(y)
+            ? Integer.compare(a.codePointAt(i), b.codePointAt(i))
+            : Character.compare(x, y);
+      }
+    }
+    return Integer.compare(a.length(), b.length());
   }
 
   /** What a click counts for in page_stats: its (page, hour) and its time on page. */
@@ -183,17 +195,15 @@ final class ClickGaps implements Serializable {
         head.raise(stamp);
         continue;
       }
+      if (latenessMs != null && head.largestStampMs != null && (stamp == null || stamp < head.largestStampMs)) {
+        settled.add(i); // a copy: it changes nothing
+        continue;
+      }
       String id = r.eventId();
       Position now = current.containsKey(id) ? current.get(id) : stored.computeIfAbsent(id, k -> held(k, head, times));
       int life;
       if (now == null) {
-        // Below the user's largest stamp (no stamp: a partition's first click, before every stamp), a click not
-        // held is a re-emission of one forgotten: it changes nothing
-        if (latenessMs != null && head.largestStampMs != null && (stamp == null || stamp < head.largestStampMs)) {
-          settled.add(i);
-          continue;
-        }
-        life = 0;
+        life = 0; // a new click, or one forgotten: the same contributions as a new life of it
       } else if (stamp != null && now.timeMs() < stamp - latenessMs - gapMs) {
         life = now.life() + 1; // case 2: a new click beside the earlier one, which stays counted
       } else {
@@ -205,8 +215,9 @@ final class ClickGaps implements Serializable {
       current.put(id, new Position(r.timeMs(), life));
       head.raise(stamp);
     }
-    // Bounded: the buckets wholly older than the largest stamp - L - 2 gap go, with their ids. The batch's own
-    // clicks there are never written (a replay's batch holds hours of a user's clicks: most of them).
+    // Bounded: the buckets wholly older than the largest stamp - L - 2 gap go, with their ids, in three places, in
+    // this order: place drops those it read (the batch's own clicks there are never written: a replay's batch holds
+    // hours of a user's clicks, most of them), the loop below the ids of the batch's clicks, forget the rest.
     Long limit = null;
     if (latenessMs != null && head.largestStampMs != null) {
       limit = Math.floorDiv(head.largestStampMs - latenessMs - 2 * gapMs, BUCKET_MS);
@@ -262,7 +273,8 @@ final class ClickGaps implements Serializable {
       Head head, BytesByLong bucketStore, Map<Key, Record> latest, Map<String, Position> stored, Long limit) {
     WriteBack<List<Click>> buckets =
         new WriteBack<>(bucketStore, ClickGaps::decode, ClickGaps::encode, List::isEmpty);
-    // The positions that change: each click's new time, and where its life was before this batch.
+    // The positions that change: each click's new time, and where its life was before this batch. A moved click's
+    // old position must be here: a neighbour beyond the nearest held bucket is reached only through it.
     List<Long> changedTimes = new ArrayList<>();
     for (Map.Entry<Key, Record> e : latest.entrySet()) {
       changedTimes.add(e.getValue().timeMs());
@@ -272,7 +284,8 @@ final class ClickGaps implements Serializable {
       }
     }
     // Read each changed time's bucket and its nearest neighbours that hold clicks within the gap: a changed
-    // position's predecessor and successor are among them (the buckets between are empty).
+    // position's predecessor and successor are among them (the buckets between hold nothing, and what a bucket
+    // read held but the batch moved away has its own old position above, whose neighbours are read too).
     TreeSet<Click> near = new TreeSet<>(ORDER);
     Map<Key, Click> nearByKey = new HashMap<>();
     Set<Long> read = new HashSet<>();

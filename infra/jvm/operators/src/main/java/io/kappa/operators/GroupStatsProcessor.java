@@ -43,16 +43,14 @@ final class GroupStatsProcessor extends StatefulProcessor<String, Row, Row> {
   private static final int SIDE_IN = ClickGapsProcessor.SIDE_OUT;
   private static final int SIDE_OUT = 6; // in PageStats.OUTPUT
 
-  private final String settledKind;
+  /** The side kind of a contribution that reached a settled group: no record, a message naming the group. */
+  static final String SETTLED_GROUP = "settled-group";
+
   private transient ValueState<byte[]> summary;
   private transient MapState<String, Long> users;
   private transient MapState<Long, byte[]> ranges; // GroupTimes' levels (the name is the first layout's)
   private transient BytesByLong rangeStore;
-  private transient ValueState<Boolean> settled; // the marker a settled group leaves: its state is gone
-
-  GroupStatsProcessor(String settledKind) {
-    this.settledKind = settledKind;
-  }
+  private transient ValueState<Boolean> marker; // what a settled group leaves: its state is gone
 
   @Override
   public void init(OutputMode outputMode, TimeMode timeMode) {
@@ -60,7 +58,7 @@ final class GroupStatsProcessor extends StatefulProcessor<String, Row, Row> {
     users = getHandle().getMapState("users", Encoders.STRING(), Encoders.LONG(), TTLConfig.NONE());
     ranges = getHandle().getMapState("ranges", Encoders.LONG(), Encoders.BINARY(), TTLConfig.NONE());
     rangeStore = BytesByLong.of(ranges);
-    settled = getHandle().getValueState("settled", Encoders.BOOLEAN(), TTLConfig.NONE());
+    marker = getHandle().getValueState("marker", Encoders.BOOLEAN(), TTLConfig.NONE());
   }
 
   /** What is kept per group besides the users and the times. */
@@ -141,22 +139,22 @@ final class GroupStatsProcessor extends StatefulProcessor<String, Row, Row> {
     Map<String, Long> userDeltas = new HashMap<>();
     TreeMap<Long, Long> valueDeltas = new TreeMap<>();
     Row first = null;
-    boolean settle = false;
-    Boolean wasSettled = null; // read with the first row that is not a dead letter (theirs is the null key)
+    boolean settleNow = false;
+    Boolean marked = null; // read with the first row that is not a dead letter (theirs is the null key)
     while (rows.hasNext()) {
       Row row = rows.next();
       if (!row.isNullAt(SIDE_IN + SideRows.KIND)) {
         out.add(SideRows.passThrough(row, SIDE_IN, PageStats.OUTPUT.size(), SIDE_OUT));
         continue;
       }
-      if (wasSettled == null) {
-        wasSettled = settled.exists();
+      if (marked == null) {
+        marked = marker.exists();
       }
       if (!row.isNullAt(SETTLE) && row.getBoolean(SETTLE)) {
-        settle = true;
+        settleNow = true;
         continue;
       }
-      if (wasSettled) { // the lateness bound says none can come: set aside, never counted from zero
+      if (marked) { // the lateness bound says none can come: set aside, never counted from zero
         out.add(reachedSettled(group, row));
         continue;
       }
@@ -169,7 +167,7 @@ final class GroupStatsProcessor extends StatefulProcessor<String, Row, Row> {
       }
     }
     boolean held = first != null && summary.exists();
-    if (first != null && settle && !held) {
+    if (first != null && settleNow && !held) {
       // A group that opens and settles in one batch (a replay's, mostly): its row from the batch alone, nothing
       // written to the state store only to be cleared.
       String page = first.isNullAt(PAGE) ? null : first.getString(PAGE);
@@ -225,14 +223,14 @@ final class GroupStatsProcessor extends StatefulProcessor<String, Row, Row> {
         summary.update(s.write());
       }
     }
-    // after the batch's contributions (settle: wasSettled was read): the row emitted last is the final one
-    if (settle && !wasSettled) {
+    // after the batch's contributions (settleNow: marked was read): the row emitted last is the final one
+    if (settleNow && !marked) {
       if (held || first == null) { // held, or not known (no contribution this batch: not read)
         summary.clear();
         users.clear();
         ranges.clear();
       }
-      settled.update(true);
+      marker.update(true);
     }
     return CollectionConverters.asScala(out.iterator());
   }
@@ -241,7 +239,7 @@ final class GroupStatsProcessor extends StatefulProcessor<String, Row, Row> {
    * stamps go back (enrich_clicks writes them in offset order) would cause. */
   private Row reachedSettled(String group, Row contribution) {
     Object[] values = new Object[PageStats.OUTPUT.size()];
-    values[SIDE_OUT + SideRows.KIND] = settledKind;
+    values[SIDE_OUT + SideRows.KIND] = SETTLED_GROUP;
     values[SIDE_OUT + SideRows.MESSAGE] =
         "page_stats: a click of user " + contribution.getString(USER) + " (" + (contribution.getInt(SIGN) > 0 ? "added"
             : "retracted") + ", time on page " + (contribution.isNullAt(GAP) ? "none" : contribution.getLong(GAP))

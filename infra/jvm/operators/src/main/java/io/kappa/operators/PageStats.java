@@ -67,8 +67,8 @@ public final class PageStats {
   static final String CLOCK = "clock";
   static final int CLOCK_STAMP = 1; // stamp_partition's largest stamp in the task: stamp_ms
   static final int CLOCK_GROUP = 2; // a (page, hour) the task's clicks fall in: page, event_time_ms (the hour)
-  /** The clock's key in the first step. Its state variables are its own, so a user of this id (none: the
-   * contracts want one character at least) would keep theirs beside it. */
+  /** The clock's key in the first step. The clock keeps its own state variables, apart from a user's, so it would
+   * share nothing with a user of this id (the contracts want one character at least). */
   static final String CLOCK_KEY = "";
 
   /** A click's contribution to its (page, hour), added (+1) or retracted (-1); or, {@code settle}, the clock's word
@@ -99,8 +99,8 @@ public final class PageStats {
    * @param hourMs the width of a group's time window (an hour: 3,600,000)
    * @param latenessMs L (null: unbounded, every stamp ignored)
    * @param stampPartitions how many clicks partitions the stamps come from (bounded)
-   * @param lateKind, settledKind the side kinds of a record beyond the lateness and of one that reached what was
-   *     forgotten
+   * @param lateKind, settledKind the side kinds of a record beyond the lateness and of a copy, which changes
+   *     nothing (a record stamped below an earlier one of its user)
    */
   public static Dataset<Row> apply(
       Dataset<Row> clicks, long gapMs, long hourMs, Long latenessMs, int stampPartitions, String lateKind,
@@ -126,7 +126,7 @@ public final class PageStats {
     return contributions
         .groupByKey((MapFunction<Row, String>) PageStats::groupKey, Encoders.STRING())
         .transformWithState(
-            new GroupStatsProcessor(settledKind), TimeMode.None(), OutputMode.Update(), Encoders.row(OUTPUT));
+            new GroupStatsProcessor(), TimeMode.None(), OutputMode.Update(), Encoders.row(OUTPUT));
   }
 
   /** (page, hour) as one key: the hour, then the page (a null page has no slash); null for a dead letter. */

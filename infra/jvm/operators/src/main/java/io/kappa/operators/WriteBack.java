@@ -44,7 +44,7 @@ final class WriteBack<V> {
     });
   }
 
-  /** The value under {@code key}, known not to be in the store (a key's first batch): no read. */
+  /** The value under {@code key}, known not to be in the store (a key's first batch, a bucket its head lacks): no read. */
   V getNew(long key) {
     return values.computeIfAbsent(key, k -> decode.apply(null));
   }

@@ -49,15 +49,23 @@ class ClickGapsTest {
   private static Map<ClickGaps.Contribution, Integer> specification(List<ClickGaps.Record> log, Long lateness) {
     Map<ClickGaps.Key, ClickGaps.Record> latest = new LinkedHashMap<>();
     Map<String, Integer> lives = new HashMap<>();
+    Long largestStamp = null; // of the records before
     for (ClickGaps.Record r : log) {
+      Long before = largestStamp;
+      if (r.stampMs() != null && (largestStamp == null || r.stampMs() > largestStamp)) {
+        largestStamp = r.stampMs();
+      }
       if (late(r, lateness)) {
         continue;
       }
+      if (lateness != null && before != null && (r.stampMs() == null || r.stampMs() < before)) {
+        continue; // a copy: nothing
+      }
       Integer life = lives.get(r.eventId());
+      ClickGaps.Record earlier = life == null ? null : latest.get(new ClickGaps.Key(r.eventId(), life));
       if (life == null) {
         life = 0;
-      } else if (lateness != null && r.stampMs() != null
-          && latest.get(new ClickGaps.Key(r.eventId(), life)).timeMs() < r.stampMs() - lateness - GAP) {
+      } else if (lateness != null && r.stampMs() != null && earlier.timeMs() < r.stampMs() - lateness - GAP) {
         life++;
       }
       lives.put(r.eventId(), life);
@@ -137,6 +145,37 @@ class ClickGapsTest {
   }
 
   @Test
+  void aRepeatOfAnOlderRecordOfAHeldClickIsSettledAndChangesNothing() {
+    ClickGaps rule = new ClickGaps(GAP, HOUR, L);
+    User u = new User();
+    Map<ClickGaps.Contribution, Integer> total = new HashMap<>();
+    sum(total, rule.apply(u.head, u.buckets, u.times, List.of(record("a", 10, "/a", 10L))));
+    sum(total, rule.apply(u.head, u.buckets, u.times, List.of(record("a", 12, "/b", 20L)))); // moved (case 3)
+    // an enrich_clicks batch run again sends a's first record again, after the correction: its stamp is lower
+    ClickGaps.Outcome again = rule.apply(u.head, u.buckets, u.times, List.of(record("a", 10, "/a", 10L), record("a", 12, "/b", 20L)));
+    sum(total, again);
+    assertEquals(List.of(0), again.settled());
+    assertEquals(List.of(), again.changes());
+    assertEquals(Map.of(new ClickGaps.Contribution("/b", 0, null), 1), total);
+  }
+
+  @Test
+  void aCopyOfACorrectedRecordStampedAsItsCorrectionIsSettledOnceTheStampsMoveOn() {
+    ClickGaps rule = new ClickGaps(GAP, HOUR, L);
+    User u = new User();
+    Map<ClickGaps.Contribution, Integer> total = new HashMap<>();
+    // a corrected at once: both records carry the partition's stamp 5, which the correction's time does not raise
+    sum(total, rule.apply(u.head, u.buckets, u.times, List.of(record("a", 10, "/a", 5L), record("a", 4, "/b", 5L))));
+    sum(total, rule.apply(u.head, u.buckets, u.times, List.of(record("b", 30, "/c", 10L))));
+    // a's first record again (a crash's repeat): stamped 5, below the user's largest stamp 10, so a copy
+    ClickGaps.Outcome again = rule.apply(u.head, u.buckets, u.times, List.of(record("a", 10, "/a", 5L)));
+    sum(total, again);
+    assertEquals(List.of(0), again.settled());
+    assertEquals(List.of(), again.changes());
+    assertEquals(Map.of(new ClickGaps.Contribution("/b", 0, 26 * MIN), 1, new ClickGaps.Contribution("/c", 0, null), 1), total);
+  }
+
+  @Test
   void aTieInTimeOrdersByEventIdBytesThenLife() {
     ClickGaps rule = new ClickGaps(GAP, HOUR, null);
     User u = new User();
@@ -173,6 +212,10 @@ class ClickGapsTest {
         String id = ids.get(random.nextInt(ids.size()));
         r = last.get(id);
         user = owner.get(id);
+      } else if (action == 2 && !log.isEmpty()) { // a crash's repeat: any record sent before, maybe an older one
+        Object[] before = log.get(random.nextInt(log.size()));
+        log.add(before);
+        continue;
       } else {
         String id;
         if (action < 4 && !last.isEmpty()) { // a correction: a click sent again, its time and page may move
