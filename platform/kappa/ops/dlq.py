@@ -69,7 +69,8 @@ def _letters(consumer: Consumer, topic: str) -> tuple[list[DeadLetter], dict[int
     try:
         bounds = extents(consumer, topic)
     except MissingTopicError:
-        raise KappaError(f"side topic {topic} does not exist (`kappa topics apply` creates it)") from None
+        kind = "late-record" if topic.endswith(LATE_SUFFIX) else "dead-letter"
+        raise KappaError(f"{kind} topic {topic} does not exist (`kappa topics apply` creates it)") from None
     committed = consumer.committed([TopicPartition(topic, p) for p in bounds], timeout=15)
     letters: list[DeadLetter] = []
     for msg in read_to_end(consumer, topic, bounds, {tp.partition: tp.offset for tp in committed}, stall_s=30):
