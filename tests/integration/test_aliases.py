@@ -146,8 +146,11 @@ def test_an_open_move_of_another_dataset_hides_no_move(stack: KappaSettings, uni
             moved.append(move(AliasRegistry(stack), this, 2, expected=1))  # fences the stalled mover
             assert registry.live(this) == moved[0]  # seen at once, not after the stalled transaction's timeout
 
-    with pytest.raises(KappaError, match=rf"moving the alias of {other} was not committed"):
-        move_while_another_is_open()
+    for _attempt in range(3):  # the stack is shared: another test's mover may fence the stalled one before ours
+        with pytest.raises(KappaError, match=rf"moving the alias of {other} was not committed"):
+            move_while_another_is_open()
+        if moved:
+            break
     assert moved
     assert registry.live(this) == moved[0]
     assert registry.live(other) is not None
