@@ -13,7 +13,7 @@ from kappa.ops import dlq
 def cmd_dlq_inspect(settings: KappaSettings, args: argparse.Namespace) -> int:
     report = dlq.inspect(settings, args.topic, samples=args.samples)
     jobs = ", ".join(f"{job} {n}" for job, n in sorted(report.by_job.items()))
-    late = report.topic.endswith(dlq.LATE_SUFFIX)
+    late = dlq.is_late_topic(report.topic)
     what = ("late record(s)", "set aside") if late else ("bad record(s)", "dead letter(s)")
     print(f"{report.topic}: {report.records} {what[0]}, {report.total} {what[1]}, reported by {jobs or '-'}")
     if report.log_starts:

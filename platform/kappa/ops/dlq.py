@@ -26,7 +26,12 @@ from kappa.kafka.clients import Outgoing, admin_client, produce_all
 from kappa.kafka.reading import MissingTopicError, extents, read_to_end, reading_consumer
 from kappa.kafka.topic_admin import topic_configs
 
-LATE_SUFFIX = late_topic("")  # ".late": a job's late records, beside its output
+_LATE_SUFFIX = late_topic("")  # ".late": a job's late records, beside its output
+
+
+def is_late_topic(topic: str) -> bool:
+    """A job's `.late` topic: the records its rule set aside, with the dead letters' headers."""
+    return topic.endswith(_LATE_SUFFIX)
 
 
 @dataclass(frozen=True)
@@ -69,7 +74,7 @@ def _letters(consumer: Consumer, topic: str) -> tuple[list[DeadLetter], dict[int
     try:
         bounds = extents(consumer, topic)
     except MissingTopicError:
-        kind = "late-record" if topic.endswith(LATE_SUFFIX) else "dead-letter"
+        kind = "late-record" if is_late_topic(topic) else "dead-letter"
         raise KappaError(f"{kind} topic {topic} does not exist (`kappa topics apply` creates it)") from None
     committed = consumer.committed([TopicPartition(topic, p) for p in bounds], timeout=15)
     letters: list[DeadLetter] = []
@@ -92,15 +97,15 @@ def _raw(value: str | bytes | None) -> bytes | None:
 def side_topic(topic: str) -> str:
     """The topic `inspect` reads for `topic`: a `.late` topic itself (a job's late records carry the dead letters'
     headers), else the dataset's dead letters."""
-    return topic if topic.endswith(LATE_SUFFIX) else dlq_topic(topic)
+    return topic if is_late_topic(topic) else dlq_topic(topic)
 
 
 def inspect(settings: KappaSettings, topic: str, samples: int = 3) -> Inspection:
     """What the dead-letter topic of dataset `topic` holds, or the `.late` topic `topic` (e.g.
     `delta.page_stats.v2.late`): counts per kind, of distinct source records, with samples."""
     with reading_consumer(settings, f"kappa-dlq-inspect-{uuid.uuid4().hex[:8]}") as consumer:
-        letters, log_starts = _letters(consumer, side_topic(topic))
-    report = Inspection(side_topic(topic), total=len(letters))
+        letters, log_starts = _letters(consumer, read := side_topic(topic))
+    report = Inspection(read, total=len(letters))
     report.log_starts = {p: start for p, start in sorted(log_starts.items()) if start > 0}
     if report.log_starts:
         report.retention_ms = _retention_ms(settings, report.topic)
@@ -160,7 +165,7 @@ def replay(settings: KappaSettings, topic: str, kind: str | None = None) -> tupl
     `partition-mismatch` letters, which are never re-injected: each would land in the same wrong partition and be
     set aside again; such a record must be produced again, placed by `partition_for`).
     """
-    if topic.endswith(LATE_SUFFIX):
+    if is_late_topic(topic):
         raise KappaError(
             f"{topic} holds late records, which their job set aside by its rule: put back, they would be late again. "
             "A replay of the job with a longer lateness is what counts them"
