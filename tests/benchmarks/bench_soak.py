@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import threading
 import time
@@ -31,7 +32,7 @@ import numpy as np
 import psutil
 from deltalake import DeltaTable as DeltaRsTable
 
-from kappa.core.settings import KappaSettings
+from kappa.core.settings import KappaSettings, load_settings
 from kappa.lifecycle.host_registry import hosts, is_host
 from kappa.lifecycle.lag import lag
 from kappa.lifecycle.maintenance import OnDisk
@@ -103,27 +104,53 @@ def folder(path: str) -> tuple[int, int]:
     return files, size
 
 
-def host_memory(settings: KappaSettings) -> dict[str, Any]:
-    """The running job host's processes' RSS, and its JVM's old generation in use (jstat: after the last
-    collection that reached it, what survived)."""
+GC_PAUSE = re.compile(r"^\[([\d.]+)s\].*Pause .* (\d+)M->(\d+)M\((\d+)M\)")
+
+
+def gc_logging(folder: Path) -> str:
+    """The JVM option that logs each collection to `folder`, one file per JVM (by pid): the soak's own probe."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return f"-Xlog:gc:file={folder}/gc-%p.log:uptime"
+
+
+def heap_after_gc(log: Path, since_uptime_s: float) -> int | None:
+    """The least heap in use right after a collection (MB) among the pauses since `since_uptime_s` of the JVM's
+    uptime: the live data plus what that collection left, a bound a leak pushes up; None before a pause."""
+    if not log.exists():
+        return None
+    after = [int(m[3]) for line in log.read_text().splitlines() if (m := GC_PAUSE.match(line))
+             and float(m[1]) >= since_uptime_s]  # fmt: skip
+    return min(after) if after else None
+
+
+def host_memory(settings: KappaSettings, since: float, gc_logs: Path) -> dict[str, Any]:
+    """The running job host's memory: RSS of its processes (the JVM's apart), the JVM's heap committed (jstat)
+    and its least heap in use after a collection since `since` (the GC log); the rest of the JVM's RSS is native
+    memory (RocksDB's state stores, metaspace, threads)."""
     running = [h for h in hosts(settings) if is_host(h.pid)]
     if not running:
-        return {"host_rss_mb": None, "old_gen_mb": None}
+        return {"host_rss_mb": None}
     root = psutil.Process(running[0].pid)
     tree = [root, *root.children(recursive=True)]
-    rss = sum(p.memory_info().rss for p in tree if p.is_running())
+    rss = {p.pid: p.memory_info().rss for p in tree if p.is_running()}
     jvm = next((p for p in tree if p.name() == "java"), None)
-    old = None
+    row: dict[str, Any] = {"host_rss_mb": round(sum(rss.values()) / MB)}
     if jvm is not None:
         jstat = Path(spark_java_path()).with_name("jstat")
         out = subprocess.run([str(jstat), "-gc", str(jvm.pid)], capture_output=True, text=True, timeout=30).stdout
         header, values = out.split("\n")[:2]
-        gc = dict(zip(header.split(), values.split(), strict=False))
-        old = round(float(gc["OU"]) / 1000, 1)  # KB
-    return {"host_rss_mb": round(rss / MB), "old_gen_mb": old}
+        gc = {k: float(v) for k, v in zip(header.split(), values.split(), strict=False)}
+        committed = (gc["S0C"] + gc["S1C"] + gc["EC"] + gc["OC"]) / 1000  # KB
+        jvm_rss = rss.get(jvm.pid, 0) / MB
+        uptime = since - jvm.create_time()
+        row |= {"jvm_rss_mb": round(jvm_rss), "heap_committed_mb": round(committed),
+                "heap_after_gc_mb": heap_after_gc(gc_logs / f"gc-{jvm.pid}.log", uptime),
+                "old_gen_in_use_mb": round(gc["OU"] / 1000), "jvm_native_mb": round(jvm_rss - committed),
+                "python_rss_mb": round(sum(rss.values()) / MB - jvm_rss)}  # fmt: skip
+    return row
 
 
-def sample(settings: KappaSettings, jobs: list[tuple[str, int]], since: float, minute: float) -> Window:
+def sample(settings: KappaSettings, jobs: list[tuple[str, int]], since: float, minute: float, gc_logs: Path) -> Window:
     rows, tables, checkpoints = [], [], []
     for job, version in jobs:
         batches = job_batches(settings, job, version, since)
@@ -139,7 +166,7 @@ def sample(settings: KappaSettings, jobs: list[tuple[str, int]], since: float, m
             tables.append({"minute": minute, "table": output_of(spec.output).name,
                            "live_files": len(DeltaRsTable(path).file_uris()), "files_on_disk": disk.data_files,
                            "mb_on_disk": round(disk.data_bytes / MB, 1), "log_files": disk.log_files})  # fmt: skip
-    return Window(minute, rows, tables, checkpoints, {"minute": minute, **host_memory(settings)})
+    return Window(minute, rows, tables, checkpoints, {"minute": minute, **host_memory(settings, since, gc_logs)})
 
 
 def verdict(windows: list[Window], minutes: float) -> list[dict[str, Any]]:
@@ -204,8 +231,10 @@ def main() -> None:
     windows: list[Window] = []
     maintained: list[dict[str, Any]] = []
     hours = args.retention_minutes / 60
+    gc_logs = load_settings().state_dir / "bench" / "soak-gc"
     with bench_stack(delta_file_retention_hours=hours, delta_log_retention_hours=hours,
-                     streaming_batches_retained=args.batches_retained) as settings:  # fmt: skip
+                     streaming_batches_retained=args.batches_retained,
+                     spark_driver_java_options=gc_logging(gc_logs)) as settings:  # fmt: skip
         kappa(settings, "schemas", "apply")
         kappa(settings, "topics", "apply")
         produce_profiles(settings, args.users)
@@ -229,7 +258,7 @@ def main() -> None:
                         print("\n".join(f"  maintain @ {minute:.1f} min: {line}" for line in lines), flush=True)
                     ended = minute >= args.minutes  # the last window ends the run
                     if minute >= (len(windows) + 1) * args.every or ended:
-                        window = sample(settings, jobs, window_start, round(minute, 1))
+                        window = sample(settings, jobs, window_start, round(minute, 1), gc_logs)
                         window_start = time.time()
                         windows.append(window)
                         print(f"\n--- minute {minute:.1f}: {producer.sent:,} clicks sent", flush=True)
