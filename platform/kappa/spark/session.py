@@ -99,6 +99,10 @@ def spark_conf(settings: KappaSettings, app_name: str) -> dict[str, str]:
     jit = ["-XX:-DontCompileHugeMethods"]
     driver_options = [
         *jit,
+        # The heap is taken at start, as its maximum: a JVM left to grow it commits more whenever the old
+        # generation fills between two collections, and a job host's RSS then rises for hours (3,474 -> 4,324 MB
+        # in 100 minutes of the soak, old generation in use 651 -> 1,122 MB of 2 GB) without more live data.
+        f"-Xms{settings.spark_driver_memory}",
         f"-Dderby.system.home={settings.state_dir / 'derby'}",
         f"-Dlog4j2.configurationFile={log4j_config_path(settings)}",
         *([f"-Djava.io.tmpdir={scratch}"] if local else []),
