@@ -223,6 +223,12 @@ class KappaSettings(BaseSettings):
         "stays within it while its state grows; 0: each store (one per stateful operator and partition) sizes its "
         "own, Spark's default, up to two 64 MiB memtables each and indexes that grow with the state",
     )
+    spark_malloc_arenas: int = Field(
+        2,
+        ge=0,
+        description="glibc malloc arenas of a Spark JVM (MALLOC_ARENA_MAX): RocksDB's native allocations from "
+        "hundreds of threads spread over up to 8 arenas per core, each keeping freed memory; 0: glibc's default",
+    )
     log_max_mb: float = Field(
         50.0, gt=0, description="a deployment's or the job host's log is rotated when it grows past this size (MiB)"
     )

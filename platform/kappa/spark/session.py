@@ -164,13 +164,20 @@ def spark_conf(settings: KappaSettings, app_name: str) -> dict[str, str]:
 def state_memory_conf(settings: KappaSettings) -> dict[str, str]:
     """KAPPA_SPARK_STATE_MEMORY_MB > 0: every RocksDB state store of the process (an operator's partition, a
     version kept open) shares one native memory budget instead of sizing its own memtables and cache. 0: Spark's
-    keys stay unset, so its own defaults hold."""
+    keys stay unset, so its own defaults hold. Executors on a cluster get the driver's malloc arenas."""
+    arenas = malloc_env(settings)
+    executors = {f"spark.executorEnv.{k}": v for k, v in arenas.items()}
     if settings.spark_state_memory_mb <= 0:
-        return {}
-    return {
+        return executors
+    return executors | {
         "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": "true",
         "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": str(settings.spark_state_memory_mb),
     }
+
+
+def malloc_env(settings: KappaSettings) -> dict[str, str]:
+    """The environment that caps a JVM's glibc malloc arenas (KAPPA_SPARK_MALLOC_ARENAS; 0: glibc's default)."""
+    return {"MALLOC_ARENA_MAX": str(settings.spark_malloc_arenas)} if settings.spark_malloc_arenas > 0 else {}
 
 
 def get_spark(settings: KappaSettings, app_name: str = "kappa", extra: Mapping[str, str] | None = None) -> SparkSession:
@@ -180,6 +187,8 @@ def get_spark(settings: KappaSettings, app_name: str = "kappa", extra: Mapping[s
     # Python workers must run this interpreter (the project's venv), whatever `python` is on PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    for key, value in malloc_env(settings).items():  # the driver's JVM, started below, inherits it
+        os.environ.setdefault(key, value)
     local = settings.spark_master.startswith("local")
     if local:  # on loopback anyway (spark_conf); says so without a warning
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
