@@ -5,10 +5,8 @@ shortened to `--retention-minutes` so that what weeks would pile up shows within
 
 Every `--every` minutes it prints, for the window just ended: each job's batches, p50 and p99 batch duration and
 lag; each Delta table's files (those of its current version, and on disk: the replaced ones not yet vacuumed
-included), bytes and log files; each job's checkpoint folder (files, bytes); the job host's RSS, and its JVM's
-parts: heap committed, heap live after a full collection (what a leak would grow; the collection is a pause of
-about 0.6 s per sample), native memory (the JVM's RSS beyond its heap). At the end: the classes whose live bytes
-grew most between the second sample and the last.
+included), bytes and log files; each job's checkpoint folder (files, bytes); the job host's RSS and its JVM's old
+generation after the last collection (what survives GC: the heap a leak would grow).
 
 The verdict (issue 40), between the second and the last 10 minutes (for a run under 30 minutes: its second window
 and its last): each job's p99 batch duration within 20 % of itself, files per table and checkpoint sizes bounded
@@ -34,7 +32,7 @@ import numpy as np
 import psutil
 from deltalake import DeltaTable as DeltaRsTable
 
-from kappa.core.settings import KappaSettings
+from kappa.core.settings import KappaSettings, load_settings
 from kappa.lifecycle.host_registry import hosts, is_host
 from kappa.lifecycle.lag import lag
 from kappa.lifecycle.maintenance import OnDisk
@@ -68,7 +66,6 @@ class Window:
     tables: list[dict[str, Any]]
     checkpoints: list[dict[str, Any]]
     host: dict[str, Any]
-    live_classes: dict[str, int]  # the job host's live heap, bytes by class
 
 
 class Producer(threading.Thread):
@@ -107,30 +104,36 @@ def folder(path: str) -> tuple[int, int]:
     return files, size
 
 
-HISTOGRAM_ROW = re.compile(r"^\s*\d+:\s+(\d+)\s+(\d+)\s+(\S+)")
+GC_PAUSE = re.compile(r"^\[([\d.]+)s\].*Pause .* (\d+)M->(\d+)M\((\d+)M\)")
 
 
-def live_heap(jvm_pid: int) -> dict[str, int]:
-    """The JVM's live objects, bytes by class (`jcmd GC.class_histogram`: a full collection first, a pause of
-    about 0.6 s at 2 GB; what a leak grows is what survives it)."""
-    jcmd = Path(spark_java_path()).with_name("jcmd")
-    out = subprocess.run([str(jcmd), str(jvm_pid), "GC.class_histogram"], capture_output=True, text=True,
-                         timeout=120).stdout  # fmt: skip
-    return {m[3]: int(m[2]) for line in out.splitlines() if (m := HISTOGRAM_ROW.match(line))}
+def gc_logging(folder: Path) -> str:
+    """The JVM option that logs each collection to `folder`, one file per JVM (by pid): the soak's own probe."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return f"-Xlog:gc:file={folder}/gc-%p.log:uptime"
 
 
-def host_memory(settings: KappaSettings) -> tuple[dict[str, Any], dict[str, int]]:
+def heap_after_gc(log: Path, since_uptime_s: float) -> int | None:
+    """The least heap in use right after a collection (MB) among the pauses since `since_uptime_s` of the JVM's
+    uptime: the live data plus what that collection left, a bound a leak pushes up; None before a pause."""
+    if not log.exists():
+        return None
+    after = [int(m[3]) for line in log.read_text().splitlines() if (m := GC_PAUSE.match(line))
+             and float(m[1]) >= since_uptime_s]  # fmt: skip
+    return min(after) if after else None
+
+
+def host_memory(settings: KappaSettings, since: float, gc_logs: Path) -> dict[str, Any]:
     """The running job host's memory: RSS of its processes (the JVM's apart), the JVM's heap committed (jstat)
-    and live (after a full collection), and the rest of the JVM's RSS, native memory (RocksDB's state stores,
-    metaspace, threads); and the live heap by class."""
+    and its least heap in use after a collection since `since` (the GC log); the rest of the JVM's RSS is native
+    memory (RocksDB's state stores, metaspace, threads)."""
     running = [h for h in hosts(settings) if is_host(h.pid)]
     if not running:
-        return {"host_rss_mb": None}, {}
+        return {"host_rss_mb": None}
     root = psutil.Process(running[0].pid)
     tree = [root, *root.children(recursive=True)]
+    rss = {p.pid: p.memory_info().rss for p in tree if p.is_running()}
     jvm = next((p for p in tree if p.name() == "java"), None)
-    classes = live_heap(jvm.pid) if jvm is not None else {}
-    rss = {p.pid: p.memory_info().rss for p in tree if p.is_running()}  # after the collection: its heap is in
     row: dict[str, Any] = {"host_rss_mb": round(sum(rss.values()) / MB)}
     if jvm is not None:
         jstat = Path(spark_java_path()).with_name("jstat")
@@ -139,20 +142,15 @@ def host_memory(settings: KappaSettings) -> tuple[dict[str, Any], dict[str, int]
         gc = {k: float(v) for k, v in zip(header.split(), values.split(), strict=False)}
         committed = (gc["S0C"] + gc["S1C"] + gc["EC"] + gc["OC"]) / 1000  # KB
         jvm_rss = rss.get(jvm.pid, 0) / MB
+        uptime = since - jvm.create_time()
         row |= {"jvm_rss_mb": round(jvm_rss), "heap_committed_mb": round(committed),
-                "live_heap_mb": round(sum(classes.values()) / MB), "jvm_native_mb": round(jvm_rss - committed),
+                "heap_after_gc_mb": heap_after_gc(gc_logs / f"gc-{jvm.pid}.log", uptime),
+                "old_gen_in_use_mb": round(gc["OU"] / 1000), "jvm_native_mb": round(jvm_rss - committed),
                 "python_rss_mb": round(sum(rss.values()) / MB - jvm_rss)}  # fmt: skip
-    return row, classes
+    return row
 
 
-def heap_growth(first: dict[str, int], last: dict[str, int], top: int = 12) -> list[dict[str, Any]]:
-    """The classes whose live bytes grew most between two histograms: where a leak would show."""
-    grown = sorted(((last.get(c, 0) - first.get(c, 0), c) for c in first.keys() | last.keys()), reverse=True)
-    return [{"class": c, "first_mb": round(first.get(c, 0) / MB, 1), "last_mb": round(last.get(c, 0) / MB, 1),
-             "grew_mb": round(d / MB, 1)} for d, c in grown[:top]]  # fmt: skip
-
-
-def sample(settings: KappaSettings, jobs: list[tuple[str, int]], since: float, minute: float) -> Window:
+def sample(settings: KappaSettings, jobs: list[tuple[str, int]], since: float, minute: float, gc_logs: Path) -> Window:
     rows, tables, checkpoints = [], [], []
     for job, version in jobs:
         batches = job_batches(settings, job, version, since)
@@ -168,8 +166,7 @@ def sample(settings: KappaSettings, jobs: list[tuple[str, int]], since: float, m
             tables.append({"minute": minute, "table": output_of(spec.output).name,
                            "live_files": len(DeltaRsTable(path).file_uris()), "files_on_disk": disk.data_files,
                            "mb_on_disk": round(disk.data_bytes / MB, 1), "log_files": disk.log_files})  # fmt: skip
-    host, classes = host_memory(settings)
-    return Window(minute, rows, tables, checkpoints, {"minute": minute, **host}, classes)
+    return Window(minute, rows, tables, checkpoints, {"minute": minute, **host_memory(settings, since, gc_logs)})
 
 
 def verdict(windows: list[Window], minutes: float) -> list[dict[str, Any]]:
@@ -209,9 +206,6 @@ def verdict(windows: list[Window], minutes: float) -> list[dict[str, Any]]:
         a, b = worst(second, "tables", "table", name, "log_files"), worst(last, "tables", "table", name, "log_files")
         found.append({"what": f"{name} log files", "second": a, "last": b,
                       "verdict": "grows until Delta's daily cleanup"})  # fmt: skip
-    live = [w.host.get("live_heap_mb") or 0 for w in second], [w.host.get("live_heap_mb") or 0 for w in last]
-    found.append({"what": "job host live heap (MB)", "second": max(live[0]), "last": max(live[1]),
-                  "verdict": "flat" if max(live[1]) <= 1.1 * max(max(live[0]), 1) else "GREW"})  # fmt: skip
     rss = [w.host["host_rss_mb"] or 0 for w in second], [w.host["host_rss_mb"] or 0 for w in last]
     found.append({"what": "job host RSS (MB)", "second": max(rss[0]), "last": max(rss[1]),
                   "verdict": "flat" if max(rss[1]) <= 1.1 * max(max(rss[0]), 1) else "GREW"})  # fmt: skip
@@ -237,8 +231,10 @@ def main() -> None:
     windows: list[Window] = []
     maintained: list[dict[str, Any]] = []
     hours = args.retention_minutes / 60
+    gc_logs = load_settings().state_dir / "bench" / "soak-gc"
     with bench_stack(delta_file_retention_hours=hours, delta_log_retention_hours=hours,
-                     streaming_batches_retained=args.batches_retained) as settings:  # fmt: skip
+                     streaming_batches_retained=args.batches_retained,
+                     spark_driver_java_options=gc_logging(gc_logs)) as settings:  # fmt: skip
         kappa(settings, "schemas", "apply")
         kappa(settings, "topics", "apply")
         produce_profiles(settings, args.users)
@@ -262,7 +258,7 @@ def main() -> None:
                         print("\n".join(f"  maintain @ {minute:.1f} min: {line}" for line in lines), flush=True)
                     ended = minute >= args.minutes  # the last window ends the run
                     if minute >= (len(windows) + 1) * args.every or ended:
-                        window = sample(settings, jobs, window_start, round(minute, 1))
+                        window = sample(settings, jobs, window_start, round(minute, 1), gc_logs)
                         window_start = time.time()
                         windows.append(window)
                         print(f"\n--- minute {minute:.1f}: {producer.sent:,} clicks sent", flush=True)
@@ -293,7 +289,6 @@ def main() -> None:
         tables=[r for w in windows for r in w.tables],
         checkpoints=[r for w in windows for r in w.checkpoints],
         host=[w.host for w in windows],
-        heap_growth=heap_growth(windows[1].live_classes, windows[-1].live_classes) if len(windows) > 1 else [],
         maintenance=maintained,
         exactness=exactness,
         machine_speed=[speed],

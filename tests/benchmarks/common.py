@@ -151,4 +151,5 @@ def cli_env(settings: KappaSettings) -> dict[str, str]:
         KAPPA_DELTA_COMPACT_MIN_FILES=str(settings.delta_compact_min_files),
         KAPPA_STREAMING_BATCHES_RETAINED=str(settings.streaming_batches_retained),
         KAPPA_SPARK_STATE_MEMORY_MB=str(settings.spark_state_memory_mb),
+        KAPPA_SPARK_DRIVER_JAVA_OPTIONS=settings.spark_driver_java_options,  # the soak's GC log
     )
