@@ -5,8 +5,9 @@ shortened to `--retention-minutes` so that what weeks would pile up shows within
 
 Every `--every` minutes it prints, for the window just ended: each job's batches, p50 and p99 batch duration and
 lag; each Delta table's files (those of its current version, and on disk: the replaced ones not yet vacuumed
-included), bytes and log files; each job's checkpoint folder (files, bytes); the job host's RSS and its JVM's old
-generation after the last collection (what survives GC: the heap a leak would grow).
+included), bytes and log files; each job's checkpoint folder (files, bytes); the job host's RSS and its JVM's parts:
+heap committed, the least heap in use after a collection in the window (from the JVM's GC log: the floor a leak
+pushes up), old generation in use, native memory (the JVM's RSS beyond its heap), and the Python processes'.
 
 The verdict (issue 40), between the second and the last 10 minutes (for a run under 30 minutes: its second window
 and its last): each job's p99 batch duration within 20 % of itself, files per table and checkpoint sizes bounded
@@ -206,6 +207,9 @@ def verdict(windows: list[Window], minutes: float) -> list[dict[str, Any]]:
         a, b = worst(second, "tables", "table", name, "log_files"), worst(last, "tables", "table", name, "log_files")
         found.append({"what": f"{name} log files", "second": a, "last": b,
                       "verdict": "grows until Delta's daily cleanup"})  # fmt: skip
+    floor = [w.host.get("heap_after_gc_mb") or 0 for w in second], [w.host.get("heap_after_gc_mb") or 0 for w in last]
+    found.append({"what": "job host heap after GC, least (MB)", "second": max(floor[0]), "last": max(floor[1]),
+                  "verdict": "flat" if max(floor[1]) <= 1.2 * max(max(floor[0]), 1) else "GREW"})  # fmt: skip
     rss = [w.host["host_rss_mb"] or 0 for w in second], [w.host["host_rss_mb"] or 0 for w in last]
     found.append({"what": "job host RSS (MB)", "second": max(rss[0]), "last": max(rss[1]),
                   "verdict": "flat" if max(rss[1]) <= 1.1 * max(max(rss[0]), 1) else "GREW"})  # fmt: skip
