@@ -63,6 +63,10 @@ def test_the_spark_session_carries_the_upkeep_settings() -> None:
     bounded = spark_conf(load_settings(spark_state_memory_mb=300), "t")
     assert bounded["spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage"] == "true"
     assert bounded["spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB"] == "300"
+    # The driver's heap is taken at start; a cluster's executors get the capped malloc arenas, 0 leaves glibc's.
+    assert "-Xms2g" in conf["spark.driver.extraJavaOptions"].split()
+    assert conf["spark.executorEnv.MALLOC_ARENA_MAX"] == "2"
+    assert "spark.executorEnv.MALLOC_ARENA_MAX" not in spark_conf(load_settings(spark_malloc_arenas=0), "t")
     assert conf["spark.databricks.delta.autoCompact.minNumFiles"] == "11"
     assert conf["spark.databricks.delta.autoCompact.enabled"] == "true"  # tables created before the platform set it
     assert conf["spark.databricks.delta.properties.defaults.deletedFileRetentionDuration"] == "interval 18000 seconds"

@@ -219,8 +219,8 @@ class KappaSettings(BaseSettings):
         512,
         ge=0,
         description="one native memory budget (MiB) shared by every RocksDB state store of a Spark process (its "
-        "memtables, block cache, indexes and filters; Spark's boundedMemoryUsage): a job host's native memory "
-        "stays within it while its state grows; 0: each store (one per stateful operator and partition) sizes its "
+        "memtables, block cache, indexes and filters; Spark's boundedMemoryUsage): the stores' memory stays "
+        "within it while their state grows; 0: each store (one per stateful operator and partition) sizes its "
         "own, Spark's default, up to two 64 MiB memtables each and indexes that grow with the state",
     )
     spark_malloc_arenas: int = Field(

@@ -99,9 +99,8 @@ def spark_conf(settings: KappaSettings, app_name: str) -> dict[str, str]:
     jit = ["-XX:-DontCompileHugeMethods"]
     driver_options = [
         *jit,
-        # The heap is taken at start, as its maximum: a JVM left to grow it commits more whenever the old
-        # generation fills between two collections, and a job host's RSS then rises for hours (3,474 -> 4,324 MB
-        # in 100 minutes of the soak, old generation in use 651 -> 1,122 MB of 2 GB) without more live data.
+        # The heap is taken at start, as its maximum: a driver's footprint is then known when it starts, not
+        # reached hours later as the collector commits more, and a growing RSS is what grows outside the heap.
         f"-Xms{settings.spark_driver_memory}",
         f"-Dderby.system.home={settings.state_dir / 'derby'}",
         f"-Dlog4j2.configurationFile={log4j_config_path(settings)}",
@@ -113,6 +112,7 @@ def spark_conf(settings: KappaSettings, app_name: str) -> dict[str, str]:
     only_local = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
     # New tables' retention and auto compaction (kappa.spark.delta_upkeep), under the session's own settings.
     base = (only_local if local else {}) | delta_upkeep_conf(settings) | state_memory_conf(settings)
+    base |= {f"spark.executorEnv.{k}": v for k, v in malloc_env(settings).items()}  # a cluster's executors too
     return base | {
         "spark.master": settings.spark_master,
         "spark.app.name": app_name,
@@ -164,12 +164,10 @@ def spark_conf(settings: KappaSettings, app_name: str) -> dict[str, str]:
 def state_memory_conf(settings: KappaSettings) -> dict[str, str]:
     """KAPPA_SPARK_STATE_MEMORY_MB > 0: every RocksDB state store of the process (an operator's partition, a
     version kept open) shares one native memory budget instead of sizing its own memtables and cache. 0: Spark's
-    keys stay unset, so its own defaults hold. Executors on a cluster get the driver's malloc arenas."""
-    arenas = malloc_env(settings)
-    executors = {f"spark.executorEnv.{k}": v for k, v in arenas.items()}
+    keys stay unset, so its own defaults hold."""
     if settings.spark_state_memory_mb <= 0:
-        return executors
-    return executors | {
+        return {}
+    return {
         "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": "true",
         "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": str(settings.spark_state_memory_mb),
     }
