@@ -11,14 +11,18 @@ Rules (gap G, allowed lateness A):
 - Otherwise it joins every session it is within G of: none -> a new session; one -> that session grows;
   several -> they merge into the one created first (in log order) and the others are retracted.
 - A session id is the user id plus the event id that created it, so it never changes while the session grows.
-- An event id seen before is a correction (enrich_clicks re-emits a click when a late profile changes its
-  segment), never a second click: it only updates the segment of the session it opened, if it is that
-  session's first click. Only first sightings advance the user's log position and latest time, and those come
-  in the same order in every run (enrich_clicks emits each click first in its own log order). A correction
-  that arrives after its session was forgotten is beyond the allowed lateness and goes to `.late` like any
-  late event: counted, and (a replay never re-emits) only in runs that saw the correction.
+- An event id counted before, at a time within A of the user's latest time, is a correction (enrich_clicks
+  re-emits a click when a late profile changes its segment), never a second click: it only updates the segment
+  of a session whose first click it is. Only other events advance the user's log position and
+  latest time, and first sightings come in the same order in every run (enrich_clicks emits each click first in
+  its own log order). A repeat of a click counted more than A behind the latest time is judged as a new event:
+  late, like any event that far back, unless its own time moved within A (a source that moves a click from that
+  far back publishes the move as a new click). enrich_clicks re-emits a click only while its user's frontier is
+  within its L + D (30 minutes) of the click, inside A, so its corrections are never that old; the bound is what
+  lets state forget the ids of a session that never ends (a user who clicks every 2 s for weeks).
 - State may forget a session once it ends more than A + G before the latest time seen: no event that is
-  not late can reach it any more. Forgetting it never changes an answer.
+  not late can reach it any more. It may forget a counted click's time once that is more than A behind the
+  latest time: a repeat of it is no correction any more. Forgetting either never changes an answer.
 - A session forgotten is written once more, whole, as *final* (after the batch's other changes; instead of an
   upsert if the batch also changed it): readers may then forget what they keep for it, because no record of
   that session follows. Which sessions are final at the end of the log does not depend on batches: exactly
@@ -54,7 +58,6 @@ class Session:
     created_seq: int  # position in the user's log of the event that created it: merge order
     segment: str = "UNKNOWN"  # the user's segment at the session's first click
     first_event_id: str = ""  # the session's first click (by event time): its segment is the session's
-    event_ids: frozenset[str] = frozenset()  # clicks in the session: a repeat of one is a correction
 
     def absorb(self, event: Event) -> Session:
         return replace(
@@ -66,7 +69,6 @@ class Session:
             entry_page=event.page if event.event_time_ms < self.start_ms else self.entry_page,
             segment=event.segment if event.event_time_ms < self.start_ms else self.segment,
             first_event_id=event.event_id if event.event_time_ms < self.start_ms else self.first_event_id,
-            event_ids=self.event_ids | {event.event_id},
             exit_page=event.page if event.event_time_ms >= self.end_ms else self.exit_page,
         )
 
@@ -83,7 +85,6 @@ class Session:
             exit_page=latest.exit_page,
             segment=first.segment,
             first_event_id=first.first_event_id,
-            event_ids=self.event_ids | other.event_ids,
         )
 
 
@@ -94,6 +95,7 @@ class UserState:
     latest_ms: int | None = None
     seen: int = 0  # events of this user processed so far (log position)
     open_sessions: dict[str, Session] = field(default_factory=dict)
+    click_times: dict[str, int] = field(default_factory=dict)  # counted clicks' times, while within A of latest
 
 
 @dataclass(frozen=True)
@@ -116,11 +118,12 @@ def sessionize(
     retracted: list[str] = []
     late: list[Event] = []
     for event in events:
-        containing = next((s for s in state.open_sessions.values() if event.event_id in s.event_ids), None)
-        if containing is not None:  # a correction of a click already counted
-            if containing.first_event_id == event.event_id and containing.segment != event.segment:
-                state.open_sessions[containing.session_id] = replace(containing, segment=event.segment)
-                changed[containing.session_id] = state.open_sessions[containing.session_id]
+        counted_at = state.click_times.get(event.event_id)
+        if counted_at is not None and state.latest_ms is not None and counted_at >= state.latest_ms - lateness_ms:
+            for opened in [s for s in state.open_sessions.values() if s.first_event_id == event.event_id]:
+                if opened.segment != event.segment:  # a correction of a click already counted
+                    state.open_sessions[opened.session_id] = replace(opened, segment=event.segment)
+                    changed[opened.session_id] = state.open_sessions[opened.session_id]
             continue
         seq = state.seen
         state.seen += 1
@@ -149,7 +152,6 @@ def sessionize(
                 created_seq=seq,
                 segment=event.segment,
                 first_event_id=event.event_id,
-                event_ids=frozenset({event.event_id}),
             )
         else:
             session = touching[0].absorb(event)
@@ -159,6 +161,7 @@ def sessionize(
                 changed.pop(other.session_id, None)
                 retracted.append(other.session_id)
         state.open_sessions[session.session_id] = session
+        state.click_times[event.event_id] = event.event_time_ms
         changed[session.session_id] = session
     finals = _forget_settled(state, gap_ms, lateness_ms)
     retracted_final = tuple(r for r in retracted if r not in state.open_sessions)
@@ -167,9 +170,12 @@ def sessionize(
 
 
 def _forget_settled(state: UserState, gap_ms: int, lateness_ms: int) -> tuple[Session, ...]:
-    """Forget the sessions no event that counts can reach any more; -> them, by creation."""
+    """Forget the sessions no event that counts can reach any more, and the clicks' times no repeat corrects
+    any more; -> the sessions, by creation."""
     if state.latest_ms is None:
         return ()
+    correctable = state.latest_ms - lateness_ms
+    state.click_times = {i: t for i, t in state.click_times.items() if t >= correctable}
     horizon = state.latest_ms - lateness_ms - gap_ms
     forgotten = [s for s in state.open_sessions.values() if s.end_ms < horizon]
     for session in forgotten:
@@ -182,18 +188,19 @@ def state_to_json(state: UserState) -> str:
     import json
 
     sessions = [
-        {**s.__dict__, "pages": sorted(s.pages), "event_ids": sorted(s.event_ids)}
+        {**s.__dict__, "pages": sorted(s.pages)}
         for s in sorted(state.open_sessions.values(), key=lambda s: s.created_seq)
     ]
-    return json.dumps({"latest_ms": state.latest_ms, "seen": state.seen, "sessions": sessions})
+    return json.dumps(
+        {"latest_ms": state.latest_ms, "seen": state.seen, "sessions": sessions, "click_times": state.click_times}
+    )
 
 
 def state_from_json(text: str) -> UserState:
     import json
 
     raw = json.loads(text)
-    sessions = {
-        s["session_id"]: Session(**{**s, "pages": frozenset(s["pages"]), "event_ids": frozenset(s["event_ids"])})
-        for s in raw["sessions"]
-    }
-    return UserState(latest_ms=raw["latest_ms"], seen=raw["seen"], open_sessions=sessions)
+    sessions = {s["session_id"]: Session(**{**s, "pages": frozenset(s["pages"])}) for s in raw["sessions"]}
+    return UserState(
+        latest_ms=raw["latest_ms"], seen=raw["seen"], open_sessions=sessions, click_times=raw["click_times"]
+    )

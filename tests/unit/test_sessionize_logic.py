@@ -134,3 +134,26 @@ def test_a_corrected_click_updates_its_sessions_segment_and_is_never_counted_twi
     assert state.seen == 2
     # A correction that changes nothing emits nothing.
     assert sessionize("u", state, [Event("b", T0 + MINUTE_MS, "/q", "FREE")]).upserts == ()
+
+
+def test_a_repeat_of_a_click_more_than_the_lateness_behind_is_late_though_its_session_is_open() -> None:
+    state = UserState()
+    minutes = [m * 0.5 for m in range(400)]  # a click every 30 s for 200 minutes: one session throughout
+    sessionize("u", state, [ev(f"e{i}", m) for i, m in enumerate(minutes)])
+    assert list(state.open_sessions) == ["u:e0"]
+    hour_back = sessionize("u", state, [Event("e280", T0 + 140 * MINUTE_MS, "/p", "PRO")])  # 59.5 min behind
+    assert (hour_back.late, state.seen) == ((), 400)  # a correction: no log position taken
+    three_hours_back = sessionize("u", state, [Event("e20", T0 + 10 * MINUTE_MS, "/p", "PRO")])  # 189.5 behind
+    assert three_hours_back.late == (Event("e20", T0 + 10 * MINUTE_MS, "/p", "PRO"),)
+    assert three_hours_back.upserts == ()
+    assert state.seen == 401
+
+
+def test_a_session_that_never_ends_keeps_the_times_of_its_last_lateness_only() -> None:
+    state = UserState()
+    for batch in range(40):  # ten hours of a click every 2 minutes, in batches of 15 clicks
+        sessionize("u", state, [ev(f"e{batch * 15 + i}", (batch * 15 + i) * 2) for i in range(15)])
+        assert state.latest_ms is not None
+        assert min(state.click_times.values()) >= state.latest_ms - 120 * MINUTE_MS
+    assert list(state.open_sessions) == ["u:e0"]
+    assert len(state.click_times) == 61  # minutes 478 back to 358: the lateness's worth, both ends included

@@ -11,20 +11,18 @@ import java.util.LinkedHashMap;
 import java.util.Map;
 
 /**
- * One key's event ids in its sessions ({@link SessionRule}: an id seen again is a correction), each with its
+ * One key's counted clicks' event ids ({@link SessionRule}: an id seen again may be a correction), each with its
  * event time, kept in the state store beside the key's value in buckets by the id's hash: a batch reads and
  * writes the buckets its ids fall in, not every open session's ids (a session open for an hour holds 1,800 of a
  * user who clicks every 2 s, and the rule's value was rewritten whole by each batch that touched the user), and
  * a replay's batch, tens of a user's events, writes a few buckets instead of an entry per id (a state store
  * write costs microseconds however small it is).
  *
- * <p>An id's time is enough to tell whether its session is still open. Sessions in state never overlap in
- * time (an event within G of two merges them), and the horizon that forgets a session is one for all of a
- * key's sessions and only moves forward, so a forgotten session ended before every session open with or after
- * it starts (a later one starts past the forgotten one's end plus G, or its event would have been late). So an
- * id is in an open session exactly when it is kept at a time at or after the earliest open session's start,
- * and the entries before that start can be removed: the batch that forgets a session reads the key's buckets
- * once and removes them. (This needs G >= 0, which {@link Sessions#apply} checks.)
+ * <p>An id's time is all the rule needs: a repeat is a correction only while the click's time is within A of the
+ * key's latest time, which only moves forward, so an entry more than A behind can be removed at any time without
+ * changing an answer (a session forgotten ended more than A + G behind: its ids are among them). Removing reads
+ * every bucket, so it waits until the earliest entry is a slack (G: {@link SessionRule}) past that bound: a key
+ * keeps at most A + slack of ids, and a session that never ends is read whole once per slack of event time.
  *
  * <p>The buckets hold {@link #MIN_PER_BUCKET} to {@link #MAX_PER_BUCKET} entries each (a key with fewer than
  * the minimum has one): their number doubles or halves, every entry moved, when the count leaves that range.
@@ -83,13 +81,14 @@ final class SessionIds {
   }
 
   /**
-   * Removes the entries before {@code earliestOpenStartMs} (all of them when it is null: no session open), then
-   * writes this batch's ids: an id added and forgotten in one batch (a replay's) costs nothing.
+   * Writes this batch's ids and, once the earliest entry is more than {@code slackMs} before {@code keepFromMs},
+   * removes every entry before {@code keepFromMs} (null: every entry, the key counted no click); an id added and
+   * already before it (a replay's) costs nothing.
    */
-  void flush(Long earliestOpenStartMs) {
-    long keepFrom = earliestOpenStartMs == null ? Long.MAX_VALUE : earliestOpenStartMs;
+  void flush(Long keepFromMs, long slackMs) {
+    long keepFrom = keepFromMs == null ? Long.MAX_VALUE : keepFromMs;
     added.values().removeIf(time -> time < keepFrom);
-    if (count > 0 && (earliestMs == null || earliestMs < keepFrom)) { // some entry may be stale
+    if (count > 0 && (keepFromMs == null || earliestMs < keepFromMs - slackMs)) { // the earliest are stale
       Long earliestKept = null;
       long stored = 0;
       long removed = 0;

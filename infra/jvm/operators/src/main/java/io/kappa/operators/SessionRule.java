@@ -99,10 +99,9 @@ final class SessionRule {
     List<String> retracted = new ArrayList<>();
     List<Event> late = new ArrayList<>();
     for (Event e : events) {
-      Long seenAt = ids.timeOf(e.id());
-      Long earliest = earliestStart(state);
-      if (seenAt != null && earliest != null && seenAt >= earliest) { // a correction of a click in a session
-        for (Session s : state.open.values()) { // only the session's first click sets its segment
+      Long countedAt = ids.timeOf(e.id());
+      if (countedAt != null && state.latestMs != null && countedAt >= state.latestMs - latenessMs) { // a correction of a counted click
+        for (Session s : state.open.values()) { // only a session's first click sets its segment
           if (Objects.equals(e.id(), s.firstEventId) && !Objects.equals(s.segment, e.segment())) {
             s.segment = e.segment();
             changed.put(s.sessionId, s);
@@ -152,7 +151,7 @@ final class SessionRule {
       changed.put(session.sessionId, session);
     }
     List<Session> finals = forgetSettled(state, gapMs, latenessMs);
-    flush(ids, state);
+    flush(ids, state, gapMs, latenessMs);
     List<String> retractions = new ArrayList<>();
     for (String id : retracted) {
       if (!state.open.containsKey(id)) {
@@ -167,15 +166,6 @@ final class SessionRule {
     }
     upserts.sort(Comparator.comparingLong(s -> s.createdSeq));
     return new Changes(upserts, retractions, late, finals);
-  }
-
-  /** The earliest start of the key's open sessions, or null when none is open. */
-  private static Long earliestStart(State state) {
-    Long earliest = null;
-    for (Session s : state.open.values()) {
-      earliest = earliest == null ? s.startMs : Math.min(earliest, s.startMs);
-    }
-    return earliest;
   }
 
   /** Forgets the sessions no event that counts can reach any more; returns them, by creation. */
@@ -194,8 +184,13 @@ final class SessionRule {
     return new SessionIds(idBuckets, state.idCount, state.idBuckets, state.earliestIdMs);
   }
 
-  private static void flush(SessionIds ids, State state) {
-    ids.flush(earliestStart(state));
+  /**
+   * Writes the batch's ids and drops those no repeat corrects any more (more than A behind the latest time), a
+   * gap's worth at a time: the batch that forgets a session drops its ids (they are more than A + G behind), and a
+   * session that never ends reads its ids once per G of event time, not every batch.
+   */
+  private static void flush(SessionIds ids, State state, long gapMs, long latenessMs) {
+    ids.flush(state.latestMs == null ? null : state.latestMs - latenessMs, gapMs);
     state.idCount = ids.count();
     state.idBuckets = ids.buckets();
     state.earliestIdMs = ids.earliestMs();
@@ -205,16 +200,20 @@ final class SessionRule {
    * Brings a value of an earlier layout to today's, once, on its key's next batch: the event ids a format-1 value
    * carried in its sessions, and those a format-2 value kept in an index by id ({@code byId}, with lists by
    * minute beside it, {@code byMinute}), move into {@link SessionIds}' buckets, and the old entries are removed.
+   * A format-1 value kept no click's time: its ids take their session's end, the latest their times can be, so
+   * that a repeat of one is a correction at least as long as the rule says (never a click counted twice), and for
+   * at most its session's span longer.
    */
-  static void upgrade(Stored read, BytesByLong byMinute, LongById byId, BytesByLong idBuckets) {
+  static void upgrade(
+      Stored read, BytesByLong byMinute, LongById byId, BytesByLong idBuckets, long gapMs, long latenessMs) {
     State state = read.state();
     if (read.format() == FORMAT) {
       return;
     }
     SessionIds ids = ids(state, idBuckets);
-    read.inline().forEach((sessionId, eventIds) -> { // any time within the session tells it is open: its start
+    read.inline().forEach((sessionId, eventIds) -> {
       for (String id : eventIds) {
-        ids.add(id, state.open.get(sessionId).startMs);
+        ids.add(id, state.open.get(sessionId).endMs);
       }
     });
     if (read.format() == BY_MINUTE_FORMAT) {
@@ -222,7 +221,7 @@ final class SessionRule {
       byId.clear();
       read.idMinutes().forEach(byMinute::remove);
     }
-    flush(ids, state);
+    flush(ids, state, gapMs, latenessMs);
   }
 
   // The state as bytes (one value per key in Spark's state store): a versioned, compact layout. Format 1

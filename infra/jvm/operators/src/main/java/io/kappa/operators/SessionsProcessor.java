@@ -67,7 +67,8 @@ final class SessionsProcessor extends KeyedRuleProcessor {
     if (stored != null) {
       SessionRule.Stored read = SessionRule.deserialize(stored);
       current = read.state();
-      SessionRule.upgrade(read, formerIdsByMinute, formerIdIndex, idBuckets); // an earlier layout's, once
+      // an earlier layout's, once
+      SessionRule.upgrade(read, formerIdsByMinute, formerIdIndex, idBuckets, gapMs, latenessMs);
     }
     SessionRule.Changes changes =
         SessionRule.apply(key, current, idBuckets, events, gapMs, latenessMs);

@@ -2,16 +2,19 @@ package io.kappa.operators;
 
 import java.util.ArrayList;
 import java.util.Comparator;
+import java.util.HashMap;
 import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.Objects;
 import java.util.Set;
 
 /**
- * The sessionization rule as it was before SessionIds (commit 4834137): each session holds the set of its event
- * ids, exactly as jobs/sessionize/logic.py's Session.event_ids does. Kept in the tests as the model that
- * {@link SessionRuleTest} holds SessionRule and its ids in the state store equal to, batch after batch.
+ * The sessionization rule without SessionIds' buckets: every counted click's time in one map per key, exactly as
+ * jobs/sessionize/logic.py's UserState.click_times (the layout before commit 4834137 kept a set of ids per
+ * session). Kept in the tests as the model that {@link SessionRuleTest} holds SessionRule and its ids in the
+ * state store equal to, batch after batch.
  */
 final class SessionRuleBySets {
   private SessionRuleBySets() {}
@@ -28,7 +31,6 @@ final class SessionRuleBySets {
     long createdSeq; // position in the key's log of the event that created it: merge order
     String segment; // the segment at the session's first click
     String firstEventId; // the session's first click (by event time)
-    Set<String> eventIds = new HashSet<>(); // clicks in the session: a repeat of one is a correction
 
     void absorb(SessionRule.Event e) {
       boolean first = e.timeMs() < startMs;
@@ -42,7 +44,6 @@ final class SessionRuleBySets {
         segment = e.segment();
         firstEventId = e.id();
       }
-      eventIds.add(e.id());
       if (last) {
         exitPage = e.page();
       }
@@ -63,7 +64,6 @@ final class SessionRuleBySets {
       exitPage = exit;
       segment = seg;
       firstEventId = firstId;
-      eventIds.addAll(other.eventIds);
     }
   }
 
@@ -72,6 +72,7 @@ final class SessionRuleBySets {
     Long latestMs;
     long seen; // events of this key processed so far (log position)
     final LinkedHashMap<String, Session> open = new LinkedHashMap<>();
+    final Map<String, Long> clickTimes = new HashMap<>(); // counted clicks' times, while within A of the latest
   }
 
   record Changes(
@@ -83,18 +84,13 @@ final class SessionRuleBySets {
     List<String> retracted = new ArrayList<>();
     List<SessionRule.Event> late = new ArrayList<>();
     for (SessionRule.Event e : events) {
-      Session containing = null;
-      for (Session s : state.open.values()) {
-        if (s.eventIds.contains(e.id())) {
-          containing = s;
-          break;
-        }
-      }
-      if (containing != null) { // a correction of a click already counted
-        if (Objects.equals(containing.firstEventId, e.id())
-            && !Objects.equals(containing.segment, e.segment())) {
-          containing.segment = e.segment();
-          changed.put(containing.sessionId, containing);
+      Long countedAt = state.clickTimes.get(e.id());
+      if (countedAt != null && state.latestMs != null && countedAt >= state.latestMs - latenessMs) { // a correction of a counted click
+        for (Session s : state.open.values()) {
+          if (Objects.equals(s.firstEventId, e.id()) && !Objects.equals(s.segment, e.segment())) {
+            s.segment = e.segment();
+            changed.put(s.sessionId, s);
+          }
         }
         continue;
       }
@@ -125,7 +121,6 @@ final class SessionRuleBySets {
         session.createdSeq = seq;
         session.segment = e.segment();
         session.firstEventId = e.id();
-        session.eventIds.add(e.id());
       } else {
         session = touching.get(0);
         session.absorb(e);
@@ -137,6 +132,7 @@ final class SessionRuleBySets {
         }
       }
       state.open.put(session.sessionId, session);
+      state.clickTimes.put(e.id(), e.timeMs());
       changed.put(session.sessionId, session);
     }
     List<Session> finals = forgetSettled(state, gapMs, latenessMs);
@@ -161,6 +157,8 @@ final class SessionRuleBySets {
     if (state.latestMs == null) {
       return forgotten;
     }
+    long correctable = state.latestMs - latenessMs;
+    state.clickTimes.values().removeIf(t -> t < correctable);
     long horizon = state.latestMs - latenessMs - gapMs;
     state.open.values().removeIf(s -> s.endMs < horizon && forgotten.add(s));
     forgotten.sort(Comparator.comparingLong(s -> s.createdSeq));

@@ -137,10 +137,10 @@ class SessionRuleTest {
     Key kept = new Key();
     run(kept, e("e1", 0, "a"), e("e9", 110, "z")); // horizon 110 - 110 = 0: a session ending at 0 stays
     assertEquals(Set.of("u:e1", "u:e9"), kept.state.open.keySet());
-    assertEquals(
-        List.of("u:e1 [0,0] 1 1 a>a GOLD"),
-        upserts(run(kept, new SessionRule.Event("e1", 0, "a", "GOLD"))),
-        "still open: corrected");
+    assertEquals(List.of("u:e1 [0,10] 2 2 a>b S-e1"), upserts(run(kept, e("e2", 10, "b"))), "still open: it grows");
+    SessionRule.Changes repeat = run(kept, new SessionRule.Event("e1", 0, "a", "GOLD"));
+    assertEquals(List.of("e1"), late(repeat), "but e1 is more than A behind: its repeat is late, no correction");
+    assertEquals(List.of(), upserts(repeat));
 
     Key forgot = new Key();
     SessionRule.Changes forgetting = run(forgot, e("e1", 0, "a"), e("e9", 111, "z")); // horizon 1
@@ -230,6 +230,41 @@ class SessionRuleTest {
     assertTrue(key.store.bytesPut < 33 * 20, key.store.bytesPut + " bytes: its bucket's ids, not the session's");
     assertEquals(3_600_000L, kept(key.store).get("new"));
     assertTrue(SessionRule.serialize(key.state).length < 400, "the value holds no id");
+  }
+
+  @Test
+  void aSessionThatNeverEndsKeepsTheIdsOfAPlusGAtMost() {
+    Key key = new Key();
+    long a = 120 * 60_000L;
+    long g = 30 * 60_000L;
+    int perMinute = 30; // a click every 2 s for six hours, a batch a minute: one session throughout
+    for (int minute = 0; minute < 360; minute++) {
+      runLive(key, clicks("e", minute * perMinute, (minute + 1) * perMinute, 2_000, i -> "/p" + i % 20));
+      long latest = key.state.latestMs;
+      assertTrue(key.state.idCount <= (a + g) / 2_000 + perMinute, "minute " + minute + ": " + key.state.idCount);
+      assertTrue(key.state.earliestIdMs >= latest - a - g, "minute " + minute + ": kept from " + key.state.earliestIdMs);
+      assertEquals(key.state.idCount, kept(key.store).size());
+    }
+    assertEquals(Set.of("u:e0"), key.state.open.keySet(), "the session never ended");
+    assertTrue(key.state.idCount >= a / 2_000, "every id within A is kept: " + key.state.idCount);
+    long latest = key.state.latestMs;
+    long seen = key.state.seen;
+    int hourBack = (int) ((latest - 60 * 60_000L) / 2_000);
+    assertEquals(List.of(), upserts(runLive(key, new SessionRule.Event("e" + hourBack, hourBack * 2_000L, "/x", "G"))));
+    assertEquals(seen, key.state.seen, "an hour back: a correction, no click");
+    int threeHoursBack = (int) ((latest - 180 * 60_000L) / 2_000);
+    SessionRule.Changes old = runLive(key, new SessionRule.Event("e" + threeHoursBack, threeHoursBack * 2_000L, "/x", "G"));
+    assertEquals(List.of("e" + threeHoursBack), late(old), "three hours back, past A: late, though its session is open");
+  }
+
+  @Test
+  void aClickMovedFromMoreThanABackCountsAsANewClick() {
+    Key key = new Key();
+    run(key, e("e1", 0, "a"), e("e9", 110, "z")); // e1 is 110 behind the latest, A is 100
+    SessionRule.Changes moved = run(key, e("e1", 105, "b")); // within A now: judged as a new event
+    assertEquals(List.of("u:e9 [105,110] 2 2 b>z S-e1"), upserts(moved), "e1 is its first click now");
+    assertEquals(3L, key.state.seen, "a new event takes a log position");
+    assertEquals(List.of(), upserts(run(key, e("e1", 105, "b"))), "and a repeat of it now is a correction");
   }
 
   @Test

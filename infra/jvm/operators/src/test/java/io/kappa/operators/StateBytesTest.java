@@ -271,7 +271,7 @@ class StateBytesTest {
     former.values.put(9L, new byte[] {1, 0, 0, 0, 0}); // not the value's: left alone
     former.index.put("x", 240_000L);
     MapBytesByLong buckets = new MapBytesByLong();
-    SessionRule.upgrade(read, former, former, buckets);
+    SessionRule.upgrade(read, former, former, buckets, 10_000, 100_000);
     assertEquals(Set.of(9L), former.values.keySet());
     assertEquals(Map.of(), former.index);
     assertEquals(Map.of(), buckets.values, "no session open: x's is forgotten, and its id with it");
@@ -295,7 +295,7 @@ class StateBytesTest {
     former.index.putAll(Map.of("x", 240_000L, "y", 250_000L, "old", 60_000L)); // old: a forgotten session's
     MapBytesByLong buckets = new MapBytesByLong();
     SessionRule.Stored read = SessionRule.deserialize(two.array());
-    SessionRule.upgrade(read, former, former, buckets);
+    SessionRule.upgrade(read, former, former, buckets, 10_000, 100_000);
     assertEquals(Map.of(), former.values);
     assertEquals(Map.of(), former.index);
     assertEquals(Map.of("x", 240_000L, "y", 250_000L), SessionIds.decode(buckets.values.get(0L)));
@@ -327,10 +327,10 @@ class StateBytesTest {
     assertEquals(List.of("e", "f"), List.of(read.inline().get("i")));
     MapStore former = new MapStore();
     MapBytesByLong store = new MapBytesByLong();
-    SessionRule.upgrade(read, former, former, store);
-    assertEquals(Map.of("e", 125_000L, "f", 125_000L), SessionIds.decode(store.values.get(0L)), "at the session's start");
+    SessionRule.upgrade(read, former, former, store, 10, 100_000);
+    assertEquals(Map.of("e", 130_000L, "f", 130_000L), SessionIds.decode(store.values.get(0L)), "at the session's end");
     assertEquals(2, read.state().idCount);
-    assertEquals(125_000L, read.state().earliestIdMs);
+    assertEquals(130_000L, read.state().earliestIdMs);
     SessionRule.Changes again =
         SessionRule.apply("u", read.state(), store, List.of(new SessionRule.Event("f", 130_000, "p", "X")),
             10, 100_000);
