@@ -8,6 +8,14 @@ lag; each Delta table's files (those of its current version, and on disk: the re
 included), bytes and log files; each job's checkpoint folder (files, bytes); the job host's RSS and its JVM's parts:
 heap committed, the least heap in use after a collection in the window (from the JVM's GC log: the floor a leak
 pushes up), old generation in use, native memory (the JVM's RSS beyond its heap), and the Python processes'.
+With `--native-memory-tracking` (the default) the JVM runs with NMT's summary and each sample says where its
+native memory is, as NMT counts it (`jcmd <pid> VM.native_memory summary`, committed MB): the total and its heap,
+class metadata, thread stacks, code cache, GC structures, Other and Internal (direct buffers, Unsafe), the rest;
+the heap's resident part (committed whole at start, it is in memory only where used so far); and `untracked_mb`,
+the JVM's RSS beyond all that (the heap counted as resident): what NMT cannot see, the mallocs of native libraries
+(RocksDB's block cache and memtables, zstd, lz4, snappy) and glibc's arenas. Each job's row also has its state
+stores' keys and memory after its last batch (`state_rows`, `state_mem_mb`: Spark's stateOperators, from the
+metrics the job host serves).
 
 The verdict (issue 40), between the second and the last 10 minutes (for a run under 30 minutes: its second window
 and its last): each job's p99 batch duration within 20 % of itself, files per table and checkpoint sizes bounded
@@ -29,16 +37,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import psutil
 from deltalake import DeltaTable as DeltaRsTable
+from prometheus_client.parser import text_string_to_metric_families
 
+from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings, load_settings
 from kappa.lifecycle.host_registry import hosts, is_host
 from kappa.lifecycle.lag import lag
 from kappa.lifecycle.maintenance import OnDisk
+from kappa.runtime import run_record
 from kappa.runtime.binding import deployed_job, physical_output
 from kappa.runtime.declaration import version_checkpoints
+from kappa.runtime.metrics import STATE_MEMORY, STATE_ROWS
 from kappa.runtime.outputs import output_of
 from kappa.stack.java import spark_java_path
 from tests.benchmarks import soak_exactness
@@ -124,10 +137,93 @@ def heap_after_gc(log: Path, since_uptime_s: float) -> int | None:
     return min(after) if after else None
 
 
-def host_memory(settings: KappaSettings, since: float, gc_logs: Path) -> dict[str, Any]:
+# Native Memory Tracking's summary: the JVM's own allocations by category, for 2 words per malloc of the JVM and a few
+# per cent of its time (not per record: the JIT and class loading malloc, compiled code and the heap do not).
+NATIVE_MEMORY_TRACKING = "-XX:NativeMemoryTracking=summary"
+NMT_TOTAL = re.compile(r"^Total: reserved=\d+[KMG]?B, committed=(?P<committed>\d+)(?P<unit>[KMG]?B)")
+NMT_CATEGORY = re.compile(
+    r"^-\s+(?P<name>\S.*?) \(reserved=\d+[KMG]?B, committed=(?P<committed>\d+)(?P<unit>[KMG]?B)\)"
+)
+NMT_UNITS = {"B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30}
+# The host row's parts of what NMT counts, by the categories JDK 17 prints; nmt_rest_mb is the others (Symbol,
+# Arena Chunk, Compiler, Module, NMT's own, ...).
+NMT_PARTS = {
+    "nmt_heap_mb": ("Java Heap",),
+    "nmt_class_mb": ("Class", "Metaspace", "Shared class space"),  # class metadata: loaded, and the class archive's
+    "nmt_thread_mb": ("Thread",),  # their stacks included
+    "nmt_code_mb": ("Code",),  # the JIT's code cache
+    "nmt_gc_mb": ("GC",),  # G1's remembered sets and marking bitmaps
+    "nmt_other_mb": ("Other", "Internal"),  # Other: Unsafe.allocateMemory, direct ByteBuffers
+}
+
+
+def native_memory(summary: str) -> dict[str, int]:
+    """Bytes committed by category in the output of `jcmd <pid> VM.native_memory summary` (a line such as
+    `-                 Java Heap (reserved=2097152KB, committed=2097152KB)` each), the whole under "Total"; empty
+    when the JVM tracks nothing (started without -XX:NativeMemoryTracking)."""
+    committed: dict[str, int] = {}
+    for line in summary.splitlines():
+        if total := NMT_TOTAL.match(line):
+            committed["Total"] = int(total["committed"]) * NMT_UNITS[total["unit"]]
+        elif category := NMT_CATEGORY.match(line):
+            committed[category["name"]] = int(category["committed"]) * NMT_UNITS[category["unit"]]
+    return committed if "Total" in committed else {}
+
+
+HEAP_RANGE = re.compile(r"\[0x(?P<start>[0-9a-f]+),\s*(?:0x[0-9a-f]+,\s*)?0x(?P<end>[0-9a-f]+)\)")
+NATIVE_COLUMNS = ["nmt_mb", *NMT_PARTS, "nmt_rest_mb", "heap_resident_mb", "untracked_mb"]
+
+
+def heap_range(heap_info: str) -> tuple[int, int] | None:
+    """The heap's addresses [start, end) in the output of `jcmd <pid> GC.heap_info` (G1's line: `garbage-first heap
+    total 2097152K, used 1203K [0x0000000080000000, 0x0000000100000000)`; another collector's, one per generation)."""
+    found = [(int(m["start"], 16), int(m["end"], 16)) for m in HEAP_RANGE.finditer(heap_info)]
+    return (min(start for start, _ in found), max(end for _, end in found)) if found else None
+
+
+def jcmd(pid: int, *command: str) -> str:
+    """What the jcmd beside the java Spark runs says to the JVM `pid`; nothing when it cannot say (no jcmd there, the
+    JVM gone, no answer in 30 s): a sample never stops the soak."""
+    try:
+        done = subprocess.run([str(Path(spark_java_path()).with_name("jcmd")), str(pid), *command],
+                              capture_output=True, text=True, timeout=30)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return done.stdout
+
+
+def heap_resident(jvm: psutil.Process) -> int | None:
+    """Bytes of the JVM's heap in memory: its pages touched so far. Committed whole at start (-Xms), the heap is
+    resident only where the collector has allocated, so its RSS grows while regions are used for the first time."""
+    where = heap_range(jcmd(jvm.pid, "GC.heap_info"))
+    if where is None:
+        return None
+    try:
+        maps = jvm.memory_maps(grouped=False)
+    except psutil.Error:
+        return None
+    spans = [(m, [int(a, 16) for a in m.addr.split("-")]) for m in maps]
+    return sum(int(m.rss) for m, (start, end) in spans if start < where[1] and end > where[0])
+
+
+def native_columns(committed: dict[str, int], jvm_rss: int, heap_in_memory: int | None) -> dict[str, int | None]:
+    """The host row's NMT columns (MB committed), the heap's resident part, and `untracked_mb`: the JVM's RSS beyond
+    what NMT counts (its heap as resident, when known), that is the mallocs of native libraries (RocksDB, the
+    compression codecs) and glibc's arenas. NMT's other categories are committed, not necessarily resident: GC's
+    structures, sized by the heap, are touched with it. None each when NMT said nothing."""
+    if not committed:
+        return dict.fromkeys(NATIVE_COLUMNS)
+    total = committed["Total"]
+    parts = {column: sum(committed.get(name, 0) for name in names) for column, names in NMT_PARTS.items()}
+    seen = total if heap_in_memory is None else total - parts["nmt_heap_mb"] + heap_in_memory
+    found = [total, *parts.values(), total - sum(parts.values()), heap_in_memory, jvm_rss - seen]
+    return {c: None if v is None else round(v / MB) for c, v in zip(NATIVE_COLUMNS, found, strict=True)}
+
+
+def host_memory(settings: KappaSettings, since: float, gc_logs: Path, nmt: bool) -> dict[str, Any]:
     """The running job host's memory: RSS of its processes (the JVM's apart), the JVM's heap committed (jstat)
     and its least heap in use after a collection since `since` (the GC log); the rest of the JVM's RSS is native
-    memory (RocksDB's state stores, metaspace, threads)."""
+    memory (RocksDB's state stores, metaspace, threads), in NMT's parts with `nmt` (native_columns)."""
     running = [h for h in hosts(settings) if is_host(h.pid)]
     if not running:
         return {"host_rss_mb": None}
@@ -148,16 +244,47 @@ def host_memory(settings: KappaSettings, since: float, gc_logs: Path) -> dict[st
                 "heap_after_gc_mb": heap_after_gc(gc_logs / f"gc-{jvm.pid}.log", uptime),
                 "old_gen_in_use_mb": round(gc["OU"] / 1000), "jvm_native_mb": round(jvm_rss - committed),
                 "python_rss_mb": round(sum(rss.values()) / MB - jvm_rss)}  # fmt: skip
+        if nmt:
+            summary = native_memory(jcmd(jvm.pid, "VM.native_memory", "summary"))
+            row |= native_columns(summary, rss.get(jvm.pid, 0), heap_resident(jvm))
     return row
 
 
-def sample(settings: KappaSettings, jobs: list[tuple[str, int]], since: float, minute: float, gc_logs: Path) -> Window:
+STATE_SERIES = {next(iter(STATE_ROWS.describe())).name: "state_rows",
+                next(iter(STATE_MEMORY.describe())).name: "state_mem_mb"}  # fmt: skip
+
+
+def state_store(settings: KappaSettings, job: str, version: int) -> dict[str, float | None]:
+    """The job's state stores after its last batch: keys and memory (MB), as the job host serves them at the address
+    in the version's run record (kappa_job_state_rows and kappa_job_state_memory_bytes: Spark's stateOperators'
+    numRowsTotal and memoryUsedBytes, summed). Under the bounded RocksDB memory (spark_state_memory_mb), Spark 4.2
+    gives each store its share of the cache and memtables the host's stores share. None each when not served."""
+    found: dict[str, float | None] = dict.fromkeys(STATE_SERIES.values())
+    wanted = {"job": job, "version": str(version)}
+    try:
+        record = run_record.read(run_record.record_path(settings, job, version))
+        if record is None or record.metrics_url is None:
+            return found
+        for family in text_string_to_metric_families(httpx.get(record.metrics_url, timeout=5).text):
+            for series in family.samples:
+                if series.name in STATE_SERIES and {k: series.labels.get(k) for k in wanted} == wanted:
+                    column = STATE_SERIES[series.name]
+                    found[column] = int(series.value) if column == "state_rows" else round(series.value / MB, 1)
+    except (KappaError, httpx.HTTPError, ValueError):  # a run restarting, a scrape cut short: said as None
+        pass
+    return found
+
+
+def sample(
+    settings: KappaSettings, jobs: list[tuple[str, int]], since: float, minute: float, gc_logs: Path, nmt: bool
+) -> Window:
     rows, tables, checkpoints = [], [], []
     for job, version in jobs:
         batches = job_batches(settings, job, version, since)
         ms = np.array([b["ms"] for b in batches]) if batches else np.array([0])
         rows.append({"minute": minute, "job": job, "batches": len(batches), "p50_ms": int(np.percentile(ms, 50)),
-                     "p99_ms": int(np.percentile(ms, 99)), "lag": lag(settings, job, version).total})  # fmt: skip
+                     "p99_ms": int(np.percentile(ms, 99)), "lag": lag(settings, job, version).total,
+                     **state_store(settings, job, version)})  # fmt: skip
         files, size = folder(version_checkpoints(settings, job, version))
         checkpoints.append({"minute": minute, "job": job, "files": files, "mb": round(size / MB, 1)})
         spec = deployed_job(settings, job)
@@ -167,7 +294,14 @@ def sample(settings: KappaSettings, jobs: list[tuple[str, int]], since: float, m
             tables.append({"minute": minute, "table": output_of(spec.output).name,
                            "live_files": len(DeltaRsTable(path).file_uris()), "files_on_disk": disk.data_files,
                            "mb_on_disk": round(disk.data_bytes / MB, 1), "log_files": disk.log_files})  # fmt: skip
-    return Window(minute, rows, tables, checkpoints, {"minute": minute, **host_memory(settings, since, gc_logs)})
+    return Window(minute, rows, tables, checkpoints, {"minute": minute, **host_memory(settings, since, gc_logs, nmt)})
+
+
+def host_tables(host: dict[str, Any]) -> list[list[dict[str, Any]]]:
+    """The host row as two tables, its memory and NMT's parts of the JVM's (one line of both would not fit)."""
+    native = {k: v for k, v in host.items() if k in NATIVE_COLUMNS}
+    rest = {k: v for k, v in host.items() if k not in native}
+    return [[rest], [{"minute": host["minute"], **native}]] if native else [[rest]]
 
 
 def verdict(windows: list[Window], minutes: float) -> list[dict[str, Any]]:
@@ -227,6 +361,9 @@ def main() -> None:
     parser.add_argument("--users", type=int, default=2000)
     parser.add_argument("--drain-minutes", type=float, default=15.0, help="at most this long to drain, then check")
     parser.add_argument("--also-ran", default="nothing else", help="what else ran on the machine, for the report")
+    parser.add_argument("--native-memory-tracking", action=argparse.BooleanOptionalAction, default=True,
+                        help=f"run the job host's JVM with {NATIVE_MEMORY_TRACKING} and say its native memory's "
+                        "parts at each sample (off: an A/B of its cost)")  # fmt: skip
     args = parser.parse_args()
 
     speed = machine_speed()  # before anything starts: an hour's figures are compared only beside the machine's pace
@@ -236,9 +373,11 @@ def main() -> None:
     maintained: list[dict[str, Any]] = []
     hours = args.retention_minutes / 60
     gc_logs = load_settings().state_dir / "bench" / "soak-gc"
+    nmt = args.native_memory_tracking
+    java_options = " ".join([gc_logging(gc_logs), *([NATIVE_MEMORY_TRACKING] if nmt else [])])
     with bench_stack(delta_file_retention_hours=hours, delta_log_retention_hours=hours,
                      streaming_batches_retained=args.batches_retained,
-                     spark_driver_java_options=gc_logging(gc_logs)) as settings:  # fmt: skip
+                     spark_driver_java_options=java_options) as settings:  # fmt: skip
         kappa(settings, "schemas", "apply")
         kappa(settings, "topics", "apply")
         produce_profiles(settings, args.users)
@@ -262,11 +401,11 @@ def main() -> None:
                         print("\n".join(f"  maintain @ {minute:.1f} min: {line}" for line in lines), flush=True)
                     ended = minute >= args.minutes  # the last window ends the run
                     if minute >= (len(windows) + 1) * args.every or ended:
-                        window = sample(settings, jobs, window_start, round(minute, 1), gc_logs)
+                        window = sample(settings, jobs, window_start, round(minute, 1), gc_logs, nmt)
                         window_start = time.time()
                         windows.append(window)
                         print(f"\n--- minute {minute:.1f}: {producer.sent:,} clicks sent", flush=True)
-                        for part in (window.jobs, window.tables, window.checkpoints, [window.host]):
+                        for part in (window.jobs, window.tables, window.checkpoints, *host_tables(window.host)):
                             print_table(part)
                     if ended:
                         break
@@ -286,7 +425,8 @@ def main() -> None:
     ]
     notes = [{"note": f"{os.cpu_count()} cores; {args.rate:,} clicks/s for {args.minutes:g} min; jobs: "
               f"{', '.join(names)}; retention {args.retention_minutes:g} min; maintenance every "
-              f"{args.maintain_every:g} min; also ran: {args.also_ran}"}]  # fmt: skip
+              f"{args.maintain_every:g} min; native memory tracking {'on' if nmt else 'off'}; also ran: "
+              f"{args.also_ran}"}]  # fmt: skip
     report(
         "soak",
         [r for w in windows for r in w.jobs],
