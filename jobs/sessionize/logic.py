@@ -13,9 +13,9 @@ Rules (gap G, allowed lateness A):
 - A session id is the user id plus the event id that created it, so it never changes while the session grows.
 - An event id counted before, at a time within A of the user's latest time, is a correction (enrich_clicks
   re-emits a click when a late profile changes its segment), never a second click: it only updates the segment
-  of a session whose first click it is. Only other events advance the user's log position and
-  latest time, and first sightings come in the same order in every run (enrich_clicks emits each click first in
-  its own log order). A repeat of a click counted more than A behind the latest time is judged as a new event:
+  of a session whose first click it is. Only other events advance the user's log position and latest time, and
+  first sightings come in the same order in every run (enrich_clicks emits each click first in its own log
+  order). A repeat of a click counted more than A behind the latest time is judged as a new event:
   late, like any event that far back, unless its own time moved within A (a source that moves a click from that
   far back publishes the move as a new click). enrich_clicks re-emits a click only while its user's frontier is
   within its L + D (30 minutes) of the click, inside A, so its corrections are never that old; the bound is what

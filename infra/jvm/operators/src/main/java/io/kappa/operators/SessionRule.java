@@ -100,7 +100,8 @@ final class SessionRule {
     List<Event> late = new ArrayList<>();
     for (Event e : events) {
       Long countedAt = ids.timeOf(e.id());
-      if (countedAt != null && state.latestMs != null && countedAt >= state.latestMs - latenessMs) { // a correction of a counted click
+      // a correction of a click counted within A of the latest time (an older one is judged as a new event)
+      if (countedAt != null && state.latestMs != null && countedAt >= state.latestMs - latenessMs) {
         for (Session s : state.open.values()) { // only a session's first click sets its segment
           if (Objects.equals(e.id(), s.firstEventId) && !Objects.equals(s.segment, e.segment())) {
             s.segment = e.segment();

@@ -85,7 +85,8 @@ final class SessionRuleBySets {
     List<SessionRule.Event> late = new ArrayList<>();
     for (SessionRule.Event e : events) {
       Long countedAt = state.clickTimes.get(e.id());
-      if (countedAt != null && state.latestMs != null && countedAt >= state.latestMs - latenessMs) { // a correction of a counted click
+      // a correction of a click counted within A of the latest time (an older one is judged as a new event)
+      if (countedAt != null && state.latestMs != null && countedAt >= state.latestMs - latenessMs) {
         for (Session s : state.open.values()) {
           if (Objects.equals(s.firstEventId, e.id()) && !Objects.equals(s.segment, e.segment())) {
             s.segment = e.segment();

@@ -242,7 +242,7 @@ class SessionRuleTest {
       runLive(key, clicks("e", minute * perMinute, (minute + 1) * perMinute, 2_000, i -> "/p" + i % 20));
       long latest = key.state.latestMs;
       assertTrue(key.state.idCount <= (a + g) / 2_000 + perMinute, "minute " + minute + ": " + key.state.idCount);
-      assertTrue(key.state.earliestIdMs >= latest - a - g, "minute " + minute + ": kept from " + key.state.earliestIdMs);
+      assertTrue(key.state.earliestIdMs >= latest - a - g, "minute " + minute + ": from " + key.state.earliestIdMs);
       assertEquals(key.state.idCount, kept(key.store).size());
     }
     assertEquals(Set.of("u:e0"), key.state.open.keySet(), "the session never ended");
@@ -250,11 +250,13 @@ class SessionRuleTest {
     long latest = key.state.latestMs;
     long seen = key.state.seen;
     int hourBack = (int) ((latest - 60 * 60_000L) / 2_000);
-    assertEquals(List.of(), upserts(runLive(key, new SessionRule.Event("e" + hourBack, hourBack * 2_000L, "/x", "G"))));
+    SessionRule.Event hourOld = new SessionRule.Event("e" + hourBack, hourBack * 2_000L, "/x", "G");
+    assertEquals(List.of(), upserts(runLive(key, hourOld)));
     assertEquals(seen, key.state.seen, "an hour back: a correction, no click");
     int threeHoursBack = (int) ((latest - 180 * 60_000L) / 2_000);
-    SessionRule.Changes old = runLive(key, new SessionRule.Event("e" + threeHoursBack, threeHoursBack * 2_000L, "/x", "G"));
-    assertEquals(List.of("e" + threeHoursBack), late(old), "three hours back, past A: late, though its session is open");
+    SessionRule.Changes old =
+        runLive(key, new SessionRule.Event("e" + threeHoursBack, threeHoursBack * 2_000L, "/x", "G"));
+    assertEquals(List.of("e" + threeHoursBack), late(old), "three hours back, past A: late, its session open");
   }
 
   @Test
