@@ -181,8 +181,9 @@ class Produced:
     times: list[int] = field(default_factory=list)
 
 
-def produce_profiles(settings: KappaSettings, users: int) -> None:
-    """Every user has a profile valid since an hour ago: the jobs' state holds what a real pipeline's would."""
+def produce_profiles(settings: KappaSettings, users: int, valid_for_ms: int = 3_600_000) -> None:
+    """Every user has a profile valid since `valid_for_ms` ago (an hour): the jobs' state holds what a real
+    pipeline's would, and every click produced since then finds its user's profile."""
     rng = random.Random(SEED)
     now_ms = time.time_ns() // 1_000_000
     with Registry(settings.registry) as registry:
@@ -192,7 +193,7 @@ def produce_profiles(settings: KappaSettings, users: int) -> None:
     publisher = Publisher(settings)
     for u in range(users):
         user = f"user-{u:05d}"
-        profile = ProfileVersion(user, 1, rng.choice(SEGMENTS), rng.choice(COUNTRIES), now_ms - 3_600_000)
+        profile = ProfileVersion(user, 1, rng.choice(SEGMENTS), rng.choice(COUNTRIES), now_ms - valid_for_ms)
         publisher.send(
             USER_PROFILES.name,
             Outgoing(user.encode(), encoder.encode(profile.as_avro()), partition_for(user, USER_PROFILES.partitions)),

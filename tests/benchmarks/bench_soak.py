@@ -3,6 +3,11 @@ cadences, the job host), clicks at a steady `--rate` for `--minutes`, the tables
 schedule maintains them (`kappa tables maintain`, every `--maintain-every` minutes here, with the retention
 shortened to `--retention-minutes` so that what weeks would pile up shows within the run).
 
+Before the jobs start, the log already holds `--history-minutes` of clicks at the same rate (by default the
+longest any job keeps an event in its state, sessionize's lateness and gap): the jobs read it first, as a
+replay would, and the soak's windows begin with their state full, as a pipeline's is weeks into its life. (Started
+empty, the state of page_stats and sessionize fills for 90 and 150 minutes: an hour's soak would see only that.)
+
 Every `--every` minutes it prints, for the window just ended: each job's batches, p50 and p99 batch duration and
 lag; each Delta table's files (those of its current version, and on disk: the replaced ones not yet vacuumed
 included), bytes and log files; each job's checkpoint folder (files, bytes); the job host's RSS and its JVM's parts:
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import re
 import subprocess
 import threading
@@ -43,8 +49,21 @@ import psutil
 from deltalake import DeltaTable as DeltaRsTable
 from prometheus_client.parser import text_string_to_metric_families
 
+from jobs.catalog import CLICKS
+from jobs.clickstream.generator import Click
+from jobs.enrich_clicks.declaration import JOB as ENRICH_CLICKS
+from jobs.enrich_clicks.declaration import Settings as EnrichSettings
+from jobs.page_stats.declaration import JOB as PAGE_STATS
+from jobs.page_stats.declaration import Settings as PageStatsSettings
+from jobs.sessionize.declaration import JOB as SESSIONIZE
+from jobs.sessionize.declaration import Settings as SessionizeSettings
+from kappa.contracts.avro_serde import AvroEncoder
+from kappa.contracts.registry import Registry, value_subject
+from kappa.contracts.schema_files import topic_value_schema
 from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings, load_settings
+from kappa.kafka.clients import Outgoing, Publisher
+from kappa.kafka.partitioning import partition_for
 from kappa.lifecycle.host_registry import hosts, is_host
 from kappa.lifecycle.lag import lag
 from kappa.lifecycle.maintenance import OnDisk
@@ -56,7 +75,9 @@ from kappa.runtime.outputs import output_of
 from kappa.stack.java import spark_java_path
 from tests.benchmarks import soak_exactness
 from tests.benchmarks.bench_live import (
+    SEED,
     Pipeline,
+    backlog,
     deployed,
     drained,
     job_batches,
@@ -103,6 +124,85 @@ class Producer(threading.Thread):
     def stop(self) -> None:
         self.halt.set()
         self.join()
+
+
+def state_horizon_minutes() -> int:
+    """How far back in event time the longest-remembering job keeps what it read, by the declared settings:
+    sessionize a user's click ids for its lateness and a gap (A + G), page_stats a user's clicks for its lateness
+    and two gaps (L + 2G), enrich_clicks its clicks for the profiles' lateness and the disorder (L + D). A pipeline
+    younger than this is still filling its state; one that has run for weeks has it full."""
+    sessionize = SESSIONIZE.settings_as(SessionizeSettings)
+    page = PAGE_STATS.settings_as(PageStatsSettings)
+    enrich = ENRICH_CLICKS.settings_as(EnrichSettings)
+    return max(
+        sessionize.allowed_lateness_minutes + sessionize.gap_minutes,
+        page.lateness_minutes + 2 * page.gap_minutes,
+        enrich.profile_lateness_minutes + enrich.disorder_minutes,
+    )
+
+
+def produce_history(settings: KappaSettings, rate: int, minutes: float, users: int) -> int:
+    """The log a pipeline deployed `minutes` ago would have read: clicks at `rate` per second of event time (=
+    record time), from `minutes` ago until now, handed to Kafka as fast as it takes them. Returns how many."""
+    rng = random.Random(f"{SEED}-history")
+    with Registry(settings.registry) as registry:
+        encoder = AvroEncoder(registry, value_subject(CLICKS.name), topic_value_schema(settings.schemas_path, CLICKS))
+    publisher = Publisher(settings, **{"linger.ms": 50})
+    total = int(rate * minutes * 60)
+    start_ms = time.time_ns() // 1_000_000 - int(minutes * 60_000)
+    for i in range(total):
+        at_ms = start_ms + i * 1000 // rate
+        user = f"user-{rng.randrange(users):05d}"
+        event_id = f"history-{i:09d}"
+        click = Click(event_id, user, f"/page/{rng.randrange(200):04d}", None, at_ms, "DESKTOP")
+        publisher.send(
+            CLICKS.name,
+            Outgoing(event_id.encode(), encoder.encode(click.as_avro()), partition_for(user, CLICKS.partitions),
+                     timestamp_ms=at_ms),
+        )  # fmt: skip
+        if (i + 1) % 1_000_000 == 0:
+            print(f"  history: {i + 1:,} of {total:,} clicks", flush=True)
+    if unsent := publisher.flush():
+        raise RuntimeError(f"the history was not all acknowledged: {unsent:,} clicks still waiting")
+    publisher.close()
+    return total
+
+
+class Maintenance:
+    """`kappa tables maintain` every `every_min` minutes from when the jobs were deployed, as Dagster's schedule
+    runs it whatever the jobs are doing (reading the history included); each line it says, kept with its phase
+    and the minute of that phase."""
+
+    def __init__(self, settings: KappaSettings, every_min: float) -> None:
+        self.settings, self.every_s = settings, every_min * 60
+        self.due = time.monotonic() + self.every_s
+        self.said: list[dict[str, Any]] = []
+
+    def tick(self, phase: str, minute: float) -> None:
+        if time.monotonic() < self.due:
+            return
+        self.due += self.every_s
+        said = kappa(self.settings, "tables", "maintain").strip().splitlines()
+        lines = [line for line in said if not line.startswith("Deleted ")]  # Delta's own VACUUM line
+        self.said += [{"phase": phase, "minute": round(minute, 1), "line": line} for line in lines]
+        print("\n".join(f"  maintain @ {phase} {minute:.1f} min: {line}" for line in lines), flush=True)
+
+
+def caught_up(settings: KappaSettings, pipeline: Pipeline, timeout_s: float, maintenance: Maintenance) -> float:
+    """Wait (bounded) until every job has read the whole history, the real-time lane included (no click arrives
+    meanwhile, so its lag, recorded at the end of its long batches, comes to 0 too), maintaining the tables as the
+    schedule would. Returns the minutes it took."""
+    began = time.monotonic()
+    while True:
+        lags = backlog(settings, pipeline)
+        if all(lag.last_batch for lag in lags.values()) and not any(lag.total for lag in lags.values()):
+            return (time.monotonic() - began) / 60
+        minutes = (time.monotonic() - began) / 60
+        if minutes * 60 > timeout_s:
+            raise RuntimeError(f"the pipeline had not read the history after {minutes:.0f} min: "
+                               f"{sum(lag.total for lag in lags.values()):,} records behind")  # fmt: skip
+        maintenance.tick("history", minutes)
+        time.sleep(10)
 
 
 def folder(path: str) -> tuple[int, int]:
@@ -359,6 +459,13 @@ def main() -> None:
     parser.add_argument("--retention-minutes", type=float, default=10.0, help="Delta file and log retention")
     parser.add_argument("--batches-retained", type=int, default=20, help="KAPPA_STREAMING_BATCHES_RETAINED")
     parser.add_argument("--users", type=int, default=2000)
+    parser.add_argument("--history-minutes", type=float, default=state_horizon_minutes(),
+                        help="minutes of clicks at --rate already in the log when the jobs start (default: the "
+                        "longest a job keeps an event in its state, so that its state is full from the first "
+                        "window, as a pipeline's weeks into its life; 0: start empty)")  # fmt: skip
+    parser.add_argument(
+        "--history-timeout", type=float, default=60.0, help="at most this many minutes for the jobs to read the history"
+    )
     parser.add_argument("--drain-minutes", type=float, default=15.0, help="at most this long to drain, then check")
     parser.add_argument("--also-ran", default="nothing else", help="what else ran on the machine, for the report")
     parser.add_argument("--native-memory-tracking", action=argparse.BooleanOptionalAction, default=True,
@@ -370,7 +477,6 @@ def main() -> None:
     print(f"machine speed: {speed}", flush=True)
     names = pipeline_jobs()
     windows: list[Window] = []
-    maintained: list[dict[str, Any]] = []
     hours = args.retention_minutes / 60
     gc_logs = load_settings().state_dir / "bench" / "soak-gc"
     nmt = args.native_memory_tracking
@@ -380,25 +486,29 @@ def main() -> None:
                      spark_driver_java_options=java_options) as settings:  # fmt: skip
         kappa(settings, "schemas", "apply")
         kappa(settings, "topics", "apply")
-        produce_profiles(settings, args.users)
+        history, took, read = args.history_minutes, 0.0, 0
+        produce_profiles(settings, args.users, valid_for_ms=int((history + 60) * 60_000))
+        if history:
+            print(f"history: {history:g} min of clicks at {args.rate:,}/s, before the jobs start ...", flush=True)
+            read = produce_history(settings, args.rate, history, args.users)
         jobs = [(job, deployed_job(settings, job).version) for job in names]
         with deployed(settings, names):
+            maintenance = Maintenance(settings, args.maintain_every)
+            if history:
+                took = caught_up(settings, Pipeline.of(settings, names), args.history_timeout * 60, maintenance)
+                print(f"history read by every job in {took:.1f} min", flush=True)
             settle(settings, Pipeline.of(settings, names), args.users)  # the jobs' first batches are start-up
             producer = Producer(settings, args.rate, args.users)
             producer.start()
             began = time.monotonic()
-            window_start, next_maintenance = time.time(), args.maintain_every
+            window_start = time.time()
             try:
                 while True:
                     minute = (time.monotonic() - began) / 60
                     if producer.error is not None:
                         raise RuntimeError(f"the producer failed: {producer.error}")
-                    if minute >= next_maintenance and minute < args.minutes:
-                        next_maintenance += args.maintain_every
-                        said = kappa(settings, "tables", "maintain").strip().splitlines()
-                        lines = [line for line in said if not line.startswith("Deleted ")]  # Delta's own VACUUM line
-                        maintained += [{"minute": round(minute, 1), "line": line} for line in lines]
-                        print("\n".join(f"  maintain @ {minute:.1f} min: {line}" for line in lines), flush=True)
+                    if minute < args.minutes:
+                        maintenance.tick("live", minute)
                     ended = minute >= args.minutes  # the last window ends the run
                     if minute >= (len(windows) + 1) * args.every or ended:
                         window = sample(settings, jobs, window_start, round(minute, 1), gc_logs, nmt)
@@ -424,7 +534,8 @@ def main() -> None:
         {"what": f"exact: {row['output']}", "verdict": row["exact"]} for row in exactness
     ]
     notes = [{"note": f"{os.cpu_count()} cores; {args.rate:,} clicks/s for {args.minutes:g} min; jobs: "
-              f"{', '.join(names)}; retention {args.retention_minutes:g} min; maintenance every "
+              f"{', '.join(names)}; history {history:g} min ({read:,} clicks, read by every job in {took:.1f} "
+              f"min); retention {args.retention_minutes:g} min; maintenance every "
               f"{args.maintain_every:g} min; native memory tracking {'on' if nmt else 'off'}; also ran: "
               f"{args.also_ran}"}]  # fmt: skip
     report(
@@ -433,7 +544,7 @@ def main() -> None:
         tables=[r for w in windows for r in w.tables],
         checkpoints=[r for w in windows for r in w.checkpoints],
         host=[w.host for w in windows],
-        maintenance=maintained,
+        maintenance=maintenance.said,
         exactness=exactness,
         machine_speed=[speed],
         verdict=found,
