@@ -13,14 +13,14 @@ lag; each Delta table's files (those of its current version, and on disk: the re
 included), bytes and log files; each job's checkpoint folder (files, bytes); the job host's RSS and its JVM's parts:
 heap committed, the least heap in use after a collection in the window (from the JVM's GC log: the floor a leak
 pushes up), old generation in use, native memory (the JVM's RSS beyond its heap), and the Python processes'.
-With `--native-memory-tracking` (the default) the JVM runs with NMT's summary and each sample says where its
-native memory is, as NMT counts it (`jcmd <pid> VM.native_memory summary`, committed MB): the total and its heap,
-class metadata, thread stacks, code cache, GC structures, Other and Internal (direct buffers, Unsafe), the rest;
-the heap's resident part (committed whole at start, it is in memory only where used so far); and `untracked_mb`,
-the JVM's RSS beyond all that (the heap counted as resident): what NMT cannot see, the mallocs of native libraries
-(RocksDB's block cache and memtables, zstd, lz4, snappy) and glibc's arenas. Each job's row also has its state
-stores' keys and memory after its last batch (`state_rows`, `state_mem_mb`: Spark's stateOperators, from the
-metrics the job host serves).
+With `--native-memory-tracking` (off by default: it can crash this JDK at start) the JVM runs with NMT's summary and
+each sample says where its native memory is, as NMT counts it (`jcmd <pid> VM.native_memory summary`, committed MB):
+the total and its heap, class metadata, thread stacks, code cache, GC structures, Other and Internal (direct
+buffers, Unsafe), the rest; the heap's resident part (committed whole at start, it is in memory only where used so
+far); and `untracked_mb`, the JVM's RSS beyond all that (the heap counted as resident): what NMT cannot see, the
+mallocs of native libraries (RocksDB's block cache and memtables, zstd, lz4, snappy) and glibc's arenas. Each job's
+row also has its state stores' keys and memory after its last batch (`state_rows`, `state_mem_mb`: Spark's
+stateOperators, from the metrics the job host serves).
 
 The verdict (issue 40), between the second and the last 10 minutes (for a run under 30 minutes: its second window
 and its last): each job's p99 batch duration within 20 % of itself, files per table and checkpoint sizes bounded
@@ -468,9 +468,12 @@ def main() -> None:
     )
     parser.add_argument("--drain-minutes", type=float, default=15.0, help="at most this long to drain, then check")
     parser.add_argument("--also-ran", default="nothing else", help="what else ran on the machine, for the report")
-    parser.add_argument("--native-memory-tracking", action=argparse.BooleanOptionalAction, default=True,
+    # Off by default: on 2026-12-02 this JDK (17.0.15, Debian) crashed at start under NMT in four runs of four
+    # (VirtualMemoryTracker::add_reserved_region, ShouldNotReachHere, as a new thread's stack was recorded), after
+    # a 100-minute run with it the day before.
+    parser.add_argument("--native-memory-tracking", action=argparse.BooleanOptionalAction, default=False,
                         help=f"run the job host's JVM with {NATIVE_MEMORY_TRACKING} and say its native memory's "
-                        "parts at each sample (off: an A/B of its cost)")  # fmt: skip
+                        "parts at each sample (this JDK may crash at start with it)")  # fmt: skip
     args = parser.parse_args()
 
     speed = machine_speed()  # before anything starts: an hour's figures are compared only beside the machine's pace
