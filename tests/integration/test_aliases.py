@@ -5,6 +5,7 @@ A follower's `AliasWatch` sees every committed move, in order, and never an abor
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import threading
 from collections.abc import Callable
 
@@ -32,14 +33,20 @@ def move(registry: AliasRegistry, dataset: str, version: int, expected: int | No
     )
 
 
-def first_commit_does(act: Callable[[Producer, float], None]) -> tuple[type[Producer], list[float]]:
+def first_commit_does(act: Callable[[Producer, float], None]) -> tuple[type[Producer], list[int]]:
     """A Producer for the alias registry whose first commit does `act(producer, timeout)` instead (fence it, fail
-    it, commit and then fail); later commits are real. -> the class, and the timeout of each commit asked for."""
-    commits: list[float] = []
+    it, commit and then fail); later commits are real. -> the class, and for each commit the number of the
+    producer that made it (one producer is one attempt of a move: 1, 2, ...)."""
+    commits: list[int] = []
+    producers = itertools.count(1)
 
     class FirstCommitDoes(Producer):
+        def __init__(self, config: dict[str, object]) -> None:
+            super().__init__(config)
+            self.attempt = next(producers)
+
         def commit_transaction(self, timeout: float = -1) -> None:
-            commits.append(timeout)
+            commits.append(self.attempt)
             if len(commits) == 1:
                 act(self, timeout)
             else:
@@ -349,17 +356,12 @@ def test_a_commit_that_timed_out_is_resumed_and_lands_once(
         raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "commit timed out", retriable=True))
 
     timing_out, commits = first_commit_does(times_out)
-    checks = 0
-    read_all = AliasRegistry.all
-
-    def counted(self: AliasRegistry) -> dict[str, Alias]:
-        nonlocal checks
-        checks += 1
-        return read_all(self)
-
     monkeypatch.setattr(aliases, "Producer", timing_out)
-    monkeypatch.setattr(registry, "all", counted.__get__(registry))
     moved = move(registry, dataset, 2, expected=1)
-    assert (len(commits), checks) == (2, 1)  # resumed, not started again
+    # Resumed: the attempt whose commit timed out commits again itself, not a new attempt (a new producer). Every
+    # mover shares one transactional id, so another test's move on the broker may fence the resumed commit (CI
+    # saw five commits in four attempts): later attempts are allowed, more records are not (the history below).
+    assert len(commits) >= 2
+    assert commits[1] == commits[0]
     assert [a.version for a in registry.history(dataset)] == [1, 2]
     assert registry.live(dataset) == moved
