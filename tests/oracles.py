@@ -72,25 +72,59 @@ def enrichment(
             for e, version, segment, country, page in rows}  # fmt: skip
 
 
+def partition_stamps_sql(clicks: str) -> str:
+    """The stamps over a table `clicks` (event_id, partition, event_time, seq), seq its log order -> rows
+    (event_id, partition, stamp): the latest event time among the partition's clicks before it, or NULL."""
+    return f"""
+        WITH stamped AS (
+            SELECT event_id, partition, seq,
+                   max(event_time) OVER (PARTITION BY partition ORDER BY seq
+                                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS stamp
+            FROM {clicks}
+        )
+        SELECT event_id, partition, stamp FROM stamped
+        QUALIFY row_number() OVER (PARTITION BY event_id ORDER BY seq DESC) = 1
+    """
+
+
 def partition_stamps(clicks: Iterable[tuple[str, int, int]]) -> dict[str, tuple[int, int | None]]:
     """clicks (event_id, partition, event_time_ms), each partition's in its offset order -> event_id ->
     (partition, the latest event time among the partition's clicks before it, or None)."""
     con = duckdb.connect()
     frame = pd.DataFrame(list(clicks), columns=["event_id", "partition", "event_time"])
     con.register("c", frame.assign(seq=range(len(frame))))
-    rows = con.sql(
-        """
-        WITH stamped AS (
-            SELECT event_id, partition, seq,
-                   max(event_time) OVER (PARTITION BY partition ORDER BY seq
-                                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS stamp
-            FROM c
-        )
-        SELECT event_id, partition, stamp FROM stamped
-        QUALIFY row_number() OVER (PARTITION BY event_id ORDER BY seq DESC) = 1
-        """
-    ).fetchall()
+    rows = con.sql(partition_stamps_sql("c")).fetchall()
     return {e: (int(p), None if stamp is None else int(stamp)) for e, p, stamp in rows}
+
+
+def _judged_sql(events: str, lateness_ms: int) -> str:
+    return f"""
+        SELECT *, event_time < max(event_time) OVER (
+                      PARTITION BY user_id ORDER BY position ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+                  ) - {int(lateness_ms)} AS late
+        FROM {events}
+    """
+
+
+def sessions_sql(events: str, gap_ms: int, lateness_ms: int) -> str:
+    """The sessions over a table `events` (event_id, user_id, page, event_time, segment, position), position its
+    log order -> rows (session_id, start, end, clicks, distinct_pages, entry_page, exit_page, segment)."""
+    return f"""
+        WITH accepted AS (SELECT * FROM ({_judged_sql(events, lateness_ms)}) WHERE late IS NOT TRUE),
+        starts AS (
+            SELECT *, CASE WHEN event_time - lag(event_time) OVER (PARTITION BY user_id ORDER BY event_time)
+                               <= {int(gap_ms)} THEN 0 ELSE 1 END AS starts_session
+            FROM accepted
+        ),
+        numbered AS (
+            SELECT *, sum(starts_session) OVER (PARTITION BY user_id ORDER BY event_time) AS session_no FROM starts
+        )
+        SELECT user_id || ':' || arg_min(event_id, position) AS session_id, min(event_time) AS start_time,
+               max(event_time) AS end_time, count(*) AS clicks, count(DISTINCT page) AS distinct_pages,
+               arg_min(page, (event_time, position)) AS entry_page, arg_max(page, (event_time, position)) AS exit_page,
+               arg_min(segment, (event_time, position)) AS segment
+        FROM numbered GROUP BY user_id, session_no
+    """
 
 
 def sessions(
@@ -101,30 +135,8 @@ def sessions(
     frame["position"] = range(len(frame))  # log order (a user's events keep their relative order)
     con = duckdb.connect()
     con.register("e", frame)
-    judged = f"""
-        SELECT *, event_time < max(event_time) OVER (
-                      PARTITION BY user_id ORDER BY position ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
-                  ) - {int(lateness_ms)} AS late
-        FROM e
-    """
-    late = {row[0] for row in con.sql(f"SELECT event_id FROM ({judged}) WHERE late").fetchall()}
-    rows = con.sql(
-        f"""
-        WITH accepted AS (SELECT * FROM ({judged}) WHERE late IS NOT TRUE),
-        starts AS (
-            SELECT *, CASE WHEN event_time - lag(event_time) OVER (PARTITION BY user_id ORDER BY event_time)
-                               <= {int(gap_ms)} THEN 0 ELSE 1 END AS starts_session
-            FROM accepted
-        ),
-        numbered AS (
-            SELECT *, sum(starts_session) OVER (PARTITION BY user_id ORDER BY event_time) AS session_no FROM starts
-        )
-        SELECT user_id || ':' || arg_min(event_id, position), min(event_time), max(event_time), count(*),
-               count(DISTINCT page), arg_min(page, (event_time, position)), arg_max(page, (event_time, position)),
-               arg_min(segment, (event_time, position))
-        FROM numbered GROUP BY user_id, session_no
-        """
-    ).fetchall()
+    late = {row[0] for row in con.sql(f"SELECT event_id FROM ({_judged_sql('e', lateness_ms)}) WHERE late").fetchall()}
+    rows = con.sql(sessions_sql("e", gap_ms, lateness_ms)).fetchall()
     found = {sid: (int(start), int(end), int(n), int(pages), entry, exit_, segment)
              for sid, start, end, n, pages, entry, exit_, segment in rows}  # fmt: skip
     return found, late
@@ -171,35 +183,28 @@ def page_stats(
             for page, hour, views, users, median in rows}  # fmt: skip
 
 
-def bounded_page_stats(
-    records: Iterable[tuple[str, str, str, int, int | None]], gap_ms: int, lateness_ms: int
-) -> tuple[dict[tuple[str, int], tuple[int, int, int | None]], list[int], list[int]]:
-    """records (user_id, event_id, page, event_time_ms, stamp_ms) in log order -> (page_stats' view with the
-    lateness bound, the positions of the late records, those of the copies). Late: time < stamp - L. A record
-    stamped below the largest stamp of the user's earlier records (no stamp: below any) is a copy and counts for
-    nothing. Each other record either replaces the click's previous counted record or, when that one's time is
-    below stamp - L - gap, starts a new life of the click beside it; a life's last record counts."""
-    con = duckdb.connect()
-    rows = [(i, *r) for i, r in enumerate(records)]
-    con.register("r", pd.DataFrame(rows, columns=["seq", "user_id", "event_id", "page", "event_time", "stamp"]))
-    late_sql = f"stamp IS NOT NULL AND event_time < stamp - {int(lateness_ms)}"
-    late = [int(seq) for (seq,) in con.sql(f"SELECT seq FROM r WHERE {late_sql} ORDER BY seq").fetchall()]
-    stamped = """
+def _late_record_sql(lateness_ms: int) -> str:
+    return f"stamp IS NOT NULL AND event_time < stamp - {int(lateness_ms)}"
+
+
+def _stamped_before_sql(records: str) -> str:
+    return f"""
         SELECT *, max(stamp) OVER (PARTITION BY user_id ORDER BY seq
                                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS stamp_before
-        FROM r
+        FROM {records}
     """
-    copy_sql = "stamp_before IS NOT NULL AND (stamp IS NULL OR stamp < stamp_before)"
-    copies = [
-        int(seq)
-        for (seq,) in con.sql(
-            f"SELECT seq FROM ({stamped}) WHERE NOT ({late_sql}) AND {copy_sql} ORDER BY seq"
-        ).fetchall()
-    ]
-    rows_out = con.sql(
-        f"""
+
+
+_COPY_SQL = "stamp_before IS NOT NULL AND (stamp IS NULL OR stamp < stamp_before)"
+
+
+def bounded_page_stats_sql(records: str, gap_ms: int, lateness_ms: int) -> str:
+    """page_stats' view over a table `records` (seq, user_id, event_id, page, event_time, stamp), seq its log
+    order -> rows (page, hour, views, users, median); the rule is `bounded_page_stats`'."""
+    return f"""
         WITH counted AS (
-            SELECT * FROM ({stamped}) WHERE NOT ({late_sql}) AND NOT ({copy_sql})
+            SELECT * FROM ({_stamped_before_sql(records)})
+            WHERE NOT ({_late_record_sql(lateness_ms)}) AND NOT ({_COPY_SQL})
         ),
         chained AS (
             SELECT *, lag(event_time) OVER (PARTITION BY user_id, event_id ORDER BY seq) AS previous_time
@@ -221,14 +226,45 @@ def bounded_page_stats(
                       AS dt
             FROM final
         )
-        SELECT page, event_time // 3600000 * 3600000 AS hour, count(*), count(DISTINCT user_id),
-               trunc(quantile_cont(CASE WHEN dt <= {int(gap_ms)} THEN dt END, 0.5))
+        SELECT page, event_time // 3600000 * 3600000 AS hour, count(*) AS views, count(DISTINCT user_id) AS users,
+               trunc(quantile_cont(CASE WHEN dt <= {int(gap_ms)} THEN dt END, 0.5)) AS median
         FROM timed GROUP BY page, hour
-        """
-    ).fetchall()
+    """
+
+
+def bounded_page_stats(
+    records: Iterable[tuple[str, str, str, int, int | None]], gap_ms: int, lateness_ms: int
+) -> tuple[dict[tuple[str, int], tuple[int, int, int | None]], list[int], list[int]]:
+    """records (user_id, event_id, page, event_time_ms, stamp_ms) in log order -> (page_stats' view with the
+    lateness bound, the positions of the late records, those of the copies). Late: time < stamp - L. A record
+    stamped below the largest stamp of the user's earlier records (no stamp: below any) is a copy and counts for
+    nothing. Each other record either replaces the click's previous counted record or, when that one's time is
+    below stamp - L - gap, starts a new life of the click beside it; a life's last record counts."""
+    con = duckdb.connect()
+    rows = [(i, *r) for i, r in enumerate(records)]
+    con.register("r", pd.DataFrame(rows, columns=["seq", "user_id", "event_id", "page", "event_time", "stamp"]))
+    late_sql = _late_record_sql(lateness_ms)
+    late = [int(seq) for (seq,) in con.sql(f"SELECT seq FROM r WHERE {late_sql} ORDER BY seq").fetchall()]
+    copies = [
+        int(seq)
+        for (seq,) in con.sql(
+            f"SELECT seq FROM ({_stamped_before_sql('r')}) WHERE NOT ({late_sql}) AND {_COPY_SQL} ORDER BY seq"
+        ).fetchall()
+    ]
+    rows_out = con.sql(bounded_page_stats_sql("r", gap_ms, lateness_ms)).fetchall()
     view = {(page, int(hour)): (int(views), int(users), None if median is None else int(median))
             for page, hour, views, users, median in rows_out}  # fmt: skip
     return view, late, copies
+
+
+def user_activity_sql(sessions: str) -> str:
+    """The view over a table `sessions` (session_id, user_id, start_time, end_time, clicks, segment) -> rows
+    (user_id, sessions, clicks, first_seen, last_seen, segment)."""
+    return f"""
+        SELECT user_id, count(*) AS sessions, sum(clicks) AS clicks, min(start_time) AS first_seen,
+               max(end_time) AS last_seen, first(segment ORDER BY start_time DESC, session_id DESC) AS segment
+        FROM {sessions} GROUP BY user_id
+    """
 
 
 def user_activity(
@@ -240,13 +276,7 @@ def user_activity(
     con.register("s", pd.DataFrame(
         list(live_sessions), columns=["session_id", "user_id", "start_time", "end_time", "clicks", "segment"]
     ))  # fmt: skip
-    rows = con.sql(
-        """
-        SELECT user_id, count(*), sum(clicks), min(start_time), max(end_time),
-               first(segment ORDER BY start_time DESC, session_id DESC)
-        FROM s GROUP BY user_id
-        """
-    ).fetchall()
+    rows = con.sql(user_activity_sql("s")).fetchall()
     return {user: (int(n), int(clicks), int(first), int(last), segment)
             for user, n, clicks, first, last, segment in rows}  # fmt: skip
 

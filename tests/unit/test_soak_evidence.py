@@ -1,17 +1,41 @@
-"""What the soak keeps when an output differs from the independent answer: the stack is purged after the run, so
-the differing keys and the events of the users they name must be written down before it goes."""
+"""How the soak compares an output with the independent answer (in DuckDB: an hour's log is too big for Python
+objects), and what it keeps when they differ: the stack is purged after the run, so the differing keys and the
+events of the users they name must be written down before it goes."""
 
 from collections.abc import Mapping
 from typing import Any
 
-from tests.benchmarks.soak_exactness import evidence
+import duckdb
+
+from tests.benchmarks.soak_exactness import compare, evidence
+
+
+def test_the_comparison_counts_each_kind_of_difference() -> None:
+    con = duckdb.connect()
+    con.execute("""
+        CREATE TABLE expected (page TEXT, hour BIGINT, views BIGINT, median BIGINT);
+        INSERT INTO expected VALUES ('/a', 0, 3, NULL), ('/b', 0, 2, 7), ('/c', 0, 1, 1), ('/d', 0, 1, 1);
+        CREATE TABLE found (page TEXT, hour BIGINT, views BIGINT, median BIGINT);
+        -- /a the same (a NULL equals a NULL), /b different, /c missing, /d twice, /e only found
+        INSERT INTO found VALUES ('/a', 0, 3, NULL), ('/b', 0, 2, 8), ('/d', 0, 1, 1), ('/d', 0, 1, 1), ('/e', 0, 1, 1);
+    """)  # fmt: skip
+    row = compare(con, "page_stats", ["page", "hour"], "expected", "found")
+    assert {k: row[k] for k in ("expected", "found", "missing_or_different", "unexpected", "doubled", "exact")} == {
+        "expected": 4, "found": 5, "missing_or_different": 2, "unexpected": 1, "doubled": 1, "exact": "NO"
+    }  # fmt: skip
+    found, expected = row["compared"]
+    assert expected == {("/b", 0): (2, 7), ("/c", 0): (1, 1)}
+    assert found == {("/b", 0): (2, 8), ("/e", 0): (1, 1)}
+    con.execute("DELETE FROM found WHERE page IN ('/b', '/d', '/e'); INSERT INTO found VALUES ('/b', 0, 2, 7), "
+                "('/c', 0, 1, 1), ('/d', 0, 1, 1)")  # fmt: skip
+    assert compare(con, "page_stats", ["page", "hour"], "expected", "found")["exact"] == "yes"
 
 
 def test_the_evidence_names_each_difference_and_the_events_of_its_user() -> None:
-    events = [  # (event_id, user, page, time, segment) in log order
-        ("e1", "u1", "/a", 5, "FREE"),
-        ("e2", "u2", "/b", 5, "PRO"),
-        ("e3", "u1", "/c", 5, "FREE"),
+    events = [  # (position, event_id, user, page, time, segment) in log order
+        (0, "e1", "u1", "/a", 5, "FREE"),
+        (1, "e2", "u2", "/b", 5, "PRO"),
+        (2, "e3", "u1", "/c", 5, "FREE"),
     ]
     compared: dict[str, tuple[Mapping[Any, Any], Mapping[Any, Any]]] = {
         "sessions table": (
