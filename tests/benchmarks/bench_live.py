@@ -201,32 +201,37 @@ def produce_profiles(settings: KappaSettings, users: int, valid_for_ms: int = 3_
     publisher.close()
 
 
-def produce_at_rate(settings: KappaSettings, rate: int, seconds: float, users: int, label: str) -> Produced:
-    """Clicks at `rate` per second for `seconds`; event time = record time = the moment each is handed to Kafka."""
+def produce_at_rate(
+    settings: KappaSettings, rate: int, seconds: float, users: int, label: str, since_ms: int | None = None
+) -> Produced:
+    """Clicks at `rate` per second for `seconds`, event time = record time. By default each click's time is the
+    moment it is handed to Kafka. With `since_ms`, the clicks are spaced 1/rate apart from that moment on and
+    each is handed over once its time has come: from a moment in the past, the clicks before now go as fast as
+    Kafka takes them (the log's history), the rest at their time, so the log has no gap."""
     rng = random.Random(f"{SEED}-{label}")
     with Registry(settings.registry) as registry:
         encoder = AvroEncoder(registry, value_subject(CLICKS.name), topic_value_schema(settings.schemas_path, CLICKS))
     publisher = Publisher(settings, **{"linger.ms": 5})
     out = Produced()
     total = int(rate * seconds)
-    started = time.monotonic()
+    origin_ms = time.time_ns() // 1_000_000 if since_ms is None else since_ms
     while len(out.ids) < total:
-        due = min(total, int((time.monotonic() - started) * rate) + 1)
+        due = min(total, (time.time_ns() // 1_000_000 - origin_ms) * rate // 1000 + 1)
         while len(out.ids) < due:
-            now_ms = time.time_ns() // 1_000_000
+            at_ms = time.time_ns() // 1_000_000 if since_ms is None else origin_ms + len(out.ids) * 1000 // rate
             user = f"user-{rng.randrange(users):05d}"
             event_id = f"{label}-{len(out.ids):09d}"
-            click = Click(event_id, user, f"/page/{rng.randrange(200):04d}", None, now_ms, "DESKTOP")
+            click = Click(event_id, user, f"/page/{rng.randrange(200):04d}", None, at_ms, "DESKTOP")
             publisher.send(
                 CLICKS.name,
                 Outgoing(
                     event_id.encode(), encoder.encode(click.as_avro()), partition_for(user, CLICKS.partitions),
-                    timestamp_ms=now_ms,
+                    timestamp_ms=at_ms,
                 ),
             )  # fmt: skip
             out.ids.append(event_id)
             out.users.append(user)
-            out.times.append(now_ms)
+            out.times.append(at_ms)
         time.sleep(0.0005)
     publisher.close()
     return out

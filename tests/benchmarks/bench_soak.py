@@ -3,10 +3,13 @@ cadences, the job host), clicks at a steady `--rate` for `--minutes`, the tables
 schedule maintains them (`kappa tables maintain`, every `--maintain-every` minutes here, with the retention
 shortened to `--retention-minutes` so that what weeks would pile up shows within the run).
 
-Before the jobs start, the log already holds `--history-minutes` of clicks at the same rate (by default the
-longest any job keeps an event in its state, sessionize's lateness and gap): the jobs read it first, as a
-replay would, and the soak's windows begin with their state full, as a pipeline's is weeks into its life. (Started
-empty, the state of page_stats and sessionize fills for 90 and 150 minutes: an hour's soak would see only that.)
+The clicks begin `--history-minutes` in the past (by default the longest any job keeps an event in its state,
+sessionize's lateness and gap), on one schedule at `--rate` per second of event time: the history is handed to
+Kafka as fast as it takes it while the jobs start and read it, as a replay would, and from then on each click goes
+at its time, so the log has no gap and the soak's windows begin with every job's state full, as a pipeline's is
+weeks into its life. (Started empty, the state of page_stats and sessionize fills for 90 and 150 minutes: an
+hour's soak would see only that.) The windows begin once every job has come within two minutes' clicks of its
+inputs' ends.
 
 Every `--every` minutes it prints, for the window just ended: each job's batches, p50 and p99 batch duration and
 lag; each Delta table's files (those of its current version, and on disk: the replaced ones not yet vacuumed
@@ -32,8 +35,9 @@ topics (tests.benchmarks.soak_exactness).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import itertools
 import os
-import random
 import re
 import subprocess
 import threading
@@ -49,21 +53,14 @@ import psutil
 from deltalake import DeltaTable as DeltaRsTable
 from prometheus_client.parser import text_string_to_metric_families
 
-from jobs.catalog import CLICKS
-from jobs.clickstream.generator import Click
 from jobs.enrich_clicks.declaration import JOB as ENRICH_CLICKS
 from jobs.enrich_clicks.declaration import Settings as EnrichSettings
 from jobs.page_stats.declaration import JOB as PAGE_STATS
 from jobs.page_stats.declaration import Settings as PageStatsSettings
 from jobs.sessionize.declaration import JOB as SESSIONIZE
 from jobs.sessionize.declaration import Settings as SessionizeSettings
-from kappa.contracts.avro_serde import AvroEncoder
-from kappa.contracts.registry import Registry, value_subject
-from kappa.contracts.schema_files import topic_value_schema
 from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings, load_settings
-from kappa.kafka.clients import Outgoing, Publisher
-from kappa.kafka.partitioning import partition_for
 from kappa.lifecycle.host_registry import hosts, is_host
 from kappa.lifecycle.lag import lag
 from kappa.lifecycle.maintenance import OnDisk
@@ -75,7 +72,6 @@ from kappa.runtime.outputs import output_of
 from kappa.stack.java import spark_java_path
 from tests.benchmarks import soak_exactness
 from tests.benchmarks.bench_live import (
-    SEED,
     Pipeline,
     backlog,
     deployed,
@@ -85,7 +81,6 @@ from tests.benchmarks.bench_live import (
     pipeline_jobs,
     produce_at_rate,
     produce_profiles,
-    settle,
 )
 from tests.benchmarks.common import bench_stack, machine_speed, print_table, report, run_main
 
@@ -104,22 +99,40 @@ class Window:
 
 
 class Producer(threading.Thread):
-    """Clicks at a steady rate until stopped, a minute's worth at a time (nothing kept: the soak counts rows)."""
+    """Clicks at a steady rate of event time from `history_minutes` ago until stopped, a minute's worth at a time
+    (nothing kept: the soak counts rows). The minutes before its start are the log's history, handed to Kafka as
+    fast as it takes them while the jobs start and read it; from then on each click goes at its time. One
+    schedule throughout, so the log has no gap between the history and the live clicks."""
 
-    def __init__(self, settings: KappaSettings, rate: int, users: int) -> None:
+    def __init__(self, settings: KappaSettings, rate: int, users: int, history_minutes: float) -> None:
         super().__init__(daemon=True)
         self.settings, self.rate, self.users = settings, rate, users
+        self.started_ms = time.time_ns() // 1_000_000
+        self.origin_ms = self.started_ms - int(history_minutes * 60_000)
         self.halt = threading.Event()
-        self.sent = 0
+        self.history_sent = threading.Event()  # every click of the history is in the log
+        self.sent = self.history = 0
         self.error: BaseException | None = None
 
     def run(self) -> None:
+        minute_ms = 60_000
         try:
-            while not self.halt.is_set():
-                produced = produce_at_rate(self.settings, self.rate, 60, self.users, f"soak-{uuid.uuid4().hex[:8]}")
+            for since_ms in itertools.count(self.origin_ms, minute_ms):
+                if since_ms >= self.started_ms:
+                    self.history_sent.set()
+                if self.halt.is_set():
+                    break
+                produced = produce_at_rate(self.settings, self.rate, minute_ms / 1000, self.users,
+                                           f"soak-{uuid.uuid4().hex[:8]}", since_ms=since_ms)  # fmt: skip
                 self.sent += len(produced.ids)
+                if since_ms < self.started_ms:
+                    self.history += len(produced.ids)
+                    if self.history % 1_000_000 < len(produced.ids):
+                        print(f"  history: {self.history:,} clicks in the log", flush=True)
         except BaseException as exc:  # reported by the main thread, which stops the soak
             self.error = exc
+        finally:
+            self.history_sent.set()  # nobody waits on a producer that ended
 
     def stop(self) -> None:
         self.halt.set()
@@ -139,33 +152,6 @@ def state_horizon_minutes() -> int:
         page.lateness_minutes + 2 * page.gap_minutes,
         enrich.profile_lateness_minutes + enrich.disorder_minutes,
     )
-
-
-def produce_history(settings: KappaSettings, rate: int, minutes: float, users: int) -> int:
-    """The log a pipeline deployed `minutes` ago would have read: clicks at `rate` per second of event time (=
-    record time), from `minutes` ago until now, handed to Kafka as fast as it takes them. Returns how many."""
-    rng = random.Random(f"{SEED}-history")
-    with Registry(settings.registry) as registry:
-        encoder = AvroEncoder(registry, value_subject(CLICKS.name), topic_value_schema(settings.schemas_path, CLICKS))
-    publisher = Publisher(settings, **{"linger.ms": 50})
-    total = int(rate * minutes * 60)
-    start_ms = time.time_ns() // 1_000_000 - int(minutes * 60_000)
-    for i in range(total):
-        at_ms = start_ms + i * 1000 // rate
-        user = f"user-{rng.randrange(users):05d}"
-        event_id = f"history-{i:09d}"
-        click = Click(event_id, user, f"/page/{rng.randrange(200):04d}", None, at_ms, "DESKTOP")
-        publisher.send(
-            CLICKS.name,
-            Outgoing(event_id.encode(), encoder.encode(click.as_avro()), partition_for(user, CLICKS.partitions),
-                     timestamp_ms=at_ms),
-        )  # fmt: skip
-        if (i + 1) % 1_000_000 == 0:
-            print(f"  history: {i + 1:,} of {total:,} clicks", flush=True)
-    if unsent := publisher.flush():
-        raise RuntimeError(f"the history was not all acknowledged: {unsent:,} clicks still waiting")
-    publisher.close()
-    return total
 
 
 class Maintenance:
@@ -188,19 +174,28 @@ class Maintenance:
         print("\n".join(f"  maintain @ {phase} {minute:.1f} min: {line}" for line in lines), flush=True)
 
 
-def caught_up(settings: KappaSettings, pipeline: Pipeline, timeout_s: float, maintenance: Maintenance) -> float:
-    """Wait (bounded) until every job has read the whole history, the real-time lane included (no click arrives
-    meanwhile, so its lag, recorded at the end of its long batches, comes to 0 too), maintaining the tables as the
-    schedule would. Returns the minutes it took."""
+def caught_up(
+    settings: KappaSettings, pipeline: Pipeline, producer: Producer, timeout_s: float, maintenance: Maintenance
+) -> float:
+    """Wait (bounded) until the history is in the log and every job has come within two minutes' clicks of its
+    inputs' ends once since (live clicks keep arriving, so a lag of 0 is not the sign), the real-time lane
+    included, maintaining the tables as the schedule would. Returns the minutes it took."""
     began = time.monotonic()
+    near = producer.rate * 120
+    pending = {job for job, _version in pipeline.jobs}
     while True:
-        lags = backlog(settings, pipeline)
-        if all(lag.last_batch for lag in lags.values()) and not any(lag.total for lag in lags.values()):
-            return (time.monotonic() - began) / 60
         minutes = (time.monotonic() - began) / 60
+        if producer.error is not None:
+            raise RuntimeError(f"the producer failed: {producer.error}")
+        lags = backlog(settings, pipeline)
+        if producer.history_sent.is_set():
+            pending -= {job for job, lag in lags.items() if lag.last_batch and lag.total <= near}
+        if not pending:
+            return minutes
         if minutes * 60 > timeout_s:
             raise RuntimeError(f"the pipeline had not read the history after {minutes:.0f} min: "
-                               f"{sum(lag.total for lag in lags.values()):,} records behind")  # fmt: skip
+                               f"{', '.join(f'{job} {lags[job].total:,}' for job in sorted(pending))} "
+                               "records behind")  # fmt: skip
         maintenance.tick("history", minutes)
         time.sleep(10)
 
@@ -489,20 +484,20 @@ def main() -> None:
                      spark_driver_java_options=java_options) as settings:  # fmt: skip
         kappa(settings, "schemas", "apply")
         kappa(settings, "topics", "apply")
-        history, took, read = args.history_minutes, 0.0, 0
+        history, took = args.history_minutes, 0.0
         produce_profiles(settings, args.users, valid_for_ms=int((history + 60) * 60_000))
-        if history:
-            print(f"history: {history:g} min of clicks at {args.rate:,}/s, before the jobs start ...", flush=True)
-            read = produce_history(settings, args.rate, history, args.users)
         jobs = [(job, deployed_job(settings, job).version) for job in names]
-        with deployed(settings, names):
+        if history:
+            print(f"history: {history:g} min of clicks at {args.rate:,}/s, then live, while the jobs start ...",
+                  flush=True)  # fmt: skip
+        producer = Producer(settings, args.rate, args.users, history)
+        producer.start()
+        with contextlib.ExitStack() as running:
+            running.callback(producer.stop)  # stopped however the deployment goes (stopping twice is harmless)
+            running.enter_context(deployed(settings, names))
             maintenance = Maintenance(settings, args.maintain_every)
-            if history:
-                took = caught_up(settings, Pipeline.of(settings, names), args.history_timeout * 60, maintenance)
-                print(f"history read by every job in {took:.1f} min", flush=True)
-            settle(settings, Pipeline.of(settings, names), args.users)  # the jobs' first batches are start-up
-            producer = Producer(settings, args.rate, args.users)
-            producer.start()
+            took = caught_up(settings, Pipeline.of(settings, names), producer, args.history_timeout * 60, maintenance)
+            print(f"history ({producer.history:,} clicks) read by every job in {took:.1f} min", flush=True)
             began = time.monotonic()
             window_start = time.time()
             try:
@@ -537,10 +532,10 @@ def main() -> None:
         {"what": f"exact: {row['output']}", "verdict": row["exact"]} for row in exactness
     ]
     notes = [{"note": f"{os.cpu_count()} cores; {args.rate:,} clicks/s for {args.minutes:g} min; jobs: "
-              f"{', '.join(names)}; history {history:g} min ({read:,} clicks, read by every job in {took:.1f} "
-              f"min); retention {args.retention_minutes:g} min; maintenance every "
-              f"{args.maintain_every:g} min; native memory tracking {'on' if nmt else 'off'}; also ran: "
-              f"{args.also_ran}"}]  # fmt: skip
+              f"{', '.join(names)}; history {history:g} min ({producer.history:,} clicks, read by every job "
+              f"within two minutes' clicks in {took:.1f} min); retention {args.retention_minutes:g} min; "
+              f"maintenance every {args.maintain_every:g} min; native memory tracking {'on' if nmt else 'off'}; "
+              f"also ran: {args.also_ran}"}]  # fmt: skip
     report(
         "soak",
         [r for w in windows for r in w.jobs],
