@@ -90,13 +90,35 @@ TARGETS_MS = {"enriched_clicks": 2_000, "sessions": 5_000, "page_stats": 60_000,
 
 def kappa(settings: KappaSettings, *args: str) -> str:
     """One `kappa` CLI command against the bench stack, as a user types it; its output, or its error in full."""
-    done = subprocess.run(
-        [sys.executable, "-m", "kappa.cli", *args], env=cli_env(settings), cwd=project_root(),
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    if done.returncode != 0:
-        raise RuntimeError(f"kappa {' '.join(args)} failed ({done.returncode}):\n{done.stdout}{done.stderr}")
-    return done.stdout
+    return kappa_measured(settings, *args)[0]
+
+
+def kappa_measured(settings: KappaSettings, *args: str, timeout_s: float = 600) -> tuple[str, float]:
+    """`kappa(...)`, and the CPU seconds its process tree used (the CLI and the JVM it starts; each process's
+    last sample, taken every half second, so a process that lived less than that may be missed)."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "kappa.cli", *args], env=cli_env(settings), cwd=project_root(), stdout=out,
+            stderr=err, text=True,
+        )  # fmt: skip
+        cpu: dict[int, float] = {}
+        deadline = time.monotonic() + timeout_s
+        while process.poll() is None:
+            if time.monotonic() > deadline:
+                process.kill()
+                raise RuntimeError(f"kappa {' '.join(args)} took over {timeout_s:.0f} s")
+            with contextlib.suppress(psutil.Error):
+                root = psutil.Process(process.pid)
+                for p in [root, *root.children(recursive=True)]:
+                    with contextlib.suppress(psutil.Error):
+                        times = p.cpu_times()
+                        cpu[p.pid] = times.user + times.system
+            time.sleep(0.5)
+        out.seek(0), err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if process.returncode != 0:
+        raise RuntimeError(f"kappa {' '.join(args)} failed ({process.returncode}):\n{stdout}{stderr}")
+    return stdout, sum(cpu.values())
 
 
 @contextmanager
