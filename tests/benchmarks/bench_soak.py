@@ -320,15 +320,45 @@ def native_columns(committed: dict[str, int], jvm_rss: int, heap_in_memory: int 
     return {c: None if v is None else round(v / MB) for c, v in zip(NATIVE_COLUMNS, found, strict=True)}
 
 
+def host_tree(settings: KappaSettings) -> list[psutil.Process]:
+    """The running job host's processes, itself first (none: no host runs)."""
+    running = [h for h in hosts(settings) if is_host(h.pid)]
+    if not running:
+        return []
+    root = psutil.Process(running[0].pid)
+    return [root, *root.children(recursive=True)]
+
+
+_HISTOGRAM_LINE = re.compile(r"^\s*\d+:\s+(\d+)\s+(\d+)\s+(\S+)")
+
+
+def heap_histogram(settings: KappaSettings) -> dict[str, tuple[int, int]]:
+    """The job host's live heap by class: class -> (instances, bytes), after the full collection
+    `GC.class_histogram` makes (a pause of a second or so: taken only at the ends of the verdict's windows)."""
+    jvm = next((p for p in host_tree(settings) if p.name() == "java"), None)
+    if jvm is None:
+        return {}
+    found = (_HISTOGRAM_LINE.match(line) for line in jcmd(jvm.pid, "GC.class_histogram").splitlines())
+    return {m[3]: (int(m[1]), int(m[2])) for m in found if m}
+
+
+def heap_growth(
+    before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]], top: int = 12
+) -> list[dict[str, Any]]:
+    """The classes whose live bytes grew most between two histograms: where a rising heap floor comes from."""
+    grown = sorted(after, key=lambda c: after[c][1] - before.get(c, (0, 0))[1], reverse=True)[:top]
+    return [{"class": c, "instances_before": before.get(c, (0, 0))[0], "instances_after": after[c][0],
+             "mb_before": round(before.get(c, (0, 0))[1] / MB, 1), "mb_after": round(after[c][1] / MB, 1)}
+            for c in grown if after[c][1] > before.get(c, (0, 0))[1]]  # fmt: skip
+
+
 def host_memory(settings: KappaSettings, since: float, gc_logs: Path, nmt: bool) -> dict[str, Any]:
     """The running job host's memory: RSS of its processes (the JVM's apart), the JVM's heap committed (jstat)
     and its least heap in use after a collection since `since` (the GC log); the rest of the JVM's RSS is native
     memory (RocksDB's state stores, metaspace, threads), in NMT's parts with `nmt` (native_columns)."""
-    running = [h for h in hosts(settings) if is_host(h.pid)]
-    if not running:
+    tree = host_tree(settings)
+    if not tree:
         return {"host_rss_mb": None}
-    root = psutil.Process(running[0].pid)
-    tree = [root, *root.children(recursive=True)]
     rss = {p.pid: p.memory_info().rss for p in tree if p.is_running()}
     jvm = next((p for p in tree if p.name() == "java"), None)
     row: dict[str, Any] = {"host_rss_mb": round(sum(rss.values()) / MB)}
@@ -480,6 +510,7 @@ def main() -> None:
     print(f"machine speed: {speed}", flush=True)
     names = pipeline_jobs()
     windows: list[Window] = []
+    growth: list[dict[str, Any]] = []
     hours = args.retention_minutes / 60
     gc_logs = load_settings().state_dir / "bench" / "soak-gc"
     nmt = args.native_memory_tracking
@@ -505,6 +536,7 @@ def main() -> None:
             print(f"history ({producer.history:,} clicks) read by every job in {took:.1f} min", flush=True)
             began = time.monotonic()
             window_start = time.time()
+            histogram: dict[str, tuple[int, int]] = {}
             try:
                 while True:
                     minute = (time.monotonic() - began) / 60
@@ -520,6 +552,13 @@ def main() -> None:
                         print(f"\n--- minute {minute:.1f}: {producer.sent:,} clicks sent", flush=True)
                         for part in (window.jobs, window.tables, window.checkpoints, *host_tables(window.host)):
                             print_table(part)
+                        # The live heap by class where the verdict's second window ends, and at the end.
+                        if not histogram and (minute >= 20 or (args.minutes < 30 and len(windows) == 2)):
+                            histogram = heap_histogram(settings)
+                        if ended and histogram:
+                            growth = heap_growth(histogram, heap_histogram(settings))
+                            print("the live heap's growth by class since the verdict's second window:")
+                            print_table(growth)
                     if ended:
                         break
                     time.sleep(5)
@@ -548,6 +587,7 @@ def main() -> None:
         checkpoints=[r for w in windows for r in w.checkpoints],
         host=[w.host for w in windows],
         maintenance=maintenance.said,
+        heap_growth=growth,
         exactness=exactness,
         machine_speed=[speed],
         verdict=found,
