@@ -65,7 +65,7 @@ from kappa.contracts.avro_serde import AvroDecoder, AvroEncoder
 from kappa.contracts.registry import Registry, value_subject
 from kappa.contracts.schema_files import topic_value_schema
 from kappa.core.settings import KappaSettings, Launcher, project_root
-from kappa.core.waiting import wait_until
+from kappa.core.waiting import WaitTimeoutError, wait_until
 from kappa.kafka.clients import Outgoing, Publisher
 from kappa.kafka.partitioning import partition_for
 from kappa.lifecycle.host_registry import HOST_IDLE_S, hosts, is_host
@@ -132,16 +132,39 @@ def deployed(settings: KappaSettings, jobs: list[str]) -> Iterator[None]:
             started.append(job)
         one_host(settings, started)
         yield
-    finally:
-        for job in reversed(started):
+    except BaseException:
+        for problem in undeploy(settings, started):  # the error that ended the run is the one to raise
+            print(problem, file=sys.stderr, flush=True)
+        raise
+    if problems := undeploy(settings, started):
+        raise RuntimeError("; ".join(problems))
+
+
+def undeploy(settings: KappaSettings, jobs: list[str]) -> list[str]:
+    """`kappa jobs stop` for each job, whatever the others did; then the job hosts end by themselves, or are
+    killed, with the JVMs under them, after a minute beyond their idle time: a host whose batch hangs must not
+    outlive the bench stack, whose purge removes the records that name it. -> one line per problem."""
+    problems: list[str] = []
+    for job in reversed(jobs):
+        try:
             kappa(settings, "jobs", "stop", job)
-        idle_s = HOST_IDLE_S + 60
+        except RuntimeError as exc:
+            problems.append(str(exc).strip().splitlines()[-1])
+    idle_s = HOST_IDLE_S + 60
+    try:
         wait_until(  # a job host ends by itself after its last job
-            lambda: not any(is_host(h.pid) for h in hosts(settings)),
-            idle_s,
-            f"a job host still runs {idle_s:g} s after its jobs were stopped (kappa jobs status)",
-            interval_s=1,
+            lambda: not any(is_host(h.pid) for h in hosts(settings)), idle_s, "the job hosts ended", interval_s=1
         )
+    except WaitTimeoutError:
+        for host in hosts(settings):
+            if is_host(host.pid):
+                with contextlib.suppress(psutil.Error):
+                    root = psutil.Process(host.pid)
+                    for process in [*root.children(recursive=True), root]:
+                        process.kill()
+                problems.append(f"the job host (pid {host.pid}) still ran {idle_s:g} s after its jobs were "
+                                "stopped: killed")  # fmt: skip
+    return problems
 
 
 def one_host(settings: KappaSettings, jobs: list[str]) -> None:
