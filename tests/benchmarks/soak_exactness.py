@@ -100,9 +100,13 @@ def _delta(con: duckdb.DuckDBPyConnection, settings: KappaSettings, job: str, na
     con.unregister(f"{name}_arrow")
 
 
-def _count(con: duckdb.DuckDBPyConnection, table: str) -> int:
-    (n,) = con.sql(f"SELECT count(*) FROM {table}").fetchone() or (0,)
+def _scalar(con: duckdb.DuckDBPyConnection, sql: str) -> int:
+    (n,) = con.sql(sql).fetchone() or (0,)
     return int(n)
+
+
+def _count(con: duckdb.DuckDBPyConnection, table: str) -> int:
+    return _scalar(con, f"SELECT count(*) FROM {table}")
 
 
 def compare(
@@ -114,8 +118,7 @@ def compare(
     k = ", ".join(keys)
 
     def count(sql: str) -> int:
-        (n,) = con.sql(sql).fetchone() or (0,)
-        return int(n)
+        return _scalar(con, sql)
 
     wrong_sql = f"SELECT * FROM {expected} EXCEPT SELECT * FROM {found}"
     extra_sql = f"SELECT {k} FROM {found} EXCEPT SELECT {k} FROM {expected}"
@@ -131,8 +134,8 @@ def compare(
     first = next(iter(expected_rows), None)
     return {
         "output": what,
-        "expected": count(f"SELECT count(*) FROM {expected}"),
-        "found": count(f"SELECT count(*) FROM {found}"),
+        "expected": _count(con, expected),
+        "found": _count(con, found),
         "missing_or_different": wrong,
         "unexpected": extra,
         "doubled": doubled,
@@ -145,12 +148,19 @@ def compare(
 def check(settings: KappaSettings, say: Callable[[str], None] = print) -> list[dict[str, Any]]:
     """One row per output: how many rows the independent answer has, how many the output has, and how many
     differ. Reads the live versions the deployments run."""
+    (settings.state_dir / "bench").mkdir(parents=True, exist_ok=True)
+    # The spill folder outlives every query (the window functions over the whole log are what spills).
+    with (
+        tempfile.TemporaryDirectory(prefix="soak-exactness-", dir=settings.state_dir / "bench") as spill,
+        duckdb.connect(config={"memory_limit": "6GB", "temp_directory": spill}) as con,
+    ):
+        return _check(con, settings, say)
+
+
+def _check(con: duckdb.DuckDBPyConnection, settings: KappaSettings, say: Callable[[str], None]) -> list[dict[str, Any]]:
     sessionize = SESSIONIZE.settings_as(SessionizeSettings)
     page = PAGE_STATS.settings_as(PageStatsSettings)
-    (settings.state_dir / "bench").mkdir(parents=True, exist_ok=True)
-    spill = tempfile.TemporaryDirectory(prefix="soak-exactness-", dir=settings.state_dir / "bench")
-    con = duckdb.connect(config={"memory_limit": "6GB", "temp_directory": spill.name})
-    with spill, Registry(settings.registry) as registry:
+    with Registry(settings.registry) as registry:
         say("exactness: reading the inputs back ...")
         text, long = pa.string(), pa.int64()
         log = {
@@ -238,7 +248,6 @@ def check(settings: KappaSettings, say: Callable[[str], None] = print) -> list[d
     ]
     compared = {row["output"]: row.pop("compared") for row in rows}
     _keep_evidence(settings, compared, _events_of_named(con, compared), say)
-    con.close()
     return rows
 
 
