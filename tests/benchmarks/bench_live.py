@@ -247,12 +247,19 @@ def produce_profiles(settings: KappaSettings, users: int, valid_for_ms: int = 3_
 
 
 def produce_at_rate(
-    settings: KappaSettings, rate: int, seconds: float, users: int, label: str, since_ms: int | None = None
+    settings: KappaSettings,
+    rate: int,
+    seconds: float,
+    users: int,
+    label: str,
+    since_ms: int | None = None,
+    delay_ms: int = 0,
 ) -> Produced:
     """Clicks at `rate` per second for `seconds`, event time = record time. By default each click's time is the
     moment it is handed to Kafka. With `since_ms`, the clicks are spaced 1/rate apart from that moment on and
     each is handed over once its time has come: from a moment in the past, the clicks before now go as fast as
-    Kafka takes them (the log's history), the rest at their time, so the log has no gap."""
+    Kafka takes them (the log's history), the rest at their time, so the log has no gap. `delay_ms`: each click
+    goes that long after its time (a schedule that resumes after a pause, its event times still gapless)."""
     rng = random.Random(f"{SEED}-{label}")
     with Registry(settings.registry) as registry:
         encoder = AvroEncoder(registry, value_subject(CLICKS.name), topic_value_schema(settings.schemas_path, CLICKS))
@@ -261,7 +268,7 @@ def produce_at_rate(
     total = int(rate * seconds)
     origin_ms = time.time_ns() // 1_000_000 if since_ms is None else since_ms
     while len(out.ids) < total:
-        due = min(total, (time.time_ns() // 1_000_000 - origin_ms) * rate // 1000 + 1)
+        due = min(total, (time.time_ns() // 1_000_000 - delay_ms - origin_ms) * rate // 1000 + 1)
         while len(out.ids) < due:
             at_ms = time.time_ns() // 1_000_000 if since_ms is None else origin_ms + len(out.ids) * 1000 // rate
             user = f"user-{rng.randrange(users):05d}"

@@ -5,11 +5,14 @@ shortened to `--retention-minutes` so that what weeks would pile up shows within
 
 The clicks begin `--history-minutes` in the past (by default the longest any job keeps an event in its state,
 sessionize's lateness and gap), on one schedule at `--rate` per second of event time: the history is handed to
-Kafka as fast as it takes it while the jobs start and read it, as a replay would, and from then on each click goes
-at its time, so the log has no gap and the soak's windows begin with every job's state full, as a pipeline's is
-weeks into its life. (Started empty, the state of page_stats and sessionize fills for 90 and 150 minutes: an
-hour's soak would see only that.) The windows begin once every job has come within two minutes' clicks of its
-inputs' ends.
+Kafka as fast as it takes it while the jobs start and read it, as a replay would. The live clicks wait until every
+job has read it, then continue the same schedule, each going as long after its time as the reading took: the log
+has no gap in event time and the soak's windows begin with every job's state full, as a pipeline's is weeks into
+its life. (Sent at their time beside the history instead, `--live-beside-history`, the clicks measure a catch-up
+beside live traffic: on 2026-12-02 the four views had not caught up after 60 minutes. Started with a gap, the
+clicks after it refill enrich_clicks' state for its horizon. Started empty, the state of page_stats and
+sessionize fills for 90 and 150 minutes: an hour's soak would see only that.) The windows begin once every
+job has come within two minutes' clicks of its inputs' ends.
 
 Every `--every` minutes it prints, for the window just ended: each job's batches, p50 and p99 batch duration and
 lag; each Delta table's files (those of its current version, and on disk: the replaced ones not yet vacuumed
@@ -102,16 +105,24 @@ class Window:
 class Producer(threading.Thread):
     """Clicks at a steady rate of event time from `history_minutes` ago until stopped, a minute's worth at a time
     (nothing kept: the soak counts rows). The minutes before its start are the log's history, handed to Kafka as
-    fast as it takes them while the jobs start and read it; from then on each click goes at its time. One
-    schedule throughout, so the log has no gap between the history and the live clicks."""
+    fast as it takes them while the jobs start and read it. One schedule throughout, so the log has no gap in event
+    time between the history and the live clicks. After the history the live clicks wait for `go_live` (unless
+    `beside_history`): then each goes as long after its time as the jobs took to read the history, so that they
+    begin where the history ends and every job's state stays full."""
 
-    def __init__(self, settings: KappaSettings, rate: int, users: int, history_minutes: float) -> None:
+    def __init__(
+        self, settings: KappaSettings, rate: int, users: int, history_minutes: float, beside_history: bool
+    ) -> None:
         super().__init__(daemon=True)
         self.settings, self.rate, self.users = settings, rate, users
         self.started_ms = time.time_ns() // 1_000_000
         self.origin_ms = self.started_ms - int(history_minutes * 60_000)
         self.halt = threading.Event()
         self.history_sent = threading.Event()  # every click of the history is in the log
+        self.go_live = threading.Event()
+        if beside_history:
+            self.go_live.set()
+        self.delay_ms = 0  # how long after its time each live click goes
         self.sent = self.history = 0
         self.error: BaseException | None = None
 
@@ -119,12 +130,16 @@ class Producer(threading.Thread):
         minute_ms = 60_000
         try:
             for since_ms in itertools.count(self.origin_ms, minute_ms):
-                if since_ms >= self.started_ms:
+                if since_ms >= self.started_ms and not self.history_sent.is_set():
                     self.history_sent.set()
+                    while not (self.go_live.wait(1) or self.halt.is_set()):
+                        pass
+                    self.delay_ms = max(0, time.time_ns() // 1_000_000 - since_ms)
                 if self.halt.is_set():
                     break
                 produced = produce_at_rate(self.settings, self.rate, minute_ms / 1000, self.users,
-                                           f"soak-{uuid.uuid4().hex[:8]}", since_ms=since_ms)  # fmt: skip
+                                           f"soak-{uuid.uuid4().hex[:8]}", since_ms=since_ms,
+                                           delay_ms=self.delay_ms)  # fmt: skip
                 self.sent += len(produced.ids)
                 if since_ms < self.started_ms:
                     self.history += len(produced.ids)
@@ -496,6 +511,10 @@ def main() -> None:
     parser.add_argument(
         "--history-timeout", type=float, default=60.0, help="at most this many minutes for the jobs to read the history"
     )
+    parser.add_argument("--live-beside-history", action=argparse.BooleanOptionalAction, default=False,
+                        help="send the live clicks at their time while the jobs read the history (a catch-up "
+                        "beside live traffic; on 2026-12-02 the views had not caught up after 60 min); by "
+                        "default they wait, then go as long after their time as the jobs took")  # fmt: skip
     parser.add_argument("--drain-minutes", type=float, default=15.0, help="at most this long to drain, then check")
     parser.add_argument("--also-ran", default="nothing else", help="what else ran on the machine, for the report")
     # Off by default: on 2026-12-02 this JDK (17.0.15, Debian) crashed at start under NMT in four runs of four
@@ -524,15 +543,17 @@ def main() -> None:
         produce_profiles(settings, args.users, valid_for_ms=int((history + 60) * 60_000))
         jobs = [(job, deployed_job(settings, job).version) for job in names]
         if history:
-            print(f"history: {history:g} min of clicks at {args.rate:,}/s, then live, while the jobs start ...",
+            then = "live beside it" if args.live_beside_history else "live once the jobs have read it"
+            print(f"history: {history:g} min of clicks at {args.rate:,}/s while the jobs start, then {then} ...",
                   flush=True)  # fmt: skip
-        producer = Producer(settings, args.rate, args.users, history)
+        producer = Producer(settings, args.rate, args.users, history, args.live_beside_history)
         producer.start()
         with contextlib.ExitStack() as running:
             running.callback(producer.stop)  # stopped however the deployment goes (stopping twice is harmless)
             running.enter_context(deployed(settings, names))
             maintenance = Maintenance(settings, args.maintain_every)
             took = caught_up(settings, Pipeline.of(settings, names), producer, args.history_timeout * 60, maintenance)
+            producer.go_live.set()
             print(f"history ({producer.history:,} clicks) read by every job in {took:.1f} min", flush=True)
             began = time.monotonic()
             window_start = time.time()
@@ -575,9 +596,11 @@ def main() -> None:
     found = verdict(windows, args.minutes) + [
         {"what": f"exact: {row['output']}", "verdict": row["exact"]} for row in exactness
     ]
+    live = "beside it" if args.live_beside_history else f"after it, each {producer.delay_ms / 60_000:.1f} min late"
     notes = [{"note": f"{os.cpu_count()} cores; {args.rate:,} clicks/s for {args.minutes:g} min; jobs: "
               f"{', '.join(names)}; history {history:g} min ({producer.history:,} clicks, read by every job "
-              f"within two minutes' clicks in {took:.1f} min); retention {args.retention_minutes:g} min; "
+              f"within two minutes' clicks in {took:.1f} min; live clicks {live}); "
+              f"retention {args.retention_minutes:g} min; "
               f"maintenance every {args.maintain_every:g} min; native memory tracking {'on' if nmt else 'off'}; "
               f"also ran: {args.also_ran}"}]  # fmt: skip
     report(
