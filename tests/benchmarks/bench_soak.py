@@ -120,7 +120,7 @@ class Producer(threading.Thread):
         self.halt = threading.Event()
         self.history_sent = threading.Event()  # every click of the history is in the log
         self.go_live = threading.Event()
-        if beside_history:
+        if beside_history or not history_minutes:  # nothing to read first: no job would ever catch up on it
             self.go_live.set()
         self.delay_ms = 0  # how long after its time each live click goes
         self.sent = self.history = 0
@@ -132,8 +132,7 @@ class Producer(threading.Thread):
             for since_ms in itertools.count(self.origin_ms, minute_ms):
                 if since_ms >= self.started_ms and not self.history_sent.is_set():
                     self.history_sent.set()
-                    while not (self.go_live.wait(1) or self.halt.is_set()):
-                        pass
+                    self.go_live.wait()  # stop() sets it too
                     self.delay_ms = max(0, time.time_ns() // 1_000_000 - since_ms)
                 if self.halt.is_set():
                     break
@@ -152,6 +151,7 @@ class Producer(threading.Thread):
 
     def stop(self) -> None:
         self.halt.set()
+        self.go_live.set()  # a producer still waiting for the history's reading ends
         self.join()
 
 
