@@ -42,6 +42,25 @@ from jobs.clickstream.generator import Emission, ProfileVersion
 SessionEvent = tuple[str, str, str, int, str]
 
 
+def enrichment_sql(clicks: str, profiles: str, lateness_ms: int) -> str:
+    """Every row of `clicks` (event_id, user_id, event_time, any others) with the rule's answer: profile_version,
+    segment (UNKNOWN without a visible version) and country of the visible version with the greatest
+    (valid_from, profile_version), from `profiles` (user_id, profile_version, valid_from, log_time, segment,
+    country)."""
+    return f"""
+        WITH visible AS (
+            SELECT c.event_id, p.profile_version, p.segment, p.country,
+                   row_number() OVER (PARTITION BY c.event_id
+                                      ORDER BY p.valid_from DESC, p.profile_version DESC) AS rank
+            FROM {clicks} c JOIN {profiles} p ON p.user_id = c.user_id
+             AND p.valid_from <= c.event_time
+             AND p.log_time <= c.event_time + {int(lateness_ms)}
+        )
+        SELECT c.*, v.profile_version, coalesce(v.segment, 'UNKNOWN') AS segment, v.country
+        FROM {clicks} c LEFT JOIN visible v ON v.event_id = c.event_id AND v.rank = 1
+    """
+
+
 def enrichment(
     clicks: Iterable[tuple[str, str, str, int]],
     profiles: Iterable[tuple[str, int, int, int, str, str]],
@@ -55,18 +74,7 @@ def enrichment(
         list(profiles), columns=["user_id", "profile_version", "valid_from", "log_time", "segment", "country"]
     ))  # fmt: skip
     rows = con.sql(
-        f"""
-        WITH visible AS (
-            SELECT c.event_id, p.profile_version, p.segment, p.country,
-                   row_number() OVER (PARTITION BY c.event_id
-                                      ORDER BY p.valid_from DESC, p.profile_version DESC) AS rank
-            FROM c JOIN p ON p.user_id = c.user_id
-             AND p.valid_from <= c.event_time
-             AND p.log_time <= c.event_time + {int(lateness_ms)}
-        )
-        SELECT c.event_id, v.profile_version, coalesce(v.segment, 'UNKNOWN'), v.country, c.page
-        FROM c LEFT JOIN visible v ON v.event_id = c.event_id AND v.rank = 1
-        """
+        f"SELECT event_id, profile_version, segment, country, page FROM ({enrichment_sql('c', 'p', lateness_ms)})"
     ).fetchall()
     return {e: (None if version is None else int(version), segment, country, page)
             for e, version, segment, country, page in rows}  # fmt: skip

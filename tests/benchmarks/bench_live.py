@@ -227,8 +227,11 @@ class Produced:
 
 
 def produce_profiles(settings: KappaSettings, users: int, valid_for_ms: int = 3_600_000) -> None:
-    """Every user has a profile valid since `valid_for_ms` ago (an hour): the jobs' state holds what a real
-    pipeline's would, and every click produced since then finds its user's profile."""
+    """Every user has a profile valid since `valid_for_ms` ago (an hour), published then (its Kafka timestamp,
+    the rule's log time: a version published after a click's time plus the profiles' lateness is not visible to
+    it): the jobs' state holds what a real pipeline's would, and every click since then finds its user's profile.
+    (Published now instead, the soak's history clicks before now - L got none: the rule's answer, not the one
+    the soak expected.)"""
     rng = random.Random(SEED)
     now_ms = time.time_ns() // 1_000_000
     with Registry(settings.registry) as registry:
@@ -241,8 +244,9 @@ def produce_profiles(settings: KappaSettings, users: int, valid_for_ms: int = 3_
         profile = ProfileVersion(user, 1, rng.choice(SEGMENTS), rng.choice(COUNTRIES), now_ms - valid_for_ms)
         publisher.send(
             USER_PROFILES.name,
-            Outgoing(user.encode(), encoder.encode(profile.as_avro()), partition_for(user, USER_PROFILES.partitions)),
-        )
+            Outgoing(user.encode(), encoder.encode(profile.as_avro()), partition_for(user, USER_PROFILES.partitions),
+                     timestamp_ms=profile.valid_from_ms),
+        )  # fmt: skip
     publisher.close()
 
 
