@@ -68,6 +68,8 @@ def test_spark_submit_launcher_submits_to_the_master_in_client_mode(tmp_path: Pa
         "spark.driver.memory": "3g",
         "spark.sql.shuffle.partitions": "8",
         "spark.app.name": "kappa-sessionize-v3",
+        "spark.submit.pyFiles": "/code/kappa-jobs-1.zip",
+        "spark.files": "/code/kappa-jobs-1.zip,/etc/extra.txt",
     }
     command = deployments.job_command(settings, "sessionize", 3, spark_conf=conf, cli_path="/app/kappa/cli.py")
     assert command == [
@@ -77,7 +79,9 @@ def test_spark_submit_launcher_submits_to_the_master_in_client_mode(tmp_path: Pa
         *("--conf", f"spark.pyspark.python={sys.executable}"),
         *("--conf", f"spark.pyspark.driver.python={sys.executable}"),
         *("--jars", "/jars/a.jar,/jars/b.jar"),
-        *("--conf", "spark.app.name=kappa-sessionize-v3", "--conf", "spark.sql.shuffle.partitions=8"),
+        *("--py-files", "/code/kappa-jobs-1.zip"),  # spark-submit's option, and shipped once: not in spark.files too
+        *("--conf", "spark.app.name=kappa-sessionize-v3", "--conf", "spark.files=/etc/extra.txt"),
+        *("--conf", "spark.sql.shuffle.partitions=8"),
         *("/app/kappa/cli.py", "jobs", "run", "sessionize", "--version", "3"),
     ]
     # What marks the process as this deployment is on the command line, whichever the launcher.

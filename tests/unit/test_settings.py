@@ -55,6 +55,10 @@ def test_cluster_profile_takes_external_addresses(tmp_path: Path) -> None:
         ({"KAPPA_PROFILE": "cloud"}, "KAPPA_PROFILE: Input should be 'local' or 'cluster'"),
         ({"KAPPA_PROFILE": "cluster"}, "the cluster profile needs KAPPA_BOOTSTRAP_SERVERS, KAPPA_REGISTRY_URL"),
         ({"KAPPA_CONTROLLER_PORT": "9092"}, "ports overlap"),
+        # Worker i listens on the master's port + i: two workers from 9090 reach the broker's 9092.
+        ({"KAPPA_SPARK_MASTER_PORT": "9090", "KAPPA_SPARK_WORKERS": "2"}, "ports overlap"),
+        ({"KAPPA_SPARK_WORKER_MEMORY": "3 GB"}, "KAPPA_SPARK_WORKER_MEMORY: String should match pattern"),
+        ({"KAPPA_SPARK_WORKERS": "9"}, "KAPPA_SPARK_WORKERS: Input should be less than or equal to 8"),
         ({"KAPPA_NO_SUCH_SETTING": "1"}, None),  # unknown KAPPA_ variables are not errors (a warning, below)
     ],
 )

@@ -70,3 +70,18 @@ def test_driver_options_map_the_archive_then_add_the_settings_options(tmp_path: 
     (settings.jars_path / ARCHIVE).unlink()
     plain = shlex.split(spark_conf(settings, "t")["spark.driver.extraJavaOptions"])
     assert not [o for o in plain if "SharedArchiveFile" in o]
+
+
+def test_a_session_on_the_stacks_cluster_stays_on_loopback_and_sizes_its_executors(tmp_path: Path) -> None:
+    local = spark_conf(_settings(tmp_path / "local"), "t")
+    assert local["spark.driver.host"] == "127.0.0.1"
+    assert "spark.executor.memory" not in local  # local mode: the executors are the driver
+    stack = _settings(tmp_path / "stack", spark_master="spark://127.0.0.1:7077", spark_executor_memory="2g",
+                      spark_cores_max=1)  # fmt: skip
+    conf = spark_conf(stack, "t")
+    # The executors call the driver back at the address it says: the loopback one, as the cluster's own.
+    assert (conf["spark.driver.host"], conf["spark.driver.bindAddress"]) == ("127.0.0.1", "127.0.0.1")
+    assert (conf["spark.executor.memory"], conf["spark.cores.max"]) == ("2g", "1")
+    remote = spark_conf(_settings(tmp_path / "remote", spark_master="spark://spark.example.com:7077"), "t")
+    assert "spark.driver.host" not in remote  # Spark picks the interface the cluster reaches
+    assert "spark.cores.max" not in remote  # 0: all the cluster offers

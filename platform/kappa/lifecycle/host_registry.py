@@ -9,7 +9,6 @@ pid, start, the KAPPA_* settings it runs with) and log (host-<code>.log) sit bes
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import re
 import sys
@@ -17,13 +16,13 @@ from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import kappa
 from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings, Launcher
 from kappa.core.waiting import wait_until
 from kappa.lifecycle.exits import STARTED_LINE, ended_because
 from kappa.lifecycle.state_files import Deployment, exit_file, flocked, now_iso, recorded
 from kappa.lifecycle.wrapper import spawn, wrapper_alive
+from kappa.spark.code_archive import code_fingerprint
 from kappa.stack import process
 
 HOST_MARKER = "jobs host"  # what the job host's command line shows (kappa.lifecycle.job_host)
@@ -33,19 +32,6 @@ _HOST_FILE = re.compile(r"host-\w+\.json")  # not its exit record
 
 def host_command(code: str) -> list[str]:
     return [sys.executable, "-m", "kappa.cli", *HOST_MARKER.split(), code]
-
-
-def code_fingerprint() -> str:
-    """The code a deployment would run now: the jobs' and the platform's Python files as they are on disk."""
-    # Lazy: jobs/ is the user's code, found at run time (and it imports this library).
-    import jobs
-
-    digest = hashlib.sha256()
-    for root in (*jobs.__path__, *kappa.__path__):
-        for path in sorted(Path(root).rglob("*.py")):
-            digest.update(f"{path.relative_to(root)}\0".encode())
-            digest.update(path.read_bytes())
-    return digest.hexdigest()[:12]
 
 
 def is_host(pid: int) -> bool:

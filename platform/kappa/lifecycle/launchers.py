@@ -26,10 +26,11 @@ from kappa.core.errors import KappaError
 from kappa.core.settings import KappaSettings, Launcher
 from kappa.core.waiting import wait_until
 from kappa.lifecycle.exits import log_start
-from kappa.lifecycle.host_registry import HOST_MARKER, code_fingerprint, ensure_host, host_command, host_locked, is_host
+from kappa.lifecycle.host_registry import HOST_MARKER, ensure_host, host_command, host_locked, is_host
 from kappa.lifecycle.state_files import Deployment, exit_file, now_iso, save
 from kappa.lifecycle.wrapper import is_ours, spawn
 from kappa.runtime.discovery import get_job
+from kappa.spark.code_archive import code_fingerprint
 from kappa.spark.session import spark_conf as session_conf
 from kappa.stack import process
 
@@ -264,6 +265,9 @@ class SparkSubmitLauncher(OwnProcessLauncher):
             spark_conf = session_conf(settings, f"kappa-{job}-v{version}")
         conf = dict(spark_conf)
         jars = conf.pop("spark.jars", "")
+        py_files = conf.pop("spark.submit.pyFiles", "")  # spark-submit's own option, which ships them too
+        files = [f for f in conf.pop("spark.files", "").split(",") if f and f not in py_files.split(",")]
+        conf |= {"spark.files": ",".join(files)} if files else {}
         conf.pop("spark.master", None)
         driver_memory = conf.pop("spark.driver.memory", settings.spark_driver_memory)
         command = [
@@ -283,6 +287,8 @@ class SparkSubmitLauncher(OwnProcessLauncher):
         ]
         if jars:
             command += ["--jars", jars]
+        if py_files:
+            command += ["--py-files", py_files]
         for key, value in sorted(conf.items()):
             command += ["--conf", f"{key}={value}"]
         # The CLI's file, found without importing it: the CLI imports this module.

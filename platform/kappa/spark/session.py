@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from kappa.core.errors import StackError
 from kappa.core.settings import KappaSettings
 from kappa.spark.class_archive import java_options, usable_archive
+from kappa.spark.code_archive import code_archive
 from kappa.spark.delta_upkeep import session_conf as delta_upkeep_conf
 from kappa.spark.driver_files import log4j_config_path, prepare_driver_files, scratch_folder, use_scratch_folder
 from kappa.stack.artifacts import artifacts_present
@@ -108,11 +109,19 @@ def spark_conf(settings: KappaSettings, app_name: str) -> dict[str, str]:
         *(java_options(archive) if archive else []),
         *shlex.split(settings.spark_driver_java_options),
     ]
-    # A local session stays on loopback (Spark would otherwise pick the first non-loopback interface).
+    # A local session, or one on a cluster on loopback (the stack's), stays there: Spark would otherwise pick the
+    # first non-loopback interface and tell the executors to call the driver back on it.
     only_local = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
     # New tables' retention and auto compaction (kappa.spark.delta_upkeep), under the session's own settings.
-    base = (only_local if local else {}) | delta_upkeep_conf(settings) | state_memory_conf(settings)
+    base = (only_local if on_loopback(settings) else {}) | delta_upkeep_conf(settings) | state_memory_conf(settings)
     base |= {f"spark.executorEnv.{k}": v for k, v in malloc_env(settings).items()}  # a cluster's executors too
+    if not local:
+        # The job code ships with the application (kappa.spark.code_archive): files go to every executor, and
+        # PySpark puts the pyFiles on its Python workers' path, first.
+        code = str(code_archive(settings))
+        base |= {"spark.executor.memory": settings.spark_executor_memory, "spark.files": code,
+                 "spark.submit.pyFiles": code}  # fmt: skip
+        base |= {"spark.cores.max": str(settings.spark_cores_max)} if settings.spark_cores_max else {}
     return base | {
         "spark.master": settings.spark_master,
         "spark.app.name": app_name,
@@ -161,6 +170,13 @@ def spark_conf(settings: KappaSettings, app_name: str) -> dict[str, str]:
     }
 
 
+def on_loopback(settings: KappaSettings) -> bool:
+    """Whether the driver and its executors all run on this machine's loopback: local mode, or a standalone
+    master on 127.0.0.1 or localhost (the stack's `kappa up --spark-workers N`)."""
+    master = settings.spark_master
+    return master.startswith("local") or re.match(r"^spark://(127\.0\.0\.1|localhost):\d+$", master) is not None
+
+
 def state_memory_conf(settings: KappaSettings) -> dict[str, str]:
     """KAPPA_SPARK_STATE_MEMORY_MB > 0: every RocksDB state store of the process (an operator's partition, a
     version kept open) shares one native memory budget instead of sizing its own memtables and cache. 0: Spark's
@@ -188,7 +204,7 @@ def get_spark(settings: KappaSettings, app_name: str = "kappa", extra: Mapping[s
     for key, value in malloc_env(settings).items():  # the driver's JVM, started below, inherits it
         os.environ.setdefault(key, value)
     local = settings.spark_master.startswith("local")
-    if local:  # on loopback anyway (spark_conf); says so without a warning
+    if on_loopback(settings):  # on loopback anyway (spark_conf); says so without a warning
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # Python workers inherit it: pandas' notice of a future change inside PySpark's own Arrow code, once per batch.
     os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning:pyspark.sql.pandas.serializers")

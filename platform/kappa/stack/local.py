@@ -6,6 +6,8 @@ Layout of the stack folder (KAPPA_STACK_DIR, default <state>/stack):
     kafka-<i>/server.properties, kafka-<i>/data/, kafka-<i>/kafka.log
     registry/registry.log
     prometheus/prometheus.yml, prometheus/data/, prometheus/prometheus.log   (`kappa up --monitoring`)
+    spark-master/spark-master.log                                           (`kappa up --spark-workers N`)
+    spark-worker-<i>/spark-worker.log, spark-worker-<i>/work/ (each application's executors), local/ (scratch)
 
 A component's JVM carries `-Dkappa.component=<name>@<stack folder>` on its command line, so `down` never
 signals a process that merely reuses an old pid; Prometheus carries its data folder, inside the stack folder.
@@ -29,15 +31,16 @@ from confluent_kafka.admin import AdminClient
 
 from kappa.core.errors import StackError
 from kappa.core.settings import KappaSettings, project_root
-from kappa.stack import process
+from kappa.stack import process, spark_standalone
 from kappa.stack.artifacts import ensure_jvm_artifacts
-from kappa.stack.java import stack_java
+from kappa.stack.java import spark_java, stack_java
 from kappa.stack.prometheus import prometheus_argv, prometheus_healthy
+from kappa.stack.spark_standalone import MASTER, is_spark, worker_name
 
 STATE_FILE = "stack.json"
 REGISTRY = "registry"
 PROMETHEUS = "prometheus"
-SERVICES = (REGISTRY, PROMETHEUS)  # the components that are not Kafka nodes
+SERVICES = (REGISTRY, PROMETHEUS)  # stopped first: they are the brokers' clients
 
 
 @dataclass
@@ -66,6 +69,7 @@ class StackState:
     cluster_id: str
     brokers: int
     components: dict[str, Component] = field(default_factory=dict)
+    spark_workers: int = 0
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -74,11 +78,20 @@ class StackState:
     def from_json(cls, text: str) -> StackState:
         raw = json.loads(text)
         comps = {name: Component(**c) for name, c in raw["components"].items()}
-        return cls(cluster_id=str(raw["cluster_id"]), brokers=int(raw["brokers"]), components=comps)
+        return cls(
+            cluster_id=str(raw["cluster_id"]),
+            brokers=int(raw["brokers"]),
+            components=comps,
+            spark_workers=int(raw.get("spark_workers", 0)),  # a state file of before the Spark cluster
+        )
 
 
 def _node_name(index: int) -> str:
     return f"kafka-{index}"
+
+
+def _is_kafka_node(name: str) -> bool:
+    return name.startswith("kafka-")
 
 
 class LocalStack:
@@ -113,9 +126,16 @@ class LocalStack:
 
     # ---------------------------------------------------------------- up ----------------------------
 
-    def up(self, brokers: int | None = None, with_registry: bool = True, monitoring: bool = False) -> dict[str, float]:
+    def up(
+        self,
+        brokers: int | None = None,
+        with_registry: bool = True,
+        monitoring: bool = False,
+        spark_workers: int | None = None,
+    ) -> dict[str, float]:
         """Start what is not running and wait until healthy. Return seconds to healthy per component."""
         brokers = brokers or self.settings.brokers
+        spark_workers = self.settings.spark_workers if spark_workers is None else spark_workers
         ensure_jvm_artifacts(self.settings)
         java = stack_java(self.settings.stack_java)
         state = self._load_state()
@@ -125,7 +145,7 @@ class LocalStack:
                     f"the stack's state folder is corrupt: {self.dir} holds broker data but no {STATE_FILE}; "
                     "run `kappa down --purge` to start afresh"
                 )
-            state = StackState(cluster_id=_new_cluster_id(), brokers=brokers)
+            state = StackState(cluster_id=_new_cluster_id(), brokers=brokers, spark_workers=spark_workers)
         elif state.brokers != brokers:
             raise StackError(
                 f"{self.dir} holds a {state.brokers}-node cluster, not {brokers}: "
@@ -141,6 +161,8 @@ class LocalStack:
                 timings[REGISTRY] = self._wait_registry(state.components[REGISTRY])
             if monitoring and self._start_prometheus(state, started) is not None:
                 timings[PROMETHEUS] = self._wait_prometheus(state.components[PROMETHEUS])
+            if spark_workers:
+                timings.update(self._start_spark(state, spark_workers, started))
         except BaseException:
             for comp in started:  # leave nothing half-started behind
                 process.stop(comp.pid, comp.marker)
@@ -312,6 +334,70 @@ class LocalStack:
                          f"http://127.0.0.1:{s.prometheus_port}")  # fmt: skip
         return self._add(state, comp, started)
 
+    def _start_spark(self, state: StackState, workers: int, started: list[Component]) -> dict[str, float]:
+        """The master, then workers 1..`workers` that do not run; seconds until each is healthy (a worker: once
+        the master holds it alive)."""
+        java = spark_java()
+        timings = {}
+        state.spark_workers = max(state.spark_workers, workers)
+        if not self._running(state, MASTER):
+            timings[MASTER] = self._wait_spark_master(self._start_spark_master(state, java, started))
+        for index in range(1, workers + 1):
+            if not self._running(state, worker_name(index)):
+                timings[worker_name(index)] = self._wait_spark_worker(
+                    self._start_spark_worker(state, index, java, started), index
+                )
+        return timings
+
+    def _start_spark_master(self, state: StackState, java: str, started: list[Component]) -> Component:
+        s = self.settings
+        self._check_ports(
+            {"Spark master": s.spark_master_port, "Spark master UI": s.spark_master_ui_port},
+            {"Spark master": "KAPPA_SPARK_MASTER_PORT", "Spark master UI": "KAPPA_SPARK_MASTER_UI_PORT"},
+        )
+        home = self.dir / MASTER
+        home.mkdir(parents=True, exist_ok=True)
+        marker = self._marker(MASTER)
+        log = home / f"{MASTER}.log"
+        argv = spark_standalone.master_argv(s, java, marker)
+        pid = process.spawn(argv, marker, log, cwd=home, env={"SPARK_LOCAL_IP": "127.0.0.1"})
+        ui = spark_standalone.master_ui(s)
+        comp = Component(MASTER, pid, marker, str(log), {"rpc": s.spark_master_port, "ui": s.spark_master_ui_port},
+                         f"{spark_standalone.master_url(s)}, UI {ui}")  # fmt: skip
+        return self._add(state, comp, started)
+
+    def _start_spark_worker(self, state: StackState, index: int, java: str, started: list[Component]) -> Component:
+        s = self.settings
+        name = worker_name(index)
+        ports = spark_standalone.worker_ports(s, index)
+        self._check_ports(
+            {f"{name}": ports["rpc"], f"{name} UI": ports["ui"]},
+            {f"{name}": "KAPPA_SPARK_MASTER_PORT (+i)", f"{name} UI": "KAPPA_SPARK_MASTER_UI_PORT (+i)"},
+        )
+        home = self.dir / name
+        (home / "work").mkdir(parents=True, exist_ok=True)
+        marker = self._marker(name)
+        log = home / "spark-worker.log"
+        argv = spark_standalone.worker_argv(s, java, marker, index, home)
+        pid = process.spawn(argv, marker, log, cwd=home, env=spark_standalone.worker_env(java, home))
+        address = f"http://127.0.0.1:{ports['ui']} ({s.spark_worker_cores} cores, {s.spark_worker_memory})"
+        return self._add(state, Component(name, pid, marker, str(log), ports, address), started)
+
+    def _wait_spark_master(self, comp: Component) -> float:
+        ui = spark_standalone.master_ui(self.settings)
+        return process.wait_healthy(
+            "Spark master", lambda: spark_standalone.master_alive(ui),
+            comp.pid, comp.marker, Path(comp.log), self.settings.startup_timeout_s,
+        )  # fmt: skip
+
+    def _wait_spark_worker(self, comp: Component, index: int) -> float:
+        ui = spark_standalone.master_ui(self.settings)
+        port = comp.ports["rpc"]
+        return process.wait_healthy(
+            f"Spark worker {index}", lambda: port in spark_standalone.alive_workers(ui),
+            comp.pid, comp.marker, Path(comp.log), self.settings.startup_timeout_s,
+        )  # fmt: skip
+
     def _add(self, state: StackState, comp: Component, started: list[Component]) -> Component:
         """A component just spawned: in the state file at once, so that `down` finds it whatever happens next."""
         state.components[comp.name] = comp
@@ -333,6 +419,7 @@ class LocalStack:
         state = self._load_state() if not purge else _load_state_leniently(self.state_file)
         stopped: list[str] = []
         if state is not None:
+            # Spark's workers before its master (a worker whose master went retries it), the brokers last.
             order = [*SERVICES, *sorted((n for n in state.components if n not in SERVICES), reverse=True)]
             for name in order:
                 comp = state.components.get(name)
@@ -382,6 +469,13 @@ class LocalStack:
             started = self._start_prometheus(state, [])
             assert started is not None
             return self._wait_prometheus(started)
+        if name == MASTER:
+            return self._wait_spark_master(self._start_spark_master(state, spark_java(), []))
+        if name.startswith(spark_standalone.WORKER_PREFIX):
+            index = name.removeprefix(spark_standalone.WORKER_PREFIX)
+            if not index.isdigit() or not 1 <= int(index) <= state.spark_workers:
+                raise StackError(f"{name} is not a worker of this stack ({state.spark_workers} Spark worker(s))")
+            return self._wait_spark_worker(self._start_spark_worker(state, int(index), spark_java(), []), int(index))
         java = stack_java(self.settings.stack_java)
         if name == REGISTRY:
             new = self._start_registry(state, java, [])
@@ -390,7 +484,10 @@ class LocalStack:
         index = name.removeprefix("kafka-")
         if not index.isdigit() or not 1 <= int(index) <= state.brokers:
             nodes = ", ".join(_node_name(i) for i in range(1, state.brokers + 1))
-            raise StackError(f"{name} is not a component of this stack ({nodes}, {REGISTRY} or {PROMETHEUS})")
+            raise StackError(
+                f"{name} is not a component of this stack ({nodes}, {REGISTRY}, {PROMETHEUS}, {MASTER} or "
+                f"{spark_standalone.WORKER_PREFIX}<i>)"
+            )
         self._start_kafka_node(state, int(index), java, [])
         return self._wait_kafka(state)
 
@@ -400,14 +497,21 @@ class LocalStack:
         state = self._load_state()
         if state is None:
             return []
-        bootstrap = ",".join(c.address for n, c in sorted(state.components.items()) if n not in SERVICES)
+        bootstrap = ",".join(c.address for n, c in sorted(state.components.items()) if _is_kafka_node(n))
         kafka_ok = bool(bootstrap) and _safe(lambda: _kafka_healthy(bootstrap, state.brokers))
+        ui = spark_standalone.master_ui(self.settings)
+        workers_alive = _safe_ports(lambda: spark_standalone.alive_workers(ui)) if MASTER in state.components else set()
         checks = {REGISTRY: _registry_healthy, PROMETHEUS: prometheus_healthy}
         result = []
         for name, comp in sorted(state.components.items()):
             running = process.is_running(comp.pid, comp.marker)
             check = checks.get(name)
-            healthy = running and (_safe(lambda c=comp, h=check: h(c.address)) if check else kafka_ok)
+            if name == MASTER:
+                healthy = running and _safe(lambda: spark_standalone.master_alive(ui))
+            elif is_spark(name):  # a worker: the master holds it alive
+                healthy = running and comp.ports["rpc"] in workers_alive
+            else:
+                healthy = running and (_safe(lambda c=comp, h=check: h(c.address)) if check else kafka_ok)
             result.append(ComponentStatus(name, comp.address, comp.pid, running, healthy, comp.log))
         return result
 
@@ -431,6 +535,13 @@ def _safe(check: Any) -> bool:
         return bool(check())
     except Exception:
         return False
+
+
+def _safe_ports(ports: Any) -> set[int]:
+    try:
+        return set(ports())
+    except Exception:
+        return set()
 
 
 def _log4j_option() -> list[str]:
