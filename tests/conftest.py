@@ -149,7 +149,7 @@ LONGEST_FIRST = (
     "e2e/test_cascade_replay.py",  # 820
     "e2e/test_outages.py",  # 440
     "integration/test_kappa_promise.py",  # 480
-    "e2e/test_stack_lifecycle.py",  # 440
+    "e2e/test_cluster.py",  # 380 (estimated: the 3-broker outage test of test_stack_lifecycle.py, on Spark workers)
     "integration/test_exactly_once_delta.py",  # 325
     "e2e/test_tutorial.py",  # 280
     "e2e/test_demo.py",  # 270
@@ -159,6 +159,7 @@ LONGEST_FIRST = (
     "integration/test_monitoring.py",  # 130
     "unit/test_page_stats_transforms.py",  # 125
     "integration/test_replay_protocol.py",  # 110
+    "e2e/test_stack_lifecycle.py",  # 90 (estimated, without the 3-broker test)
     "integration/test_deployments.py",  # 85
     "unit/test_decoding_is_total.py",  # 70
     "integration/test_dagster_materialize.py",  # 65

@@ -62,6 +62,7 @@ def test_a_worker_offers_its_declared_cores_and_memory_and_keeps_its_folders(tmp
     assert env["JAVA_HOME"] == str(Path("/opt/jdk-17").resolve())  # executors start with $JAVA_HOME/bin/java
     assert env["SPARK_LOCAL_DIRS"] == str(home / "local")  # shuffle and spills in the stack folder
     assert env["SPARK_LOCAL_IP"] == "127.0.0.1"
+    assert env["SPARK_SCALA_VERSION"] == "2.13"  # what Spark 4's launcher needs to find pyspark's jars/
 
 
 def test_spark_components_are_told_apart_from_brokers_and_services() -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 
+from kappa.core.errors import StackError
 from kappa.core.settings import KappaSettings
 
 MASTER = "spark-master"
@@ -92,10 +93,20 @@ def worker_env(java: str, home: Path) -> dict[str, str]:
     (shuffle, spills) in SPARK_LOCAL_DIRS."""
     return {
         "SPARK_HOME": str(spark_home()),
+        # The launcher asks for a build folder unless told the Scala version: pyspark ships no build folders.
+        "SPARK_SCALA_VERSION": scala_version(),
         "JAVA_HOME": str(Path(java).resolve().parent.parent),
         "SPARK_LOCAL_IP": "127.0.0.1",
         "SPARK_LOCAL_DIRS": str(home / "local"),
     }
+
+
+def scala_version() -> str:
+    """The Scala version Spark's jars are built for, from spark-core's file name (spark-core_2.13-4.2.0.jar)."""
+    cores = sorted((spark_home() / "jars").glob("spark-core_*.jar"))
+    if not cores:
+        raise StackError(f"no spark-core jar in {spark_home() / 'jars'}: the pyspark installation is broken")
+    return cores[0].name.removeprefix("spark-core_").split("-", 1)[0]
 
 
 def _daemon(settings: KappaSettings, java: str, marker: str) -> list[str]:
