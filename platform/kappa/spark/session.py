@@ -21,6 +21,7 @@ from kappa.spark.delta_upkeep import session_conf as delta_upkeep_conf
 from kappa.spark.driver_files import log4j_config_path, prepare_driver_files, scratch_folder, use_scratch_folder
 from kappa.stack.artifacts import artifacts_present
 from kappa.stack.java import spark_java, spark_java_path
+from kappa.stack.spark_standalone import spark_jars
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -55,17 +56,10 @@ def connector_jars(connector_dir: Path, spark_jars_dir: Path) -> list[Path]:
     return sorted(p for p in connector_dir.glob("*.jar") if artifact_name(p.name) not in bundled)
 
 
-def spark_home_jars() -> Path:
-    # Lazy: pyspark, only where a Spark session runs (this module is imported without one).
-    import pyspark
-
-    return Path(pyspark.__file__).parent / "jars"
-
-
 def driver_classpath(settings: KappaSettings) -> list[Path]:
     """Every jar a local driver loads, in order: the platform's own on the JVM's classpath (Hadoop looks its file
     system classes up there, before the session adds `spark.jars`), Spark's, then the connectors."""
-    home = spark_home_jars()
+    home = spark_jars()
     return [
         *platform_classpath(settings),
         *sorted(home.glob("*.jar")),
@@ -75,7 +69,7 @@ def driver_classpath(settings: KappaSettings) -> list[Path]:
 
 def platform_jars(settings: KappaSettings) -> list[Path]:
     """What a session adds to Spark's own jars: the connectors, then the platform's operators (kappa.operators)."""
-    return [*connector_jars(settings.jars_path / "spark", spark_home_jars()), *platform_classpath(settings)]
+    return [*connector_jars(settings.jars_path / "spark", spark_jars()), *platform_classpath(settings)]
 
 
 def platform_classpath(settings: KappaSettings) -> list[Path]:

@@ -59,6 +59,11 @@ def spark_home() -> Path:
     return Path(pyspark.__file__).parent
 
 
+def spark_jars() -> Path:
+    """Spark's own jars: a local driver's classpath, and the cluster's daemons' and executors'."""
+    return spark_home() / "jars"
+
+
 def master_argv(settings: KappaSettings, java: str, marker: str) -> list[str]:
     return [
         *_daemon(settings, java, marker),
@@ -103,9 +108,9 @@ def worker_env(java: str, home: Path) -> dict[str, str]:
 
 def scala_version() -> str:
     """The Scala version Spark's jars are built for, from spark-core's file name (spark-core_2.13-4.2.0.jar)."""
-    cores = sorted((spark_home() / "jars").glob("spark-core_*.jar"))
+    cores = sorted(spark_jars().glob("spark-core_*.jar"))
     if not cores:
-        raise StackError(f"no spark-core jar in {spark_home() / 'jars'}: the pyspark installation is broken")
+        raise StackError(f"no spark-core jar in {spark_jars()}: the pyspark installation is broken")
     return cores[0].name.removeprefix("spark-core_").split("-", 1)[0]
 
 
@@ -117,7 +122,7 @@ def _daemon(settings: KappaSettings, java: str, marker: str) -> list[str]:
         "-XX:+UseSerialGC",  # a daemon's heap is small and its load light
         "-Djava.awt.headless=true",
         "-cp",
-        f"{spark_home() / 'jars'}/*",
+        f"{spark_jars()}/*",
     ]
 
 
