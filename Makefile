@@ -21,7 +21,7 @@ export UV_COMPILE_BYTECODE := 1
 DAGSTER_HOME ?= $(CURDIR)/.state/dagster
 DAGSTER_PORT ?= 3000
 
-.PHONY: help setup system-packages demo test test-quick test-unit test-integration test-e2e soak soak-live lint docs format up down status topics dagster bench-avro bench-pipeline bench-contracts bench-live bench-replay bench-cascade ci clean
+.PHONY: help setup system-packages demo test test-quick test-unit test-integration test-e2e soak soak-live lint docs format up down status topics dagster bench-avro bench-pipeline bench-contracts bench-live bench-cluster bench-replay bench-cascade ci clean
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-18s %s\n", $$1, $$2}'
@@ -106,6 +106,9 @@ bench-pipeline: setup ## benchmark: replay throughput of every job (5M events) v
 
 bench-live: setup ## benchmark: the whole pipeline deployed, 10 min at 1,000 clicks/s and the highest rate it sustains: lag, latency per path, cores
 	$(UV) run --frozen python -m tests.benchmarks.bench_live $(BENCH_ARGS)
+
+bench-cluster: setup ## benchmark: the Spark cluster's overhead on the same cores: replay and live pipeline on local[2] vs 2 workers, side by side, and a projection
+	$(UV) run --frozen python -m tests.benchmarks.bench_cluster $(BENCH_ARGS)
 
 bench-contracts: setup ## benchmark: raw_clicks replay throughput with and without the row-level data contract
 	$(UV) run --frozen python -m tests.benchmarks.bench_contracts $(BENCH_ARGS)

@@ -147,9 +147,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 LONGEST_FIRST = (
     "e2e/test_replay_lifecycle.py",  # 1,300 (its module's pipeline, then three flows on it)
     "e2e/test_cascade_replay.py",  # 820
+    "e2e/test_cluster.py",  # 500 (alone: a deployment, its kills, a replay and a cutover on Spark workers)
     "e2e/test_outages.py",  # 440
     "integration/test_kappa_promise.py",  # 480
-    "e2e/test_cluster.py",  # 380 (estimated: the 3-broker outage test of test_stack_lifecycle.py, on Spark workers)
     "integration/test_exactly_once_delta.py",  # 325
     "e2e/test_tutorial.py",  # 280
     "e2e/test_demo.py",  # 270

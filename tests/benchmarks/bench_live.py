@@ -29,6 +29,15 @@ behind it steps down by a tenth and measures again. `--backlog JOB` stops JOB, p
 backlog (the records of each batch, bounded by its declared `max_batch_records`) and the other jobs' lag meanwhile.
 `--idle` first measures the deployed pipeline with nothing produced. `--profile-seconds` records a Java Flight
 Recorder profile of every job JVM during each measured window and prints where their CPU went.
+
+`--spark-workers N` deploys the jobs onto N standalone workers the bench stack starts (KAPPA_SPARK_MASTER set to
+its master): the job host's driver stays on this machine as it does, its tasks run in executors, and its slots are
+the workers' cores. By default the workers offer the job host as many slots as it has on local[*] (SLOTS_PER_CORE
+per core: `--spark-cores-max`) plus the real-time job's one per input partition, shared out over the workers
+(`--spark-worker-cores`): on 2 cores, 2 workers of 6 cores, 8 for the host and 4 for the lane. The executors'
+CPU counts among the jobs', the master's and workers' own as `spark daemons`; the `spark` section says where the
+jobs ran. (With `--launcher subprocess` every job is an application of its own, each taking up to
+`--spark-cores-max`: size the workers to hold them all.)
 """
 
 from __future__ import annotations
@@ -69,6 +78,7 @@ from kappa.core.waiting import WaitTimeoutError, wait_until
 from kappa.kafka.clients import Outgoing, Publisher
 from kappa.kafka.partitioning import partition_for
 from kappa.lifecycle.host_registry import HOST_IDLE_S, hosts, is_host
+from kappa.lifecycle.job_host import SLOTS_PER_CORE
 from kappa.lifecycle.lag import lag
 from kappa.lifecycle.state_files import load, recorded
 from kappa.runtime.binding import deployed_job, physical_output
@@ -76,7 +86,20 @@ from kappa.runtime.declaration import version_checkpoints
 from kappa.runtime.discovery import discover, pipeline_order
 from kappa.stack import LocalStack, process
 from kappa.stack.java import spark_java_path
-from tests.benchmarks.common import bench_stack, cli_env, machine_speed, report, run_main
+from kappa.stack.spark_standalone import WORKER_PREFIX, is_spark
+from tests.benchmarks.common import (
+    add_spark_arguments,
+    bench_stack,
+    cli_env,
+    cluster_slots,
+    executors_of,
+    local_slots,
+    machine_speed,
+    report,
+    run_main,
+    spark_overrides,
+    spark_setup,
+)
 
 SEED = 17
 REAL_TIME_JOB = "enrich_clicks_realtime"  # its path is measured when it is among the deployed jobs
@@ -393,7 +416,15 @@ class CpuMeter:
             for leader, names in groups.items()
         }
         for component in LocalStack(settings).status():
-            kind = "kafka" if component.name.startswith("kafka") else component.name
+            if component.pid is None:
+                continue
+            if component.name.startswith(WORKER_PREFIX):  # the jobs' tasks, and the Python workers under them
+                for executor in executors_of(component.pid):
+                    with contextlib.suppress(psutil.Error):
+                        below = psutil.Process(executor).children(recursive=True)
+                        parts.setdefault(EXECUTORS, set()).update([executor, *(p.pid for p in below)])
+            name = component.name
+            kind = "kafka" if name.startswith("kafka") else SPARK if is_spark(name) else name
             parts.setdefault(kind, set()).add(component.pid)
         parts["bench (producer, consumers)"] = {os.getpid()}
         return parts
@@ -466,7 +497,8 @@ class ThreadCpu:
                 for (group, name), cpu in per.most_common(25) if cpu / seconds >= 0.005]  # fmt: skip
 
 
-_NOT_JOBS = ("kafka", "registry", "bench (producer, consumers)")
+EXECUTORS, SPARK = "executors", "spark daemons"  # on the stack's workers: the jobs' executors, the master and workers
+_NOT_JOBS = ("kafka", "registry", SPARK, "bench (producer, consumers)")
 
 
 def idle_cost(
@@ -721,12 +753,12 @@ def profiled_jvms(settings: KappaSettings, jobs: tuple[tuple[str, int], ...]) ->
     """Name -> pid of each JVM that runs deployed jobs (the job host's, a single deployment's), and Kafka's."""
     found: dict[str, int] = {}
     for name, pids in CpuMeter._parts(settings, jobs).items():
-        if name in ("registry", "bench (producer, consumers)"):
+        if name in ("registry", SPARK, "bench (producer, consumers)"):
             continue
-        for pid in pids:
+        for pid in sorted(pids):
             try:
                 if psutil.Process(pid).name() == "java":
-                    found[name] = pid
+                    found[name if name not in found else f"{name} {pid}"] = pid  # executors: one JVM each
             except psutil.Error:
                 continue
     return found
@@ -1177,9 +1209,15 @@ def main() -> None:
         help="a folder for each click's latency per path (CSV) and the --profile-seconds recordings",
     )
     parser.add_argument("--also-ran", default="nothing else", help="what else ran on the machine, for the report")
+    add_spark_arguments(parser)
     args = parser.parse_args()
 
     jobs = [j for j in args.jobs.split(",") if j] or pipeline_jobs()
+    # On workers: the job host's slots as on local[*], and the real-time job's (it takes one per input partition)
+    host_slots = SLOTS_PER_CORE * (os.cpu_count() or 1)
+    lane_slots = sum(t.partitions for t in discover()[REAL_TIME_JOB].inputs) if REAL_TIME_JOB in jobs else 0
+    workers = max(args.spark_workers, 1)
+    cluster = spark_overrides(args, worker_cores=-(-(host_slots + lane_slots) // workers), cores_max=host_slots)
     rows: list[dict[str, Any]] = []
     sections: dict[str, list[dict[str, Any]]] = {
         name: [] for name in ("lag", "cpu", "batch_profile", "task_cpu", "thread_cpu", "jvm_profile",
@@ -1199,7 +1237,11 @@ def main() -> None:
         sections["task_cpu"] += result["tasks"]
         sections["thread_cpu"] += result["threads"]
 
-    with bench_stack() as settings:
+    with bench_stack(**cluster) as settings:
+        star = host_slots if args.launcher == Launcher.SHARED.value else os.cpu_count() or 1  # the host's local[*]
+        local = settings.spark_master.startswith("local")
+        setup = spark_setup(settings, local_slots(settings.spark_master, star) if local else cluster_slots(settings))
+        print(f"Spark: {setup}", flush=True)
         kappa(settings, "schemas", "apply")
         kappa(settings, "topics", "apply")
         produce_profiles(settings, args.users)
@@ -1250,12 +1292,13 @@ def main() -> None:
     notes = [
         {
             "note": f"{os.cpu_count()} cores; jobs deployed (KAPPA_DEPLOY_LAUNCHER={args.launcher}, "
+            f"KAPPA_SPARK_MASTER={settings.spark_master}, "
             f"KAPPA_SPARK_POLLING_DELAY_MS={settings.spark_polling_delay_ms}): "
             f"{', '.join(jobs)}; also ran: {args.also_ran}"
         },
         {"note": "latency in ms from each click's produce timestamp; `seen`: clicks whose result was found"},
     ]
-    report("live", rows, **sections, machine_speed=[speed], verdict=verdicts, notes=notes)
+    report("live", rows, args.json_out, **sections, spark=[setup], machine_speed=[speed], verdict=verdicts, notes=notes)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,10 @@
    whatever Python the Spark workers still run.
 (The live pipeline is `bench_live.py`, deployed as a user deploys it.)
 
-Events per second are whole-machine figures; per core divides by `os.cpu_count()`.
+Events per second are whole-machine figures; per core divides by `os.cpu_count()`. The Spark session runs on
+`--spark-master` (default KAPPA_SPARK_MASTER, local[*]), or with `--spark-workers N` on N standalone workers the
+bench stack starts (`--spark-worker-cores`, 1 each; the driver stays in this process, the tasks run in one
+executor per worker): the `spark` section says which ran. `bench_cluster.py` runs both on the same data.
 """
 
 from __future__ import annotations
@@ -55,7 +58,18 @@ from kappa.runtime.runner import run_job
 from kappa.spark.session import get_spark
 from kappa.spark.topic_io import publish, read_topic, topic_encoder
 from kappa.stack.java import stack_java
-from tests.benchmarks.common import bench_stack, report, run_main, timed
+from tests.benchmarks.common import (
+    add_spark_arguments,
+    bench_stack,
+    cluster_slots,
+    executor_pids,
+    local_slots,
+    report,
+    run_main,
+    spark_overrides,
+    spark_setup,
+    timed,
+)
 
 SEED = 11
 STAMP = "bench_pipeline.json"  # in the bench stack's folder: purging the stack deletes it too
@@ -179,19 +193,23 @@ def consumer_performance(settings: KappaSettings, topic: str, records: int) -> d
 
 
 class MemorySampler:
-    """The Spark driver JVM's resident memory, sampled every half second while a job runs: its peak."""
+    """The resident memory of JVMs (the Spark driver's; on a cluster, its executors' together), sampled every half
+    second while a job runs: its peak."""
 
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = pids
         self.peak_bytes = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
         self._thread.start()
 
     def _sample(self) -> None:
-        driver = psutil.Process(self.pid)
         while True:
-            self.peak_bytes = max(self.peak_bytes, driver.memory_info().rss)
+            total = 0
+            for pid in self.pids:
+                with contextlib.suppress(psutil.Error):  # an executor lost meanwhile
+                    total += psutil.Process(pid).memory_info().rss
+            self.peak_bytes = max(self.peak_bytes, total)
             if self._stop.wait(0.5):
                 return
 
@@ -405,10 +423,13 @@ def throughput(
         fresh_outputs(settings, spec)
         print(f"running {spec.name} over {events:,} input records ({sizes}) ...")
         sampler = WorkerSampler(Path(f"{settings.checkpoint_root}/{spec.name}.pyspy")) if py_spy else None
-        memory = MemorySampler(spark._jvm.ProcessHandle.current().pid())  # type: ignore[union-attr]
+        memory = MemorySampler([spark._jvm.ProcessHandle.current().pid()])  # type: ignore[union-attr]
+        # on a cluster the tasks and their state stores are in the executors (started with the session)
+        executors = None if settings.spark_master.startswith("local") else MemorySampler(executor_pids(settings))
         state_ops = StateOperatorTimes()
         run = run_job(spec, settings, available_now=True, max_offsets_per_trigger=max_offsets, on_batch=state_ops.add)
         rss = memory.stop()
+        executors_rss = executors.stop() if executors is not None else None
         state = state_bytes(Path(version_checkpoints(settings, spec.name, run.version)))
         if sampler is not None:
             stacks = sampler.stop()
@@ -427,6 +448,8 @@ def throughput(
             notes.append(f"{spec.name}: {state_ops}")
         row = _rate_row(f"{spec.name}: job (availableNow)", events, run.seconds, note)
         row |= {"driver_rss_mb": round(rss / 2**20), "state_mb": round(state / 2**20, 1)}
+        if executors_rss is not None:
+            row["executors_rss_mb"] = round(executors_rss / 2**20)
         row["of_pass_through"] = f"{row['events_per_s'] / copied['events_per_s']:.0%}" if copied["events_per_s"] else ""
         if spec.name in TARGET_PER_CORE:
             row["target_per_core"] = TARGET_PER_CORE[spec.name]
@@ -497,11 +520,20 @@ def main() -> None:
     parser.add_argument("--no-py-spy", action="store_true", help="do not sample the Spark Python workers")
     parser.add_argument("--top", type=int, default=12, help="frames shown per job's worker profile")
     parser.add_argument("--jobs", default=None, help="comma-separated jobs to replay (default: every job)")
+    add_spark_arguments(parser)
     args = parser.parse_args()
 
     rows: list[dict[str, Any]] = []
     workers: list[dict[str, Any]] = []
-    with bench_stack(keep=args.reuse) as settings:
+    notes: list[str] = []
+    # with --reuse, the workers start on the kept stack too (bench_stack stops another run's Spark daemons first)
+    with bench_stack(keep=args.reuse, **spark_overrides(args, worker_cores=1)) as settings:
+        local = settings.spark_master.startswith("local")
+        setup = spark_setup(settings, local_slots(settings.spark_master, CORES) if local else cluster_slots(settings))
+        print(f"Spark: {setup}", flush=True)
+        py_spy = not args.no_py_spy and local  # it finds the Python workers under this process, not an executor's
+        if not args.no_py_spy and not local:
+            notes.append("py-spy off: on a cluster the Python workers run under the executors")
         loaded = load(settings, args.events, args.users, args.reuse)
         note = f"+{loaded['profiles']:,} profile versions" + (", reused" if loaded["reused"] else "")
         rows.append(_rate_row("generate (Python producer)", loaded["clicks"], loaded["seconds"], note))
@@ -511,21 +543,22 @@ def main() -> None:
                             f"{perf['MB.sec']:.1f} MB/s, fetch {perf['fetch.nMsg.sec']:,.0f} msg/s")  # fmt: skip
         rows.append(ceiling)
         spark = get_spark(settings, "bench-pipeline")  # started before the first job: its start is not timed
-        job_rows, notes, samples = throughput(
+        job_rows, job_notes, samples = throughput(
             spark,
             settings,
             args.max_offsets_per_trigger,
-            not args.no_py_spy,
+            py_spy,
             set(args.jobs.split(",")) if args.jobs else None,
         )
         rows += job_rows
+        notes += job_notes
         for job, stacks in samples:
             workers += top_frames(job, stacks, args.top)
             shares = inclusive_of(stacks, WORKER_PHASES)
             notes.append(f"{job} workers (py-spy, {sum(stacks.values()):,} samples), inclusive: {shares}")
         spark.stop()
     notes_rows = [{"note": n} for n in notes]
-    report("pipeline", rows, worker_profile=workers, notes=notes_rows)
+    report("pipeline", rows, args.json_out, spark=[setup], worker_profile=workers, notes=notes_rows)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,12 @@
-"""Beyond one JVM: a job on the stack's Spark standalone cluster and 3-broker Kafka (`kappa up --brokers 3
---spark-workers 2`), its executors in other processes that die, and a broker that dies, with nothing lost."""
+"""Beyond one JVM: a deployment, its replay and its cutover on the stack's Spark standalone cluster and 3-broker
+Kafka (`kappa up --brokers 3 --spark-workers 2`), with its driver, a worker (its executors) and a broker killed
+under it, and nothing lost or doubled."""
 
+import dataclasses
 import os
 import signal
-import subprocess
-import threading
 import time
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -21,7 +22,7 @@ from kappa.stack import LocalStack
 from kappa.stack.process import port_in_use
 from tests.e2e.faults import OUTAGE_S, event_ids, produce_clicks
 from tests.e2e.stackctl import kappa, stack_processes
-from tests.integration.replay_pipeline import deploy_copy
+from tests.integration.replay_pipeline import Deployment, deploy_copy
 from tests.waiting import wait_until
 
 MASTER_PORT, MASTER_UI = 22077, 22180  # worker i: 22077 + i and 22180 + i
@@ -35,6 +36,26 @@ def executors_of(worker_pid: int) -> list[psutil.Process]:
     except psutil.NoSuchProcess:
         return []
     return [c for c in children if EXECUTOR in " ".join(c.cmdline())]
+
+
+def watches(executor: psutil.Process, worker_port: int) -> bool:
+    """The executor holds a connection to its worker's RPC port (its WorkerWatcher's)."""
+    return any(
+        c.raddr and c.raddr.port == worker_port and c.status == psutil.CONN_ESTABLISHED
+        for c in executor.net_connections("tcp")
+    )
+
+
+def ended(process: psutil.Process) -> bool:
+    """Gone, or a zombie: exited, not yet reaped by whoever inherited it from its killed parent."""
+    return state_of(process) in ("gone", psutil.STATUS_ZOMBIE)
+
+
+def state_of(process: psutil.Process) -> str:
+    try:
+        return str(process.status()) if process.is_running() else "gone"
+    except psutil.NoSuchProcess:
+        return "gone"
 
 
 def executors_anywhere() -> list[int]:
@@ -57,28 +78,59 @@ def cores_used() -> dict[int, int]:
     return {int(w["port"]): int(w["coresused"]) for w in state["workers"] if w["state"] == "ALIVE"}
 
 
+def applications() -> list[str]:
+    """The names of the applications the master runs now."""
+    state = httpx.get(f"http://127.0.0.1:{MASTER_UI}/json/", timeout=5).json()
+    return sorted(app["name"] for app in state["activeapps"])
+
+
+def has_rows(table: Path, count: int) -> bool:
+    return len(event_ids(table)) >= count
+
+
+def job_row(d: Deployment, job: str, version: int) -> list[str]:
+    """The job version's row of `kappa jobs status`: job, version, state, pid, ..."""
+    listed = d.kappa("jobs", "status", check=False)
+    [row] = [r for r in (line.split() for line in listed.stdout.splitlines()) if r[:2] == [job, str(version)]]
+    return row
+
+
+def with_env(d: Deployment, **env: str) -> Deployment:
+    """The same copy, its commands run with other KAPPA_* settings (a start records them)."""
+    return dataclasses.replace(d, env={**d.env, **env})
+
+
 @pytest.mark.slow
-def test_a_job_on_the_spark_cluster_outlives_a_killed_worker_and_a_killed_broker(tmp_path: Path) -> None:
-    """raw_clicks runs on the cluster (`KAPPA_SPARK_MASTER=spark://...`), an executor on each worker, its code
-    shipped to them. SIGKILL one worker: its executor ends with it, the job goes on with the other, and the worker
-    started again gets an executor back. Then SIGKILL one broker for two minutes (replication 3,
-    min.insync.replicas 2; producers acks=all). Every click is in Delta exactly once, and `kappa down` leaves no
-    process and no port behind."""
+@pytest.mark.timeout(1500)
+def test_the_pipeline_deploys_replays_and_cuts_over_on_the_cluster_through_every_kill(tmp_path: Path) -> None:
+    """raw_clicks deployed on the cluster (`KAPPA_SPARK_MASTER=spark://...`, `kappa jobs start`: the job host's
+    application, its code shipped to the executors), at one core. SIGKILL its driver: the deployment is seen
+    crashed and `kappa jobs restart` (what the health sensor's run calls) resumes it from its checkpoint. Rescaled
+    by a restart at two cores: an executor on each worker. SIGKILL one worker: its executor ends with it, the master
+    replaces it on the other worker, the job goes on. SIGKILL one broker for two minutes
+    (replication 3, min.insync.replicas 2; producers acks=all). Then v2 is replayed on the cluster beside live v1
+    (its own application, its own cores), verified, deployed and cut over to. Each version's table holds every
+    click exactly once, and `kappa down` leaves no process and no port behind."""
     stack_dir = tmp_path / "cluster"
     env = {
         "KAPPA_KAFKA_PORT": "22092", "KAPPA_CONTROLLER_PORT": "22192", "KAPPA_REGISTRY_PORT": "22081",
         "KAPPA_SPARK_MASTER_PORT": str(MASTER_PORT), "KAPPA_SPARK_MASTER_UI_PORT": str(MASTER_UI),
-        "KAPPA_STACK_DIR": str(stack_dir),
+        "KAPPA_SPARK_WORKER_CORES": "2", "KAPPA_STACK_DIR": str(stack_dir),
     }  # fmt: skip
     settings = load_settings(
         kafka_port=22092, controller_port=22192, registry_port=22081, brokers=3, stack_dir=stack_dir,
-        spark_master_port=MASTER_PORT, spark_master_ui_port=MASTER_UI, spark_workers=2,
+        spark_master_port=MASTER_PORT, spark_master_ui_port=MASTER_UI, spark_workers=2, spark_worker_cores=2,
         spark_shuffle_partitions=2, spark_driver_java_options=SHORT_RUN_JVM,
     )  # fmt: skip
-    on_cluster = {"KAPPA_SPARK_MASTER": f"spark://127.0.0.1:{MASTER_PORT}",
+    # 4 task slots: the live version's application at 1, then 2 cores, and its replay's beside it at 2.
+    on_cluster = {"KAPPA_SPARK_MASTER": f"spark://127.0.0.1:{MASTER_PORT}", "KAPPA_SPARK_CORES_MAX": "1",
                   "KAPPA_SPARK_EXECUTOR_JAVA_OPTIONS": SHORT_RUN_JVM}  # fmt: skip
-    job: subprocess.Popen[str] | None = None
-    output: list[str] = []  # read as it comes: a full pipe would block the job
+    table, v2_table = (tmp_path / "pipeline" / "delta" / "raw_clicks" / f"v{v}" for v in (1, 2))
+
+    def host_logs() -> list[Path]:  # the job hosts' logs (their JVMs' too): where a wait's failure shows why
+        return sorted((tmp_path / "pipeline" / "deployments").glob("host-*.log"))
+
+    copies: list[Deployment] = []  # whose deployments the end stops, whatever failed
     try:
         up = kappa("up", "--brokers", "3", "--spark-workers", "2", env=env)
         assert up.code == 0, up.err
@@ -94,60 +146,97 @@ def test_a_job_on_the_spark_cluster_outlives_a_killed_worker_and_a_killed_broker
         cluster = admin.describe_cluster().result(timeout=15)
         assert sorted(n.port for n in cluster.nodes) == [22092, 22093, 22094]
 
-        pipeline = deploy_copy(settings, tmp_path / "pipeline", "three_")
+        v1 = deploy_copy(settings, tmp_path / "pipeline", "three_", env=on_cluster)
+        copies.append(v1)
         source = Topic("three_clicks", 4, Cleanup.COMPACT, value_schema="clicks.avsc")
         state = describe(admin, [source])[0]
         assert (state.replication_factor, state.configs["min.insync.replicas"]) == (3, "2")
-        table = tmp_path / "pipeline" / "delta" / "raw_clicks" / "v1"
-        before = produce_clicks(settings, source, 600, first=0)
-        job = pipeline.popen("jobs", "run", "raw_clicks", env=on_cluster)
-        assert job.stdout is not None
-        threading.Thread(target=lambda: output.extend(job.stdout), daemon=True).start()  # type: ignore[union-attr, arg-type]
-        wait_until(lambda: len(event_ids(table)) == len(before), 300, "the first clicks in Delta", log=output)
+        produced = produce_clicks(settings, source, 600, first=0)
+        v1.kappa("jobs", "start", "raw_clicks")
+        wait_until(lambda: len(event_ids(table)) == 600, 300, "the first clicks in Delta", log=host_logs()[-1])
+        # The job host's application runs its tasks in one executor of one core; the code shipped with it
+        # (kappa.spark.code_archive): the executor fetched it into its folder.
+        assert applications() == ["kappa-jobs"]
+        assert sorted(cores_used().values()) == [0, 1]
+        assert list(stack_dir.glob("spark-worker-*/work/app-*/*/kappa-jobs-*.zip"))
 
-        # Its tasks run in the executors: one on each worker, the driver in the job's own process.
+        # SIGKILL the driver: the job host's process, the pid `kappa jobs status` shows. Its application ends
+        # with it (the master removes its executor); the deployment is seen crashed, with the signal.
+        [_, _, health, pid, *_] = job_row(v1, "raw_clicks", 1)
+        assert health == "running"
+        os.kill(int(pid), signal.SIGKILL)
+        produced |= produce_clicks(settings, source, 300, first=600)  # while nothing runs
+        wait_until(lambda: job_row(v1, "raw_clicks", 1)[2] == "crashed", 60, "the crash seen by the deployment")
+        wait_until(lambda: applications() == [], 60, "the killed driver's application ended by the master")
+        v1.kappa("jobs", "restart", "raw_clicks")
+        assert "killed by SIGKILL" in v1.kappa("jobs", "status", "--verbose").stdout  # why it was restarted
+        wait_until(lambda: len(event_ids(table)) >= 900, 300, "the clicks after the restart", log=host_logs()[-1])
+        assert sorted(cores_used().values()) == [0, 1]
+
+        # Rescale by restart: stopped, its host gone (it ends when idle), started at two cores; it resumes.
+        v1.kappa("jobs", "stop", "raw_clicks")
+        wait_until(lambda: applications() == [], 60, "the idle job host's application to end")
+        v1 = with_env(v1, KAPPA_SPARK_CORES_MAX="2")
+        v1.kappa("jobs", "start", "raw_clicks")
+        wait_until(lambda: cores_used() == {MASTER_PORT + 1: 1, MASTER_PORT + 2: 1}, 120, "an executor on each")
         stack = LocalStack(settings)
-        pids = {c.name: c.pid for c in stack.status()}
+        pids = {c.name: c.pid for c in stack.status() if c.pid is not None}
         assert all(executors_of(pids[f"spark-worker-{i}"]) for i in (1, 2)), "an executor on each worker"
-        assert cores_used() == {MASTER_PORT + 1: 1, MASTER_PORT + 2: 1}
-        # The job's code shipped with it (kappa.spark.code_archive): each executor fetched it into its folder.
-        shipped = {p.parents[3].name for p in stack_dir.glob("spark-worker-*/work/app-*/*/kappa-jobs-*.zip")}
-        assert shipped == {"spark-worker-1", "spark-worker-2"}
 
         [lost] = executors_of(pids["spark-worker-1"])
+        # An executor ends with its worker once its watcher has connected to it (Spark's WorkerWatcher connects
+        # after the executor starts: one whose worker dies before that lives on until its application ends).
+        wait_until(lambda: watches(lost, MASTER_PORT + 1), 60, "the executor's watch on its worker")
         os.kill(pids["spark-worker-1"], signal.SIGKILL)
-        wait_until(lambda: not lost.is_running(), 60, "the killed worker's executor to end with it")
-        during_worker = produce_clicks(settings, source, 300, first=600)
-        wait_until(lambda: len(event_ids(table)) >= 900, 180, "clicks in Delta with a worker gone", log=output)
-        assert job.poll() is None, "the job exited with a worker gone:\n" + "".join(output[-40:])
+        wait_until(lambda: ended(lost), 60, f"the killed worker's executor (pid {lost.pid}) to end with it")
+        # The master replaces it where cores are free: on the other worker.
+        wait_until(lambda: cores_used() == {MASTER_PORT + 2: 2}, 120, "the lost executor replaced")
+        produced |= produce_clicks(settings, source, 300, first=900)
+        wait_until(
+            lambda: len(event_ids(table)) >= 1200, 180, "clicks in Delta with a worker gone", log=host_logs()[-1]
+        )
+        assert job_row(v1, "raw_clicks", 1)[2] == "running", "the job ended with a worker gone"
         stack.stop_component("spark-worker-1")  # forget the killed process, then start it on its port again
         stack.start_component("spark-worker-1")
-        wait_until(lambda: cores_used().get(MASTER_PORT + 1) == 1, 120, "an executor on the worker started again")
+        wait_until(lambda: cores_used() == {MASTER_PORT + 1: 0, MASTER_PORT + 2: 2}, 60, "the worker back, idle")
 
-        [victim] = [c for c in stack.status() if c.name == "kafka-3"]
-        os.kill(victim.pid, signal.SIGKILL)
+        [victim] = [c.pid for c in stack.status() if c.name == "kafka-3"]
+        assert victim is not None
+        os.kill(victim, signal.SIGKILL)
         back_at = time.monotonic() + OUTAGE_S
-        during_broker = produce_clicks(settings, source, 400, first=900)  # acks=all: two in-sync replicas do
-        wait_until(lambda: len(event_ids(table)) >= 1300, OUTAGE_S, "clicks in Delta with a broker gone", log=output)
+        produced |= produce_clicks(settings, source, 400, first=1200)  # acks=all: two in-sync replicas do
+        wait_until(
+            lambda: len(event_ids(table)) >= 1600, OUTAGE_S, "clicks in Delta with a broker gone", log=host_logs()[-1]
+        )
         while time.monotonic() < back_at:  # the rest of the outage itself, not a wait for a condition
-            assert job.poll() is None, "the job exited with a broker gone:\n" + "".join(output[-40:])
+            assert job_row(v1, "raw_clicks", 1)[2] == "running", "the job ended with a broker gone"
             time.sleep(5)
         stack.stop_component("kafka-3")
         stack.start_component("kafka-3")
 
-        after = produce_clicks(settings, source, 400, first=1300)
-        wait_until(lambda: len(event_ids(table)) >= 1700, 300, "the clicks after the broker's return", log=output)
-        job.send_signal(signal.SIGTERM)
-        job.wait(timeout=120)
+        # A replay of v2 on the cluster beside live v1: its own application at two cores, the other two slots.
+        v2 = v1.copy(tmp_path / "v2")
+        v2.edit("raw_clicks/declaration.py", "version=1,", "version=2,")
+        replayed = v2.kappa("replay", "start", "raw_clicks", "--by", "test")
+        assert "verification: PASSED" in replayed.stdout, replayed.stdout + replayed.stderr
+        v2.kappa("replay", "golive", "raw_clicks", "--by", "test")
+        cut = v2.kappa("replay", "cutover", "raw_clicks", "--version", "2", "--by", "test")
+        assert "v1 -> v2" in cut.stdout, cut.stdout
+        produced |= produce_clicks(settings, source, 200, first=1600)
+        for t in (table, v2_table):
+            wait_until(partial(has_rows, t, 1800), 180, f"the last clicks in {t.name}", log=host_logs()[-1])
+        assert applications() == ["kappa-jobs", "kappa-jobs"]  # each version's code in its own host
+        for version in (1, 2):
+            v2.kappa("jobs", "stop", "raw_clicks", "--version", str(version))
+        copies.clear()
     finally:
-        if job is not None and job.poll() is None:
-            job.kill()
+        for version in (1, 2) if copies else ():  # the test failed: nothing of it may run on
+            copies[0].kappa("jobs", "stop", "raw_clicks", "--version", str(version), check=False)
         down = kappa("down", "--purge", env=env)
-    out = "".join(output)
-    assert job.returncode == 0, out[-3000:]
-    assert sorted(event_ids(table)) == sorted(before | during_worker | during_broker | after)  # once each
-    assert "Traceback" not in out
-    assert "stopped by signal" in out
+    assert sorted(event_ids(table)) == sorted(produced)  # once each, after every kill
+    assert sorted(event_ids(v2_table)) == sorted(produced)
+    for log in host_logs():
+        assert "Traceback" not in log.read_text(), log
     assert down.code == 0, down.err
     assert stack_processes(stack_dir) == []
     wait_until(lambda: executors_anywhere() == [], 30, "no executor left once its workers stopped")

@@ -1,11 +1,13 @@
 """The Spark driver's class archive is used only for the JVM and classpath it was made with; the driver's JVM
-options and Delta's snapshot partitions come from the settings."""
+options, Delta's snapshot partitions and a session's slots on a cluster come from the settings."""
 
 import json
 import shlex
 from pathlib import Path
 
 from kappa.core.settings import KappaSettings, load_settings
+from kappa.runtime.discovery import get_job
+from kappa.runtime.runner import real_time_slots
 from kappa.spark.class_archive import ARCHIVE, _fingerprint, usable_archive
 from kappa.spark.session import driver_classpath, spark_conf
 from kappa.stack.artifacts import JAR_GROUPS
@@ -85,3 +87,20 @@ def test_a_session_on_the_stacks_cluster_stays_on_loopback_and_sizes_its_executo
     remote = spark_conf(_settings(tmp_path / "remote", spark_master="spark://spark.example.com:7077"), "t")
     assert "spark.driver.host" not in remote  # Spark picks the interface the cluster reaches
     assert "spark.cores.max" not in remote  # 0: all the cluster offers
+
+
+def test_a_real_time_job_gets_a_slot_per_input_partition_on_any_master(tmp_path: Path) -> None:
+    """Real-time mode runs a task per input partition for the whole batch: local gets the threads, a cluster
+    application takes exactly that many cores and no more (the applications beside it keep theirs)."""
+    spec = get_job("enrich_clicks_realtime")
+    needed = sum(t.partitions for t in spec.inputs)
+    assert needed > 2  # more than this machine's cores: the local case below is a change
+    settings = _settings(tmp_path)
+    on_two = real_time_slots(spec, settings.model_copy(update={"spark_master": "local[2]"}))
+    assert on_two.spark_master == f"local[{needed}]"
+    many = settings.model_copy(update={"spark_master": "local[64]"})
+    assert real_time_slots(spec, many).spark_master == "local[64]"
+    cluster = settings.model_copy(update={"spark_master": "spark://127.0.0.1:7077", "spark_cores_max": 8})
+    on_cluster = real_time_slots(spec, cluster)
+    assert (on_cluster.spark_master, on_cluster.spark_cores_max) == ("spark://127.0.0.1:7077", needed)
+    assert spark_conf(on_cluster, "rt")["spark.cores.max"] == str(needed)

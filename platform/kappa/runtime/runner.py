@@ -132,13 +132,15 @@ def live_batch_bound(spec: JobSpec, available_now: bool) -> int | None:
 
 def real_time_slots(spec: JobSpec, settings: KappaSettings) -> KappaSettings:
     """Real-time mode runs every task of a batch at once, for the whole batch: one per input partition. A local
-    master gets that many task threads (they mostly wait for records), whatever its core count."""
+    master gets that many task threads (they mostly wait for records), whatever its core count. On a cluster the
+    application takes exactly that many cores (spark.cores.max): more would sit idle, and without a cap it would
+    take every free core of the cluster from the applications beside it."""
 
-    found = re.fullmatch(r"local\[(\*|\d+)\]", settings.spark_master)
-    if found is None:  # a cluster: its executors must offer the slots
-        return settings
-    threads = (os.cpu_count() or 1) if found.group(1) == "*" else int(found.group(1))
     needed = sum(t.partitions for t in spec.inputs)
+    found = re.fullmatch(r"local\[(\*|\d+)\]", settings.spark_master)
+    if found is None:
+        return settings.model_copy(update={"spark_cores_max": needed})
+    threads = (os.cpu_count() or 1) if found.group(1) == "*" else int(found.group(1))
     return settings if threads >= needed else settings.model_copy(update={"spark_master": f"local[{needed}]"})
 
 
