@@ -41,18 +41,25 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from jobs.clickstream.generator import ProfileVersion, StreamConfig, clickstream
 from kappa.contracts.expectations import suite_for
-from kappa.contracts.topic_declarations import MINUTE_MS, Cleanup, Topic
+from kappa.contracts.topic_declarations import Cleanup, Topic
 from kappa.core.settings import KappaSettings
 from kappa.kafka.aliases import AliasRegistry, Step
 from kappa.kafka.clients import Outgoing, produce_all
 from kappa.lifecycle import deployments
 from kappa.lifecycle.lag import lag
 from kappa.runtime.readers import AliasConsumer
-from tests import oracles
 from tests.conftest import PORT_OFFSET
-from tests.integration.replay_pipeline import CONFIG, REPO, Deployment, deploy_copy, produce, produce_clicks
+from tests.integration.replay_pipeline import (
+    CONFIG,
+    REPO,
+    Deployment,
+    deploy_copy,
+    enriched_table,
+    produce,
+    produce_clicks,
+    rule,
+)
 from tests.waiting import wait_until
 
 FIRST_PART = slice(0, 2200)  # the log when v1 goes live; the CLI flow adds the rest after its cutover
@@ -107,28 +114,6 @@ def stop_deployment(d: Deployment, version: int) -> None:
 # --- 1. the replay protocol through the CLI -------------------------------------------------------------------
 
 
-def rule(config: StreamConfig, lateness_minutes: int, emissions: slice) -> dict[str, tuple[int | None, str]]:
-    """event_id -> (profile_version, segment): the as-of rule over that part of the log (a fresh run), computed
-    independently of the job (tests/oracles.py's SQL, which shares no code with jobs/enrich_clicks)."""
-    profiles: list[tuple[str, int, int, int, str, str]] = []
-    clicks: list[tuple[str, str, str, int]] = []
-    for n, emission in enumerate(clickstream(config)):
-        if n < (emissions.start or 0) or (emissions.stop is not None and n >= emissions.stop):
-            continue
-        r = emission.record
-        if isinstance(r, ProfileVersion):
-            profiles.append((r.user_id, r.profile_version, r.valid_from_ms, emission.log_time_ms, r.segment,
-                             r.country))  # fmt: skip
-        else:
-            clicks.append((r.event_id, r.user_id, r.page, r.event_time_ms))
-    enriched = oracles.enrichment(clicks, profiles, lateness_minutes * MINUTE_MS)
-    return {key: (version, segment) for key, (version, segment, _country, _page) in enriched.items()}
-
-
-def table(changes: dict[str, dict[str, object] | None]) -> dict[str, tuple[object, object]]:
-    return {k: (v["profile_version"], v["segment"]) for k, v in changes.items() if v is not None}
-
-
 def a_value_of(stack: KappaSettings, topic: str) -> bytes:
     """The value bytes of one record of the topic (Confluent-framed Avro, as its writer produced it)."""
     consumer = Consumer({"bootstrap.servers": stack.bootstrap, "group.id": "test-replay-sample", "log_level": 0})
@@ -163,7 +148,7 @@ def follow_until(
     follower's fetch is no promise that they reached it on a loaded machine."""
     deadline = time.monotonic() + 120
     follow(consumer, seen, counts)
-    while table(seen) != expected and time.monotonic() < deadline:
+    while enriched_table(seen) != expected and time.monotonic() < deadline:
         follow(consumer, seen, counts)
 
 
@@ -183,7 +168,7 @@ def test_replay_cutover_and_rollback_through_the_cli(
     try:
         follow(consumer, seen, counts)
         v1_first = rule(CONFIG, 20, FIRST_PART)
-        assert table(seen) == v1_first
+        assert enriched_table(seen) == v1_first
 
         # The logic change, in a new copy of the code: v1 keeps its own.
         v2 = v1.copy(tmp_path / "v2")
@@ -256,7 +241,7 @@ def test_replay_cutover_and_rollback_through_the_cli(
         assert "v1 -> v2" in cut.stdout
         follow(consumer, seen, counts)
         assert counts[-1] == len(differing)  # each changed key once, nothing else again
-        assert table(seen) == v2_first
+        assert enriched_table(seen) == v2_first
 
         # The log grows; both versions keep running, the follower reads v2.
         v1.kappa("jobs", "start", "enrich_clicks")
@@ -269,7 +254,7 @@ def test_replay_cutover_and_rollback_through_the_cli(
         )
         grown = rule(CONFIG, 5, slice(0, None))
         follow_until(consumer, seen, counts, grown)
-        got = table(seen)
+        got = enriched_table(seen)
         assert got == grown, (  # what tells a slow follower from a writer that did not write, if it ever fails
             f"{len(grown.keys() - got.keys())} keys missing, {sum(got[k] != v for k, v in grown.items() if k in got)} "
             f"with another value; v2's lag now: {lag(v2.settings(stack), 'enrich_clicks', 2).total}"
@@ -278,7 +263,7 @@ def test_replay_cutover_and_rollback_through_the_cli(
         back = v2.kappa("replay", "rollback", "enrich_clicks", "--by", "bob")
         assert "v2 -> v1" in back.stdout
         follow(consumer, seen, counts)
-        assert table(seen) == rule(CONFIG, 20, slice(0, None))
+        assert enriched_table(seen) == rule(CONFIG, 20, slice(0, None))
         assert consumer.version == 1
         # A second rollback would undo the first, to an unverified state: refused, naming the way back.
         again = v2.kappa("replay", "rollback", "enrich_clicks", "--by", "bob", check=False)

@@ -24,16 +24,17 @@ from types import ModuleType
 
 import pytest
 
-from jobs.clickstream.generator import StreamConfig, click_messages, clicks
+from jobs.clickstream.generator import ProfileVersion, StreamConfig, click_messages, clicks, clickstream
 from jobs.clickstream.produce import generate
 from kappa.contracts.avro_serde import AvroEncoder
 from kappa.contracts.expectations import EXPECTATIONS_DIR
 from kappa.contracts.registry import Registry, value_subject
 from kappa.contracts.schema_files import topic_value_schema
-from kappa.contracts.topic_declarations import Cleanup, Topic
+from kappa.contracts.topic_declarations import MINUTE_MS, Cleanup, Topic
 from kappa.core.settings import KappaSettings
 from kappa.kafka.clients import produce_all
 from kappa.lifecycle.lag import lag
+from tests import oracles
 from tests.environment import stack_env
 
 REPO = Path(__file__).resolve().parents[2]
@@ -219,3 +220,26 @@ def produce_clicks(stack: KappaSettings, topic: Topic, count: int, seed: int, fi
         encoder = AvroEncoder(registry, value_subject(topic.name), topic_value_schema(stack.schemas_path, topic))
         produce_all(stack, topic.name, click_messages(iter(made), encoder.encode, topic.partitions))
     return {c.event_id for c in made}
+
+
+def rule(config: StreamConfig, lateness_minutes: int, emissions: slice) -> dict[str, tuple[int | None, str]]:
+    """event_id -> (profile_version, segment): the as-of rule over that part of the log (a fresh run), computed
+    independently of the job (tests/oracles.py's SQL, which shares no code with jobs/enrich_clicks)."""
+    profiles: list[tuple[str, int, int, int, str, str]] = []
+    clicks: list[tuple[str, str, str, int]] = []
+    for n, emission in enumerate(clickstream(config)):
+        if n < (emissions.start or 0) or (emissions.stop is not None and n >= emissions.stop):
+            continue
+        r = emission.record
+        if isinstance(r, ProfileVersion):
+            profiles.append((r.user_id, r.profile_version, r.valid_from_ms, emission.log_time_ms, r.segment,
+                             r.country))  # fmt: skip
+        else:
+            clicks.append((r.event_id, r.user_id, r.page, r.event_time_ms))
+    enriched = oracles.enrichment(clicks, profiles, lateness_minutes * MINUTE_MS)
+    return {key: (version, segment) for key, (version, segment, _country, _page) in enriched.items()}
+
+
+def enriched_table(changes: dict[str, dict[str, object] | None]) -> dict[str, tuple[object, object]]:
+    """event_id -> (profile_version, segment) of the enriched clicks a reader holds (None: deleted)."""
+    return {k: (v["profile_version"], v["segment"]) for k, v in changes.items() if v is not None}
