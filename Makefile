@@ -21,7 +21,7 @@ export UV_COMPILE_BYTECODE := 1
 DAGSTER_HOME ?= $(CURDIR)/.state/dagster
 DAGSTER_PORT ?= 3000
 
-.PHONY: help setup system-packages demo test test-quick test-unit test-integration test-e2e soak soak-live lint docs format up down status topics dagster bench-avro bench-pipeline bench-contracts bench-live bench-cluster bench-replay bench-cascade ci clean
+.PHONY: help setup system-packages demo test test-quick test-unit test-integration test-e2e soak soak-live lint docs format up down status topics dagster bench-avro bench-pipeline bench-contracts bench-live bench-cluster bench-security bench-replay bench-cascade ci clean
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-18s %s\n", $$1, $$2}'
@@ -109,6 +109,9 @@ bench-live: setup ## benchmark: the whole pipeline deployed, 10 min at 1,000 cli
 
 bench-cluster: setup ## benchmark: the Spark cluster's overhead on the same cores: replay and live pipeline on local[2] vs 2 workers, side by side, and a projection
 	$(UV) run --frozen python -m tests.benchmarks.bench_cluster $(BENCH_ARGS)
+
+bench-security: setup ## benchmark: what TLS, SCRAM and the ACLs cost: replay (enrich_clicks, raw_clicks) and live pipeline, plaintext vs secured, side by side
+	$(UV) run --frozen python -m tests.benchmarks.bench_security $(BENCH_ARGS)
 
 bench-contracts: setup ## benchmark: raw_clicks replay throughput with and without the row-level data contract
 	$(UV) run --frozen python -m tests.benchmarks.bench_contracts $(BENCH_ARGS)

@@ -32,7 +32,7 @@ from dagster import (
 
 from dagster_project.resources import KappaResource
 from kappa.contracts.dead_letter_format import dlq_topic, late_topic
-from kappa.contracts.registry import Registry, value_subject
+from kappa.contracts.registry import registry_of, value_subject
 from kappa.contracts.topic_declarations import FOREVER, Cleanup, Topic
 from kappa.core.errors import KappaError
 from kappa.kafka.aliases import CONTROL_TOPICS
@@ -150,7 +150,7 @@ def _registered_schema(kappa: KappaResource, topic: Topic) -> dict[str, Any]:
     """The registry's latest id and version of the output's value schema (what consumers decode with)."""
     if not topic.value_schema:
         return {}
-    with Registry(kappa.settings().registry) as registry:
+    with registry_of(kappa.settings()) as registry:
         versions = registry.versions(value_subject(topic.name))
     if not versions:
         return {}

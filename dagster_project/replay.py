@@ -30,7 +30,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from dagster import (
     AssetKey,
@@ -59,6 +59,7 @@ from dagster_project.assets import kappa_command, output_key
 from dagster_project.replay_checks import verification
 from dagster_project.resources import KappaResource
 from kappa.core.errors import KappaError
+from kappa.core.security import known_secrets, redact
 from kappa.core.settings import KappaSettings
 from kappa.kafka.aliases import AliasRegistry, now_ms
 from kappa.lifecycle import cascade, protocol
@@ -85,12 +86,6 @@ def _step(what: str) -> Iterator[None]:
         yield
     except KappaError as exc:
         raise Failure(description=f"{what}: {exc}") from None
-
-
-def _echo(path: Path, stream: TextIO) -> None:
-    """The subprocess's output into the step's captured stdout/stderr (the run page's stdout and stderr tabs)."""
-    stream.write(path.read_text(errors="replace"))
-    stream.flush()
 
 
 def _tail(path: Path, lines: int = 20) -> str:
@@ -206,10 +201,12 @@ def catch_up(context: OpExecutionContext) -> Iterator[Any]:
                     time.sleep(1.0)
             finally:
                 _stop(process)  # the run was terminated: the catch-up stops after its batch, resumable
-        stdout_text = stdout.read_text(errors="replace")
-        error = _tail(stderr)
-        _echo(stdout, sys.stdout)
-        _echo(stderr, sys.stderr)
+        # Dagster keeps what a step prints and its metadata in its run storage: no secret may reach them.
+        secrets_ = known_secrets(settings)
+        stdout_text = redact(stdout.read_text(errors="replace"), secrets_)
+        error = redact(_tail(stderr), secrets_)
+        sys.stdout.write(stdout_text)
+        sys.stderr.write(redact(stderr.read_text(errors="replace"), secrets_))
     messages = session.get_custom_messages()  # after the session closed: its last messages are read by now
     for line in stdout_text.strip().splitlines():
         if not LOG_RECORD.match(line):  # what the CLI prints for its user; its log records are in stdout

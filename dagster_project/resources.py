@@ -6,7 +6,7 @@ import os
 from dagster import ConfigurableResource
 from pydantic import Field
 
-from kappa.core.settings import KappaSettings, load_settings
+from kappa.core.settings import SECRET_VARIABLES, KappaSettings, load_settings
 
 
 class KappaResource(ConfigurableResource):  # type: ignore[type-arg]
@@ -24,6 +24,12 @@ class KappaResource(ConfigurableResource):  # type: ignore[type-arg]
         unknown = [k for k in self.overrides if not k.startswith("KAPPA_")]
         if unknown:
             raise ValueError(f"KappaResource.overrides takes KAPPA_* variables only, got {', '.join(sorted(unknown))}")
+        secret = sorted(k for k in self.overrides if k in SECRET_VARIABLES)
+        if secret:  # a run's resource config is kept in Dagster's run storage and shown in its UI
+            raise ValueError(
+                f"KappaResource.overrides may not carry secrets ({', '.join(secret)}): Dagster keeps run "
+                "configuration in its storage; give the password file's path (the *_PASSWORD_FILE setting) instead"
+            )
         # KAPPA_CONFIG_FILE names a file, not a field: the launched job reads it; here only the process's counts.
         fields = {k.removeprefix("KAPPA_").lower(): v for k, v in self.overrides.items() if k != "KAPPA_CONFIG_FILE"}
         return load_settings(**fields)

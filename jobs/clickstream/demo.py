@@ -18,6 +18,7 @@ from jobs.clickstream.generator import StreamConfig
 from jobs.clickstream.produce import generate
 from kappa.contracts.schema_rollout import apply_schemas
 from kappa.core.errors import KappaError
+from kappa.core.security import registry_login
 from kappa.core.settings import KappaSettings
 from kappa.kafka.clients import admin_client
 from kappa.kafka.topic_admin import apply
@@ -54,7 +55,7 @@ def run_demo(base: KappaSettings, events: int, keep: bool, malformed_share: floa
         topics = load_catalog()
         changes = apply(admin_client(settings), topics_to_apply(settings, topics))
         print(f"[2/5] {len(changes)} topics created; ", end="")
-        registered = apply_schemas(settings.schemas_path, topics, settings.registry)
+        registered = apply_schemas(settings.schemas_path, topics, settings.registry, registry_login(settings))
         print(f"{len(registered)} schemas registered (BACKWARD_TRANSITIVE)")
         config = StreamConfig(events=events, users=max(20, events // 100), malformed_share=malformed_share)
         produced = generate(settings, config, CLICKS, USER_PROFILES, progress=None)

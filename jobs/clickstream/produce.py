@@ -11,7 +11,7 @@ from typing import TextIO
 
 from jobs.clickstream.generator import Click, StreamConfig, clickstream, malformed_value
 from kappa.contracts.avro_serde import AvroEncoder
-from kappa.contracts.registry import Registry, value_subject
+from kappa.contracts.registry import registry_of, value_subject
 from kappa.contracts.schema_files import topic_value_schema
 from kappa.contracts.topic_declarations import Topic
 from kappa.core.settings import KappaSettings
@@ -41,7 +41,7 @@ def generate(
     only that part of the stream (e.g. slice(0, 2000), then slice(2000, None): a log that grows later)."""
     rng = random.Random(config.seed * 31)
     # The registered schemas, never registered here: `kappa schemas apply` registers them (checked first).
-    with Registry(settings.registry) as registry:
+    with registry_of(settings) as registry:
         click_encoder, profile_encoder = (
             AvroEncoder(registry, value_subject(t.name), topic_value_schema(settings.schemas_path, t), register=False)
             for t in (clicks_topic, profiles_topic)

@@ -24,7 +24,7 @@ from pyspark.sql.avro.functions import from_avro
 
 from jobs.catalog import CLICKS
 from jobs.clickstream.generator import clicks
-from kappa.contracts.registry import Registry, value_subject
+from kappa.contracts.registry import registry_of, value_subject
 from kappa.contracts.schema_files import topic_value_schema
 from kappa.contracts.topic_declarations import Cleanup, Topic
 from kappa.contracts.wire_format import frame
@@ -56,7 +56,7 @@ def prepare(settings: KappaSettings, events: int) -> tuple[dict[str, Topic], dic
     apply(admin_client(settings), list(topics.values()))
     versions = writer_versions(reader)
     parsed = [parse_schema(v) for v in versions]
-    with Registry(settings.registry) as registry:
+    with registry_of(settings) as registry:
         ids = [registry.register(value_subject(topics["mixed"].name), v) for v in versions]
         single_id = registry.register(value_subject(topics["single"].name), reader)
         mixed_writers = writer_schemas(registry, topics["mixed"])

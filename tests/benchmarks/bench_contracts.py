@@ -29,6 +29,7 @@ from jobs.raw_clicks.declaration import JOB as RAW_CLICKS
 from kappa.contracts.expectations import suite_for
 from kappa.contracts.schema_rollout import apply_schemas
 from kappa.contracts.topic_declarations import dead_letters_of
+from kappa.core.security import registry_login
 from kappa.core.settings import KappaSettings, load_settings
 from kappa.kafka.clients import admin_client
 from kappa.kafka.topic_admin import apply
@@ -79,7 +80,9 @@ def main() -> None:
     stack.up()
     try:
         apply(admin_client(with_contract), [CLICKS, USER_PROFILES, dead_letters_of(CLICKS)])
-        apply_schemas(with_contract.schemas_path, [CLICKS, USER_PROFILES], with_contract.registry)
+        apply_schemas(
+            with_contract.schemas_path, [CLICKS, USER_PROFILES], with_contract.registry, registry_login(with_contract)
+        )
         loaded = generate(with_contract, StreamConfig(events=args.events, seed=11), CLICKS, USER_PROFILES)
         print(f"loaded {args.events:,} clicks: {loaded}", flush=True)
         with tempfile.TemporaryDirectory() as plain_dir:

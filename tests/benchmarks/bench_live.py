@@ -71,8 +71,9 @@ from confluent_kafka import Consumer
 from jobs.catalog import CLICKS, USER_PROFILES
 from jobs.clickstream.generator import COUNTRIES, SEGMENTS, Click, ProfileVersion
 from kappa.contracts.avro_serde import AvroDecoder, AvroEncoder
-from kappa.contracts.registry import Registry, value_subject
+from kappa.contracts.registry import registry_of, value_subject
 from kappa.contracts.schema_files import topic_value_schema
+from kappa.core.security import librdkafka_config
 from kappa.core.settings import KappaSettings, Launcher, project_root
 from kappa.core.waiting import WaitTimeoutError, wait_until
 from kappa.kafka.clients import Outgoing, Publisher
@@ -257,7 +258,7 @@ def produce_profiles(settings: KappaSettings, users: int, valid_for_ms: int = 3_
     the soak expected.)"""
     rng = random.Random(SEED)
     now_ms = time.time_ns() // 1_000_000
-    with Registry(settings.registry) as registry:
+    with registry_of(settings) as registry:
         encoder = AvroEncoder(
             registry, value_subject(USER_PROFILES.name), topic_value_schema(settings.schemas_path, USER_PROFILES)
         )
@@ -288,7 +289,7 @@ def produce_at_rate(
     Kafka takes them (the log's history), the rest at their time, so the log has no gap. `delay_ms`: each click
     goes that long after its time (a schedule that resumes after a pause, its event times still gapless)."""
     rng = random.Random(f"{SEED}-{label}")
-    with Registry(settings.registry) as registry:
+    with registry_of(settings) as registry:
         encoder = AvroEncoder(registry, value_subject(CLICKS.name), topic_value_schema(settings.schemas_path, CLICKS))
     publisher = Publisher(settings, **{"linger.ms": 5})
     out = Produced()
@@ -329,7 +330,7 @@ class Receiver(threading.Thread):
         # `wait_ms`: the longest a fetch waits for a record, so the finest a receive time can be (and how often an
         # idle topic is asked: each fetch costs the broker as much as a job's)
         self.consumer = Consumer(
-            {"bootstrap.servers": settings.bootstrap, "group.id": f"bench-live-{uuid.uuid4().hex[:8]}",
+            {**librdkafka_config(settings), "group.id": f"bench-live-{uuid.uuid4().hex[:8]}",
              "auto.offset.reset": "latest", "enable.auto.commit": False, "fetch.wait.max.ms": wait_ms,
              "log_level": 0}
         )  # fmt: skip
@@ -966,7 +967,7 @@ def measure(
     label = f"r{rate}-{uuid.uuid4().hex[:6]}"
     print(f"{rate:,} clicks/s: {warmup:.0f} s warm-up, then {seconds:.0f} s measured ...", flush=True)
     produce_at_rate(settings, rate, warmup, users, f"{label}w")
-    with Registry(settings.registry) as registry:
+    with registry_of(settings) as registry:
         session_decoder = AvroDecoder(registry, topic_value_schema(settings.schemas_path, deployed_job(
             settings, "sessionize").output))  # fmt: skip
         receivers = {"enriched": Receiver(settings, pipeline.enriched),

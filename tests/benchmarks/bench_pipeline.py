@@ -47,10 +47,12 @@ from jobs.clickstream.generator import StreamConfig
 from jobs.clickstream.produce import generate
 from kappa.contracts.schema_rollout import apply_schemas
 from kappa.contracts.topic_declarations import Cleanup, Topic, dead_letters_of
+from kappa.core.security import java_client_file, librdkafka_config, registry_login
 from kappa.core.settings import KappaSettings
 from kappa.core.waiting import wait_until
 from kappa.kafka.clients import admin_client
 from kappa.kafka.topic_admin import apply
+from kappa.runtime.access import grant_version
 from kappa.runtime.declaration import JobSpec, version_checkpoints
 from kappa.runtime.discovery import discover, load_catalog
 from kappa.runtime.outputs import DeltaTable, output_of
@@ -86,7 +88,7 @@ WORKER_PHASES = ("apply (", "enrich (", "sessionize (", "state_to_json", "state_
 
 def end_offsets(settings: KappaSettings, topic: str) -> dict[int, int]:
     """partition -> high watermark ({} when the topic does not exist)."""
-    consumer = Consumer({"bootstrap.servers": settings.bootstrap, "group.id": "bench-probe", "log_level": 0})
+    consumer = Consumer({**librdkafka_config(settings), "group.id": "bench-probe", "log_level": 0})
     try:
         meta = consumer.list_topics(topic, timeout=15).topics.get(topic)
         if meta is None or meta.error is not None:
@@ -147,12 +149,12 @@ def load(settings: KappaSettings, events: int, users: int, reuse: bool) -> dict[
         if {k: stamp.get(k) for k in wanted} == wanted and stamp.get("end_offsets") == now:
             print(f"reusing the generated topics ({events:,} clicks, seed {SEED}) from {stamp_file}")
             recreate(settings, derived)  # outputs of the last run: every job starts from empty outputs
-            apply_schemas(settings.schemas_path, topics, settings.registry)
+            apply_schemas(settings.schemas_path, topics, settings.registry, registry_login(settings))
             return {**stamp, "reused": True}
         print(f"{stamp_file} does not match (wanted {wanted}, end offsets {now}): generating afresh")
     stamp_file.unlink(missing_ok=True)
     recreate(settings, [*topics, *side_topics])
-    apply_schemas(settings.schemas_path, topics, settings.registry)
+    apply_schemas(settings.schemas_path, topics, settings.registry, registry_login(settings))
     print(f"generating {events:,} clicks of {users:,} users (seed {SEED}) ...")
     generated = generate(settings, StreamConfig(events=events, users=users, seed=SEED), CLICKS, USER_PROFILES)
     stamp = {
@@ -179,6 +181,8 @@ def consumer_performance(settings: KappaSettings, topic: str, records: int) -> d
         "--bootstrap-server", settings.bootstrap, "--topic", topic, "--num-records", str(records),
         "--timeout", "60000", "--group", f"bench-ceiling-{uuid.uuid4().hex[:8]}",
     ]  # fmt: skip
+    if settings.secured:  # the same login and TLS as the jobs' clients: a ceiling of the same path
+        command += ["--command-config", str(java_client_file(settings))]
     done = subprocess.run(command, capture_output=True, text=True, timeout=1800, check=False)
     lines = [line for line in done.stdout.splitlines() if line.strip()]
     header = next((i for i, line in enumerate(lines) if line.startswith("start.time")), None)
@@ -421,6 +425,8 @@ def throughput(
                            "decode, encode, write to Kafka; no job logic")  # fmt: skip
         rows.append(copied)
         fresh_outputs(settings, spec)
+        if settings.secured:  # the job runs as its own principal (as_job), allowed what it declares
+            grant_version(settings, spec, spec.version)
         print(f"running {spec.name} over {events:,} input records ({sizes}) ...")
         sampler = WorkerSampler(Path(f"{settings.checkpoint_root}/{spec.name}.pyspy")) if py_spy else None
         memory = MemorySampler([spark._jvm.ProcessHandle.current().pid()])  # type: ignore[union-attr]

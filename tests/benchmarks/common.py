@@ -18,7 +18,7 @@ from typing import Any
 
 import psutil
 
-from kappa.core.settings import KappaSettings, load_settings
+from kappa.core.settings import KappaSettings, Security, load_settings
 from kappa.stack import LocalStack
 from kappa.stack.spark_standalone import WORKER_PREFIX, is_spark, master_url
 from tests.environment import stack_env
@@ -116,21 +116,28 @@ def add_spark_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="each executor's heap on the workers (default: the local driver's, KAPPA_SPARK_DRIVER_MEMORY, over N)",
     )
+    parser.add_argument(
+        "--secure",
+        action="store_true",
+        help="a secured bench stack (kappa up --secure): TLS, SCRAM logins, each job as its own principal",
+    )
     parser.add_argument("--json-out", type=Path, default=None, help="also write the RESULT line's JSON to this file")
 
 
 def spark_overrides(args: argparse.Namespace, worker_cores: int = 1, cores_max: int = 0) -> dict[str, Any]:
-    """The settings `add_spark_arguments`' options ask for; `worker_cores` and `cores_max` are the benchmark's
-    defaults. On workers, each executor gets 1/N of the local driver's heap and of its RocksDB budget: the cluster
-    holds as much memory for the work as the local driver that did it all (its driver's own heap comes on top)."""
+    """The settings `add_spark_arguments`' options ask for (a secured stack with --secure); `worker_cores` and
+    `cores_max` are the benchmark's defaults. On workers, each executor gets 1/N of the local driver's heap and of
+    its RocksDB budget: the cluster holds as much memory for the work as the local driver that did it all (its
+    driver's own heap comes on top)."""
     if args.spark_workers and args.spark_master:
         raise SystemExit("--spark-master or --spark-workers, not both: the workers' master is the bench stack's own")
+    secured: dict[str, Any] = {"security": Security.SASL_SSL} if args.secure else {}
     if not args.spark_workers:
-        return {"spark_master": args.spark_master} if args.spark_master else {}
+        return secured | ({"spark_master": args.spark_master} if args.spark_master else {})
     local = bench_settings()
     workers = args.spark_workers
     executor_mb = _megabytes(args.spark_executor_memory or f"{_megabytes(local.spark_driver_memory) // workers}m")
-    return {
+    return secured | {
         "spark_workers": workers,
         "spark_worker_cores": args.spark_worker_cores or worker_cores,
         "spark_cores_max": cores_max if args.spark_cores_max is None else args.spark_cores_max,

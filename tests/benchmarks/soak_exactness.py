@@ -28,7 +28,7 @@ from jobs.page_stats.declaration import Settings as PageStatsSettings
 from jobs.sessionize.declaration import JOB as SESSIONIZE
 from jobs.sessionize.declaration import Settings as SessionizeSettings
 from kappa.contracts.avro_serde import AvroDecoder
-from kappa.contracts.registry import Registry
+from kappa.contracts.registry import Registry, registry_of
 from kappa.contracts.schema_files import topic_value_schema
 from kappa.contracts.topic_declarations import MINUTE_MS, Topic
 from kappa.core.settings import KappaSettings
@@ -165,7 +165,7 @@ def check(settings: KappaSettings, say: Callable[[str], None] = print) -> list[d
 def _check(con: duckdb.DuckDBPyConnection, settings: KappaSettings, say: Callable[[str], None]) -> list[dict[str, Any]]:
     sessionize = SESSIONIZE.settings_as(SessionizeSettings)
     page = PAGE_STATS.settings_as(PageStatsSettings)
-    with Registry(settings.registry) as registry:
+    with registry_of(settings) as registry:
         say("exactness: reading the inputs back ...")
         text, long = pa.string(), pa.int64()
         log = {

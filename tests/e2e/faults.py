@@ -7,7 +7,7 @@ from deltalake import DeltaTable
 
 from jobs.clickstream.generator import Click, click_messages, clicks
 from kappa.contracts.avro_serde import AvroEncoder
-from kappa.contracts.registry import Registry, value_subject
+from kappa.contracts.registry import registry_of, value_subject
 from kappa.contracts.schema_files import topic_value_schema
 from kappa.contracts.topic_declarations import Topic
 from kappa.core.settings import KappaSettings
@@ -19,7 +19,7 @@ OUTAGE_S = 120  # what the platform promises to outlive
 def encode_clicks(settings: KappaSettings, topic: Topic, count: int, first: int) -> tuple[list[Outgoing], set[str]]:
     """Clicks `first` to `first + count` of one generated stream, encoded; their event ids."""
     made = list(clicks(first + count, seed=41))[first:]
-    with Registry(settings.registry) as registry:
+    with registry_of(settings) as registry:
         encoder = AvroEncoder(registry, value_subject(topic.name), topic_value_schema(settings.schemas_path, topic))
         return list(click_messages(iter(made), encoder.encode, topic.partitions)), {c.event_id for c in made}
 

@@ -188,7 +188,7 @@ def test_a_kafka_that_does_not_answer_leaves_the_lag_its_last_batch_planned_and_
     with socket.socket() as closed:  # a port nothing listens on
         closed.bind(("127.0.0.1", 0))
         nowhere = f"127.0.0.1:{closed.getsockname()[1]}"
-    metrics = JobMetrics(job, 1, bootstrap=nowhere)
+    metrics = JobMetrics(job, 1, kafka={"bootstrap.servers": nowhere})
     metrics.batch(_progress(0, None, {"clicks": {"0": 7, "1": 5}}, {"clicks": {"0": 12, "1": 8}}, rows=12))
     topic = {"job": job, "version": "1", "topic": "clicks"}
     assert _value("kappa_job_consumer_lag_offsets", **topic) == 8  # as planned: Kafka did not answer

@@ -87,7 +87,9 @@ def test_end_offsets_come_from_the_progress_json() -> None:
 def test_each_batch_is_recorded_once_whoever_reports_it() -> None:
     from kappa.runtime.progress import ProgressRecorder
 
-    recorder = ProgressRecorder("127.0.0.1:1", groups={"q": None})  # no group: nothing to commit, no broker needed
+    recorder = ProgressRecorder(
+        {"bootstrap.servers": "127.0.0.1:1"}, groups={"q": None}
+    )  # no group: nothing to commit, no broker needed
     progress = {"name": "q", "batchId": 0, "numInputRows": 7, "sources": []}
     recorder.handle(progress)
     recorder.handle(progress)  # the listener and the runner's end-of-run sweep both report batch 0

@@ -10,6 +10,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from kappa.cli.acls import add_acls_commands
 from kappa.cli.delta_tables import add_tables_commands
 from kappa.cli.demo import add_demo_command, add_generate_command
 from kappa.cli.dlq import add_dlq_commands
@@ -29,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="command")
     add_stack_commands(sub)
     add_topics_commands(sub)
+    add_acls_commands(sub)
     add_schemas_commands(sub)
     add_dlq_commands(sub)
     add_jobs_commands(sub)

@@ -6,13 +6,14 @@ import argparse
 from typing import Any
 
 from kappa.contracts.schema_rollout import apply_schemas, check_schemas
+from kappa.core.security import registry_login
 from kappa.core.settings import KappaSettings
 from kappa.runtime.discovery import load_catalog
 
 
 def cmd_schemas_check(settings: KappaSettings, args: argparse.Namespace) -> int:
     registry = None if args.offline else settings.registry
-    reports = check_schemas(settings.schemas_path, load_catalog(args.catalog), registry)
+    reports = check_schemas(settings.schemas_path, load_catalog(args.catalog), registry, registry_login(settings))
     failed = 0
     for report in reports:
         subjects = f" ({', '.join(report.subjects)})" if report.subjects else " (no topic)"
@@ -27,7 +28,9 @@ def cmd_schemas_check(settings: KappaSettings, args: argparse.Namespace) -> int:
 
 
 def cmd_schemas_apply(settings: KappaSettings, args: argparse.Namespace) -> int:
-    for applied in apply_schemas(settings.schemas_path, load_catalog(args.catalog), settings.registry):
+    for applied in apply_schemas(
+        settings.schemas_path, load_catalog(args.catalog), settings.registry, registry_login(settings)
+    ):
         state = "registered" if applied.new else "unchanged"
         print(f"{applied.subject:<32} {state:<10} id {applied.schema_id}, version {applied.version}")
     return 0

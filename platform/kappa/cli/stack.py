@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from kappa.cli.parsing import add_command
-from kappa.core.settings import KappaSettings
+from kappa.core.settings import KappaSettings, Security
 from kappa.lifecycle import deployments
 from kappa.spark.class_archive import ensure_archive
 from kappa.spark.driver_files import log_file
@@ -34,6 +34,8 @@ def cmd_setup(settings: KappaSettings, _args: argparse.Namespace) -> int:
 
 def cmd_up(settings: KappaSettings, args: argparse.Namespace) -> int:
     started = time.monotonic()
+    if args.secure:
+        settings = settings.model_copy(update={"security": Security.SASL_SSL})
     timings = LocalStack(settings).up(
         brokers=args.brokers,
         with_registry=not args.no_registry,
@@ -43,6 +45,9 @@ def cmd_up(settings: KappaSettings, args: argparse.Namespace) -> int:
     for component, seconds in timings.items():
         print(f"{component}: healthy after {seconds:.1f} s")
     print(f"stack up in {time.monotonic() - started:.1f} s")
+    if settings.secured:
+        print(f"secured: SASL_SSL (SCRAM-SHA-512), ACLs enforced; CA {settings.kafka_ca_file}, secrets in "
+              f"{settings.secrets_path}")  # fmt: skip
     return cmd_status(settings, args)
 
 
@@ -86,6 +91,12 @@ def add_stack_commands(sub: Any) -> None:
     up = add_command(sub, "up", cmd_up, "start the local stack (Kafka KRaft + schema registry) and wait until healthy")
     up.add_argument("--brokers", type=int, default=None, help="KRaft nodes (default: KAPPA_BROKERS, 1)")
     up.add_argument("--no-registry", action="store_true", help="start only Kafka")
+    up.add_argument(
+        "--secure",
+        action="store_true",
+        help="TLS with the stack's own CA, SCRAM-SHA-512 logins and ACLs (KAPPA_SECURITY=sasl_ssl); the commands "
+        "after it follow the stack (README, Security)",
+    )
     up.add_argument(
         "--spark-workers",
         type=int,

@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from kappa.cli.acls import print_plan
 from kappa.core.settings import KappaSettings
-from kappa.kafka import topic_admin
+from kappa.kafka import acls, topic_admin
 from kappa.kafka.clients import require_kafka
+from kappa.runtime.access import platform_access
 from kappa.runtime.binding import topics_to_apply
 from kappa.runtime.discovery import load_catalog
 
@@ -19,6 +21,11 @@ def cmd_topics_apply(settings: KappaSettings, args: argparse.Namespace) -> int:
         print(f"{change.topic:<30} {change.kind}")
         for detail in change.details:
             print(f"{'':<32}{detail}")
+    if settings.secured:  # the topics' readers and writers: each job version's principal and its ACLs
+        acl_plan = acls.plan(admin, platform_access(settings))
+        print_plan(acl_plan)
+        acls.apply(admin, settings, acl_plan)
+        print(f"{len(acl_plan.wanted)} principals, their ACLs as declared")
     return 1 if any(c.kind is topic_admin.ChangeKind.DRIFT for c in changes) else 0
 
 
@@ -49,7 +56,7 @@ def add_topics_commands(sub: Any) -> None:
     topics = sub.add_parser("topics", help="declared topics versus the cluster")
     topics_sub = topics.add_subparsers(dest="topics_command", required=True, metavar="action")
     for name, func, help_ in (
-        ("apply", cmd_topics_apply, "create missing topics and repair drifted configs"),
+        ("apply", cmd_topics_apply, "create missing topics and repair drifted configs (secured: and the ACLs)"),
         ("list", cmd_topics_list, "show declared versus actual"),
     ):
         p = topics_sub.add_parser(name, help=help_, description=help_)

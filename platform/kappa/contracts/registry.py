@@ -19,6 +19,8 @@ from confluent_kafka.schema_registry.common._httpx_compat import httpx as client
 
 from kappa.contracts.compatibility import Compatibility
 from kappa.core.errors import KappaError
+from kappa.core.security import Credential, registry_login
+from kappa.core.settings import KappaSettings
 
 _UNKNOWN_SCHEMA_ID = 40403  # the registry's error code for an id it never issued
 
@@ -59,10 +61,14 @@ def _avro(schema: dict[str, Any]) -> Schema:
 class Registry:
     """A registry client; schemas by id are cached (ids are immutable, so the cache never goes stale)."""
 
-    def __init__(self, url: str, timeout_s: float = 10.0) -> None:
+    def __init__(self, url: str, timeout_s: float = 10.0, login: Credential | None = None) -> None:
         self.url = url.rstrip("/")
         # No retries: a registry that is down is reported at once, with what to do (the jobs retry on their own).
-        self._client = SchemaRegistryClient({"url": self.url, "timeout": timeout_s, "max.retries": 0})
+        config: dict[str, Any] = {"url": self.url, "timeout": timeout_s, "max.retries": 0}
+        if login is not None:  # HTTP basic authentication (a secured registry refuses anonymous requests)
+            config["basic.auth.user.info"] = f"{login.user}:{login.password.get_secret_value()}"
+        self._login = login.user if login is not None else None
+        self._client = SchemaRegistryClient(config)
 
     def close(self) -> None:
         self._client.close()
@@ -91,6 +97,15 @@ class Registry:
                 raise RegistryError(
                     f"no schema registry answered at {self.url} (KAPPA_REGISTRY_URL): {request} got HTTP 404 "
                     "without a registry error code; is the URL complete (Apicurio: <host>/apis/ccompat/v7)?"
+                ) from None
+            if exc.http_status_code in (401, 403):
+                who = f"as {self._login}" if self._login else "without a login (anonymous)"
+                verdict = "refused the login" if exc.http_status_code == 401 else "does not allow it"
+                raise RegistryError(
+                    f"{request} {who}: the registry {verdict} (HTTP {exc.http_status_code}); "
+                    "KAPPA_REGISTRY_USER and KAPPA_REGISTRY_PASSWORD_FILE name the login (README, Security)",
+                    exc.http_status_code,
+                    code,
                 ) from None
             error = UnknownSchemaIdError if code == _UNKNOWN_SCHEMA_ID else RegistryError
             raise error(
@@ -182,3 +197,8 @@ class Registry:
                 return None
             raise
         return found.schema_id
+
+
+def registry_of(settings: KappaSettings, timeout_s: float = 10.0) -> Registry:
+    """A client of the settings' registry, logged in as their registry user on a secured platform."""
+    return Registry(settings.registry, timeout_s=timeout_s, login=registry_login(settings))

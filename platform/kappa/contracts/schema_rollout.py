@@ -11,6 +11,7 @@ from kappa.contracts.compatibility import Compatibility, check
 from kappa.contracts.registry import Registry, RegistryError, key_subject
 from kappa.contracts.schema_files import SchemaFileError, git_versions, house_rules, load
 from kappa.contracts.topic_declarations import Topic
+from kappa.core.security import Credential
 
 
 @dataclass
@@ -32,12 +33,15 @@ def _bindings(topics: Sequence[Topic]) -> dict[str, list[tuple[str, Compatibilit
     return result
 
 
-def check_schemas(schemas_dir: Path, topics: Sequence[Topic], registry_url: str | None) -> list[SchemaReport]:
-    """Check every schema file; with a registry URL also against what is registered (None: offline)."""
+def check_schemas(
+    schemas_dir: Path, topics: Sequence[Topic], registry_url: str | None, login: Credential | None = None
+) -> list[SchemaReport]:
+    """Check every schema file; with a registry URL also against what is registered (None: offline), logged in
+    as `login` where the registry asks for one."""
     bindings = _bindings(topics)
     files = sorted({p.name for p in schemas_dir.glob("*.avsc")} | set(bindings))
     reports = []
-    registry = Registry(registry_url) if registry_url else None
+    registry = Registry(registry_url, login=login) if registry_url else None
     try:
         for name in files:
             report = SchemaReport(name, [s for s, _ in bindings.get(name, [])])
@@ -88,10 +92,13 @@ class Applied:
     new: bool
 
 
-def apply_schemas(schemas_dir: Path, topics: Sequence[Topic], registry_url: str) -> list[Applied]:
-    """Set each subject's compatibility level, then register its schema (the registry enforces the level)."""
+def apply_schemas(
+    schemas_dir: Path, topics: Sequence[Topic], registry_url: str, login: Credential | None = None
+) -> list[Applied]:
+    """Set each subject's compatibility level, then register its schema (the registry enforces the level), logged
+    in as `login` where the registry asks for one (a secured registry takes writes from a writer's login only)."""
     applied = []
-    with Registry(registry_url) as registry:
+    with Registry(registry_url, login=login) as registry:
         for name, subjects in sorted(_bindings(topics).items()):
             schema = load(schemas_dir / name)
             for subject, level in subjects:

@@ -7,6 +7,7 @@ Sources, highest first: explicit keyword arguments, environment variables (`KAPP
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import re
 import sys
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, YamlConfigSettingsSource
 
 from kappa.core.errors import SettingsError
@@ -44,6 +45,11 @@ class Launcher(StrEnum):
     SUBPROCESS = "subprocess"  # `python -m kappa.cli jobs run ...` on this machine, Spark on spark_master
     SPARK_SUBMIT = "spark-submit"  # `spark-submit --master <spark_master> ... jobs run ...` (client mode)
     SHARED = "shared"  # each job as queries of one Spark application on this machine (kappa.lifecycle.job_host)
+
+
+class Security(StrEnum):
+    PLAINTEXT = "plaintext"  # no authentication, no encryption, no ACLs: a laptop, a test
+    SASL_SSL = "sasl_ssl"  # TLS, SCRAM-SHA-512 logins and ACLs (README, "Security")
 
 
 # The masters spark-submit can hand a job to (a local[...] master is what the subprocess launcher runs).
@@ -123,6 +129,44 @@ class KappaSettings(BaseSettings):
     bootstrap_servers: str | None = Field(None, description="Kafka bootstrap list, host:port[,host:port]")
     registry_url: str | None = Field(None, description="Confluent-compatible registry URL (…/apis/ccompat/v7)")
 
+    # --- security (README, "Security"; kappa.core.security) ------------------------------------------------
+    security: Security | None = Field(
+        None,
+        description="plaintext, or sasl_ssl: TLS, SCRAM-SHA-512 logins and ACLs; default: in the local profile, "
+        "what the stack was started with (`kappa up --secure`), else plaintext",
+    )
+    secrets_dir: Path | None = Field(
+        None, description="0700 folder of the local stack's generated secrets and certificates (stack_dir/secrets)"
+    )
+    kafka_ca_file: Path | None = Field(
+        None, description="PEM file of the CA that signed the brokers' certificates (local: secrets_dir/ca.pem)"
+    )
+    kafka_user: str = Field(
+        "admin", pattern=r"^[A-Za-z0-9._-]+$", description="the SCRAM user of the platform's own tools (the CLI)"
+    )
+    kafka_password: SecretStr | None = Field(
+        None, description="its password; prefer KAPPA_KAFKA_PASSWORD_FILE (a file only its owner may read)"
+    )
+    kafka_password_file: Path | None = Field(
+        None, description="file of its password, mode 0600 (default secrets_dir/kafka/<kafka_user>.password)"
+    )
+    registry_user: str = Field(
+        "admin",
+        pattern=r"^[A-Za-z0-9._-]+$",
+        description="the registry login of the platform's own tools (`kappa schemas apply` registers with it)",
+    )
+    registry_password: SecretStr | None = Field(
+        None, description="its password; prefer KAPPA_REGISTRY_PASSWORD_FILE (a file only its owner may read)"
+    )
+    registry_password_file: Path | None = Field(
+        None, description="file of its password, mode 0600 (default secrets_dir/registry/<registry_user>.password)"
+    )
+    registry_reader_user: str = Field(
+        "kappa-reader",
+        pattern=r"^[A-Za-z0-9._-]+$",
+        description="the read-only registry login every job runs with (its password: secrets_dir/registry/)",
+    )
+
     # --- Spark -----------------------------------------------------------------------------------------
     spark_master: str = Field("local[*]", description="local[*], spark://host:port, k8s://…, yarn")
     spark_shuffle_partitions: int = Field(
@@ -151,6 +195,9 @@ class KappaSettings(BaseSettings):
         "(spark.sql.streaming.pollingDelay; Spark's default, 10 ms, kept the idle pipeline at twice the CPU)",
     )
     spark_ui: bool = Field(False, description="start the Spark UI (off by default: tests and small machines)")
+    spark_event_log_dir: str | None = Field(
+        None, description="write Spark's event log (what its history server shows) to this folder; none by default"
+    )
     spark_state_store: str = Field("rocksdb", pattern=r"^(rocksdb|hdfs)$", description="streaming state store")
     spark_driver_java_options: str = Field(
         "",
@@ -275,6 +322,16 @@ class KappaSettings(BaseSettings):
         if self.checkpoint_root is None:
             self.checkpoint_root = str(self.state_dir / "checkpoints")
         self.deployments_dir = (self.deployments_dir or self.state_dir / "deployments").expanduser().resolve()
+        # The local stack's secrets belong to it: `kappa down --purge` deletes them with its data.
+        self.secrets_dir = (self.secrets_dir or self.stack_dir / "secrets").expanduser().resolve()
+        if self.security is None:
+            self.security = _stack_security(self.stack_dir) if self.profile is Profile.LOCAL else Security.PLAINTEXT
+        if self.kafka_ca_file is None and self.profile is Profile.LOCAL:
+            self.kafka_ca_file = self.secrets_dir / "ca.pem"
+        if self.kafka_password_file is None and self.kafka_password is None:
+            self.kafka_password_file = self.secrets_dir / "kafka" / f"{self.kafka_user}.password"
+        if self.registry_password_file is None and self.registry_password is None:
+            self.registry_password_file = self.secrets_dir / "registry" / f"{self.registry_user}.password"
         if self.deploy_launcher is Launcher.SPARK_SUBMIT and not _CLUSTER_MASTER.match(self.spark_master):
             raise ValueError(
                 f"KAPPA_DEPLOY_LAUNCHER=spark-submit submits jobs to a cluster, but KAPPA_SPARK_MASTER is "
@@ -362,11 +419,31 @@ class KappaSettings(BaseSettings):
         return self.bootstrap_servers
 
     @property
+    def secrets_path(self) -> Path:
+        assert self.secrets_dir is not None
+        return self.secrets_dir
+
+    @property
+    def secured(self) -> bool:
+        return self.security is Security.SASL_SSL
+
+    @property
     def registry(self) -> str:
         assert self.registry_url is not None
         return self.registry_url
 
 
+def _stack_security(stack_dir: Path) -> Security:
+    """What the local stack in `stack_dir` was started with, so that every command after `kappa up --secure`
+    connects the same way without a setting of its own (plaintext where no stack was started)."""
+    try:
+        return Security(json.loads((stack_dir / "stack.json").read_text()).get("security", "plaintext"))
+    except (OSError, ValueError, AttributeError):
+        return Security.PLAINTEXT
+
+
+# The settings that hold a secret's value (each has a *_FILE twin that names a file instead).
+SECRET_VARIABLES = frozenset({"KAPPA_KAFKA_PASSWORD", "KAPPA_REGISTRY_PASSWORD"})
 # KAPPA_ variables that are read on purpose although they are not settings.
 NOT_SETTINGS = frozenset({"KAPPA_CONFIG_FILE", "KAPPA_OPERATOR"})
 _TEST_VARIABLES = "KAPPA_TEST_"  # the test suite's own knobs

@@ -17,6 +17,9 @@ A commit the broker fails (librdkafka: the transaction needs an abort) starts th
 commit may have landed all the same, the next attempt takes its own earlier records, found live, as the answer.
 A set of aliases (a cascade replay's datasets) moves in one such transaction, with the check on each: a
 read_committed reader sees every alias of the set moved, or none of them.
+
+On a secured cluster the registry and the audit trail are written by one principal, `kappa-cutover` (`MOVER_USER`),
+which no job version is: a job may read where an alias points, never move it.
 """
 
 from __future__ import annotations
@@ -34,11 +37,13 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from kappa.contracts.avro_serde import AvroDecoder, AvroEncoder
-from kappa.contracts.registry import Registry
+from kappa.contracts.registry import registry_of
 from kappa.contracts.schema_files import load
 from kappa.contracts.topic_declarations import FOREVER, Cleanup, Topic
 from kappa.core.errors import KappaError
+from kappa.core.security import Credential, librdkafka_config, user_credential
 from kappa.core.settings import KappaSettings
+from kappa.kafka.acls import Access
 
 ALIASES = Topic(
     name="kappa.aliases",
@@ -57,6 +62,7 @@ AUDIT = Topic(
 )
 CONTROL_TOPICS: tuple[Topic, ...] = (ALIASES, AUDIT)
 MOVER_ID = "kappa.aliases.mover"  # the transactional id of every alias move (see the module's docstring)
+MOVER_USER = "kappa-cutover"  # the one principal that writes the alias registry and the audit trail (secured)
 MOVE_RETRY_S = 120.0  # a move fenced by other movers starts again until this has passed
 MOVE_BACKOFF_S = (0.1, 5.0)  # the first and the longest wait before a fenced move starts again
 MOVE_TIMEOUT_MS = 60_000  # the broker aborts a crashed mover's open transaction after this
@@ -139,7 +145,7 @@ class ControlReader:
         self._partition = TopicPartition(topic.name, 0)
         self._consumer = Consumer(
             {
-                "bootstrap.servers": settings.bootstrap,
+                **librdkafka_config(settings),
                 "group.id": "kappa.control-reader",
                 "enable.auto.commit": False,
                 "isolation.level": "read_committed",
@@ -149,7 +155,7 @@ class ControlReader:
                 "log_level": 0,
             }
         )
-        self._registry = Registry(settings.registry)
+        self._registry = registry_of(settings)
         self._decoder = AvroDecoder(self._registry, schema)
         self._end: int | None = None  # the partition end (past any markers) where the last read stopped
 
@@ -363,7 +369,7 @@ class AliasRegistry:
             at=now_ms(),
             details=json.dumps(details or {}, sort_keys=True, default=str),
         )
-        producer = Producer({"bootstrap.servers": self.settings.bootstrap, "enable.idempotence": True, "acks": "all"})
+        producer = Producer({**self._writer(), "enable.idempotence": True, "acks": "all"})
         producer.produce(AUDIT.name, key=job.encode(), value=self._encode(AUDIT, asdict(entry)))
         if producer.flush(30):
             raise KappaError(f"could not record step {step} of {job} in {AUDIT.name} within 30 s (is Kafka up?)")
@@ -379,9 +385,13 @@ class AliasRegistry:
         return entries
 
     # -------------------------------------------------------------- plumbing
+    def _writer(self) -> dict[str, Any]:
+        """The client configuration of whoever writes the registry and the audit: `MOVER_USER` when secured."""
+        return librdkafka_config(self.settings, mover_login(self.settings))
+
     def _encode(self, topic: Topic, record: dict[str, Any]) -> bytes:
         schema = self._alias_schema if topic is ALIASES else self._step_schema
-        with Registry(self.settings.registry) as registry:
+        with registry_of(self.settings) as registry:
             encoder = AvroEncoder(registry, topic.value_subject, schema, register=False)
         return encoder.encode(record)
 
@@ -391,7 +401,7 @@ class AliasRegistry:
         that may have committed, so that the next attempt can recognise it."""
         producer = Producer(
             {
-                "bootstrap.servers": self.settings.bootstrap,
+                **self._writer(),
                 "transactional.id": MOVER_ID,
                 "transaction.timeout.ms": MOVE_TIMEOUT_MS,
             }
@@ -474,3 +484,22 @@ def _landed(moves: Sequence[Move], current: Mapping[str, Alias], attempted: Sequ
 def _millis(value: Any) -> int:
     """fastavro decodes timestamp-millis as an aware datetime; the dataclasses keep epoch milliseconds."""
     return value if isinstance(value, int) else int(value.timestamp() * 1000)
+
+
+def mover_login(settings: KappaSettings) -> Credential | None:
+    """The cutover principal's login (None on a plaintext cluster), from its password file."""
+    if not settings.secured:
+        return None
+    try:
+        return user_credential(settings, MOVER_USER)
+    except KappaError:
+        raise KappaError(
+            f"no Kafka credential for User:{MOVER_USER}, the one principal that moves aliases: run `kappa acls apply`"
+        ) from None
+
+
+def mover_access() -> Access:
+    """What the cutover principal may do: write (and read back) the alias registry and the audit trail, in the
+    movers' transactions."""
+    topics = tuple(t.name for t in CONTROL_TOPICS)
+    return Access(MOVER_USER, reads=topics, writes=topics, transactional_ids=(MOVER_ID,), why="alias moves")

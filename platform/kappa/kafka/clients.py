@@ -13,30 +13,52 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from kappa.core.errors import KappaError
+from kappa.core.security import librdkafka_config
 from kappa.core.settings import KappaSettings
 
 
 def admin_client(settings: KappaSettings) -> AdminClient:
     # log_level 0: failures reach the caller as exceptions with context; librdkafka's own lines add noise.
-    return AdminClient({"bootstrap.servers": settings.bootstrap, "socket.timeout.ms": 10_000, "log_level": 0})
+    return AdminClient({**librdkafka_config(settings), "socket.timeout.ms": 10_000, "log_level": 0})
 
 
 def require_kafka(settings: KappaSettings, timeout_s: float = 15.0) -> AdminClient:
-    """An admin client for a Kafka that answers, or a clear message saying where none does."""
-    admin = admin_client(settings)
+    """An admin client for a Kafka that answers, or a clear message saying where none does, or why it refused."""
+    seen: list[KafkaError] = []  # what librdkafka reported on the way: a refused login, a wrong protocol
+    config: dict[str, Any] = {**librdkafka_config(settings), "socket.timeout.ms": 10_000, "log_level": 0}
+    config["error_cb"] = seen.append
+    admin = AdminClient(config)
     try:
         admin.describe_cluster(request_timeout=timeout_s).result(timeout=timeout_s + 5)
     except KafkaException as exc:
-        raise KappaError(
-            f"Kafka is not reachable at {settings.bootstrap} (KAPPA_BOOTSTRAP_SERVERS, or KAPPA_KAFKA_PORT for the "
-            f"local stack): start it with `kappa up`, or point the settings at your cluster ({exc.args[0].str()})"
-        ) from None
+        raise KappaError(_unreachable(settings, [exc.args[0], *seen])) from None
     return admin
+
+
+def _unreachable(settings: KappaSettings, errors: list[KafkaError]) -> str:
+    where = f"Kafka at {settings.bootstrap}"
+    for error in errors:
+        if error.code() in (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED):
+            return (
+                f"{where} refused the login of User:{settings.kafka_user} ({error.str()}): check KAPPA_KAFKA_USER "
+                "and its password (KAPPA_KAFKA_PASSWORD_FILE)"
+            )
+        if error.code() == KafkaError._SSL:
+            return f"{where}: TLS failed ({error.str()}): KAPPA_KAFKA_CA_FILE names the CA that signed its certificate"
+    if not settings.secured and any("security.protocol" in e.str() for e in errors):
+        return (
+            f"{where} did not answer a plaintext client: it may require TLS and a login (KAPPA_SECURITY=sasl_ssl, "
+            f"README: Security) ({errors[0].str()})"
+        )
+    return (
+        f"Kafka is not reachable at {settings.bootstrap} (KAPPA_BOOTSTRAP_SERVERS, or KAPPA_KAFKA_PORT for the "
+        f"local stack): start it with `kappa up`, or point the settings at your cluster ({errors[0].str()})"
+    )
 
 
 def producer(settings: KappaSettings, **overrides: Any) -> Producer:
     config: dict[str, Any] = {
-        "bootstrap.servers": settings.bootstrap,
+        **librdkafka_config(settings),
         "enable.idempotence": True,  # no duplicates or reordering from retries
         "acks": "all",
         "linger.ms": 20,

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from kappa.core.errors import KappaError
+from kappa.core.security import librdkafka_config
 from kappa.core.settings import KappaSettings
 
 _BATCH = 10_000  # records per consume call: Python's cost per call, not per record, is what a big read pays
@@ -44,7 +45,7 @@ def reading_consumer(settings: KappaSettings, group: str | None = None, committe
     the end and leave out what remains)."""
     return Consumer(
         {
-            "bootstrap.servers": settings.bootstrap,
+            **librdkafka_config(settings),
             "group.id": group or f"kappa-read-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False,
             "isolation.level": "read_committed" if committed_only else "read_uncommitted",

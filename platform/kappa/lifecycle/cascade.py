@@ -26,6 +26,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from kappa.contracts.topic_declarations import Topic
 from kappa.core.errors import KappaError
+from kappa.core.security import librdkafka_config
 from kappa.core.settings import KappaSettings
 from kappa.kafka.aliases import Alias, AliasRegistry, Move
 from kappa.lifecycle.horizon import iso, replay_horizon
@@ -208,7 +209,7 @@ def _measured(settings: KappaSettings, member: Member, aliases: Mapping[str, Ali
 
 
 def _records(settings: KappaSettings, topic: Topic) -> int | None:
-    consumer = Consumer({"bootstrap.servers": settings.bootstrap, "group.id": "kappa.plan", "log_level": 0})
+    consumer = Consumer({**librdkafka_config(settings), "group.id": "kappa.plan", "log_level": 0})
     try:
         meta = consumer.list_topics(topic.name, timeout=10).topics.get(topic.name)
         if meta is None or meta.error is not None:

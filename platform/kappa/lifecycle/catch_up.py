@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import Consumer, TopicPartition
 
 from kappa.core.errors import KappaError
+from kappa.core.security import librdkafka_config
 from kappa.core.settings import KappaSettings
 from kappa.lifecycle import deployments
 from kappa.lifecycle.model import Replay, ReplayRefusedError
@@ -103,7 +104,7 @@ def catch_up_progress(settings: KappaSettings, replay: Replay, starting: Startin
 
     bound = replay.bound
     resumed = checkpoint_offsets(replay.context(settings).checkpoint())
-    consumer = Consumer({"bootstrap.servers": settings.bootstrap, "group.id": "kappa.progress", "log_level": 0})
+    consumer = Consumer({**librdkafka_config(settings), "group.id": "kappa.progress", "log_level": 0})
     start: dict[tuple[str, int], int] = {}
     end: dict[tuple[str, int], int] = {}
     try:

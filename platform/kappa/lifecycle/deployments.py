@@ -50,7 +50,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from kappa.core.errors import KappaError
-from kappa.core.settings import KappaSettings, Launcher
+from kappa.core.settings import SECRET_VARIABLES, KappaSettings, Launcher
 from kappa.core.waiting import WaitTimeoutError, wait_until
 from kappa.lifecycle import launchers
 from kappa.lifecycle.exits import ended_because, exit_reason
@@ -148,7 +148,9 @@ def _start(
     # This start's run writes its own records: nothing of the last run's may be read as this one's.
     run_record.reset(run_record.record_path(settings, job, version), job, version)
     environment = launch_env(env, exact=exact)
-    kappa_env = {k: v for k, v in sorted(environment.items()) if k.startswith("KAPPA_")}
+    # What the state files record of the settings (for restarts): never a secret's value, which a restart takes
+    # from its own environment or a password file.
+    kappa_env = {k: v for k, v in sorted(environment.items()) if k.startswith("KAPPA_") and k not in SECRET_VARIABLES}
     deployment = launchers.for_start(launcher, job).start(
         settings,
         job,

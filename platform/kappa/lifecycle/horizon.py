@@ -11,6 +11,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from kappa.contracts.topic_declarations import Cleanup, Topic
 from kappa.core.errors import KappaError
+from kappa.core.security import librdkafka_config
 from kappa.core.settings import KappaSettings
 from kappa.core.waiting import wait_until
 from kappa.kafka.aliases import now_ms
@@ -36,7 +37,7 @@ def replay_horizon(settings: KappaSettings, topic: Topic, now: int | None = None
     - A compacted topic keyed by event id (no lag) loses only duplicates to compaction: complete.
     """
     now = now if now is not None else now_ms()
-    consumer = Consumer({"bootstrap.servers": settings.bootstrap, "group.id": "kappa.horizon", "log_level": 0})
+    consumer = Consumer({**librdkafka_config(settings), "group.id": "kappa.horizon", "log_level": 0})
     try:
         since: int | None = None
         reasons = []

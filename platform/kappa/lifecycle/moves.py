@@ -19,6 +19,7 @@ from kappa.lifecycle.launchers import is_running
 from kappa.lifecycle.model import Replay, ReplayRefusedError
 from kappa.lifecycle.state_files import Health, checkpoint_lock, load
 from kappa.lifecycle.verification import verified
+from kappa.runtime.access import revoke_version
 from kappa.runtime.binding import physical_output, point_alias, read_topics
 from kappa.runtime.declaration import JobSpec, version_checkpoints
 from kappa.runtime.outputs import output_of
@@ -136,4 +137,6 @@ def _delete_version(settings: KappaSettings, replay: Replay) -> list[str]:
             future.result(timeout=15)
     except KafkaException as exc:
         log.info("group %s: %s", ctx.consumer_group, exc)  # no group recorded yet: nothing to delete
+    if settings.secured:  # its principal goes with it: nothing may act as a version that is gone
+        revoke_version(settings, replay.job.name, replay.version)
     return deleted

@@ -22,14 +22,16 @@ from pathlib import Path
 from typing import Any
 
 from kappa.contracts import compatibility
-from kappa.contracts.registry import Registry
+from kappa.contracts.registry import registry_of
 from kappa.contracts.schema_rollout import apply_schemas
+from kappa.core.security import registry_login
 from kappa.core.settings import KappaSettings
 from kappa.kafka.clients import require_kafka
 from kappa.kafka.topic_admin import apply
 from kappa.lifecycle.horizon import iso, replay_horizon
 from kappa.lifecycle.model import Replay, ReplayRefusedError
 from kappa.runtime import start_point
+from kappa.runtime.access import grant_version
 from kappa.runtime.binding import (
     REPLAY,
     VersionBinding,
@@ -103,7 +105,7 @@ def _check_schema(settings: KappaSettings, bound: JobSpec) -> str:
     from kappa.spark.topic_io import value_schema
 
     schema = value_schema(settings, output)
-    with Registry(settings.registry) as registry:
+    with registry_of(settings) as registry:
         registered = registry.versions(output.value_subject)
         if not registered:
             return f"{output.value_subject}: first schema"
@@ -139,9 +141,11 @@ def prepare(settings: KappaSettings, replay: Replay) -> dict[str, Any]:
     created = [
         c.topic for c in apply(require_kafka(settings), deployment_topics(bound, replay.version)) if c.kind == "created"
     ]
+    if settings.secured:  # the version's own principal, allowed what its declaration reads and writes
+        grant_version(settings, bound, replay.version)
     topic = output_of(bound.output).topic
     if topic is not None and topic.value_schema:
-        apply_schemas(settings.schemas_path, [topic], settings.registry)
+        apply_schemas(settings.schemas_path, [topic], settings.registry, registry_login(settings))
     ctx = replay.context(settings)
     return {
         "output": physical_output(replay.job, settings, replay.version)[1],

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from kappa.contracts.avro_serde import AvroEncoder
-from kappa.contracts.registry import Registry, value_subject
+from kappa.contracts.registry import registry_of, value_subject
 from kappa.contracts.schema_files import topic_value_schema
 from kappa.contracts.topic_declarations import Topic
 from kappa.contracts.wire_format import WireFormatError
@@ -163,7 +163,7 @@ class ProduceReport:
 def _encoder(settings: KappaSettings, topic: Topic, schema: dict[str, Any]) -> AvroEncoder:
     """The encoder of the schema id already registered; never registers (schemas go out by `kappa schemas apply`)."""
     subject = value_subject(topic.name)
-    with Registry(settings.registry) as registry:
+    with registry_of(settings) as registry:
         try:
             return AvroEncoder(registry, subject, schema, register=False)
         except WireFormatError:

@@ -30,7 +30,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -233,7 +233,7 @@ class _LiveLag(Collector):
                 for topic in sorted(set(ends) | set(planned)):
                     lag = None
                     now = time.time()
-                    if reachable and metrics.bootstrap is not None and topic in ends:
+                    if reachable and metrics.kafka is not None and topic in ends:
                         try:
                             lag = self._behind(metrics, topic, now)
                         except KafkaException:
@@ -248,11 +248,11 @@ class _LiveLag(Collector):
     def _behind(self, metrics: JobMetrics, topic: str, now: float) -> int:
         """Offsets of `topic` beyond the job's last batch, against Kafka's end offsets now (which the job's
         partitions then remember having seen)."""
-        assert metrics.bootstrap is not None
-        consumer = self._consumers.get(metrics.bootstrap)
+        assert metrics.kafka is not None
+        place = metrics.kafka["bootstrap.servers"]
+        consumer = self._consumers.get(place)
         if consumer is None:
-            config = {"bootstrap.servers": metrics.bootstrap, "group.id": "kappa-metrics", "log_level": 0}
-            consumer = self._consumers[metrics.bootstrap] = Consumer(config)
+            consumer = self._consumers[place] = Consumer({**metrics.kafka, "group.id": "kappa-metrics", "log_level": 0})
         behind = 0
         for p, read in metrics.last_ends[topic].items():
             end = consumer.get_watermark_offsets(TopicPartition(topic, p), LAG_TIMEOUT_S, cached=False)[1]
@@ -311,12 +311,14 @@ REGISTRY.register(_LIVE_VERSIONS)
 
 
 class JobMetrics:
-    """The metrics of one job version in this process. `bootstrap`: the Kafka its lag is measured against when
-    scraped (None: the lag its last batch's plan saw)."""
+    """The metrics of one job version in this process. `kafka`: the client configuration of the Kafka its lag is
+    measured against when scraped (None: the lag its last batch's plan saw)."""
 
-    def __init__(self, job: str, version: int, bootstrap: str | None = None, available_now: bool = False) -> None:
+    def __init__(
+        self, job: str, version: int, kafka: Mapping[str, Any] | None = None, available_now: bool = False
+    ) -> None:
         self.labels = {"job": job, "version": str(version)}
-        self.bootstrap = bootstrap
+        self.kafka = kafka
         self.available_now = available_now  # a replay or catch-up: its progress through its plan is a figure
         self.last_ends: dict[str, dict[int, int]] = {}  # topic -> partition -> the last batch's end offset
         self.planned_lag: dict[str, int] = {}  # topic -> offsets left behind when the last batch was planned

@@ -11,7 +11,7 @@ import contextlib
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -187,19 +187,21 @@ class ProgressRecorder:
 
     def __init__(
         self,
-        bootstrap: str,
+        kafka: Mapping[str, Any],
         groups: dict[str, str | None],
         on_batch: Callable[[dict[str, Any]], None] | None = None,
         run_record: RunRecorder | None = None,
         metrics: JobMetrics | None = None,
     ) -> None:
-        """`groups`: query name -> consumer group to record that query's progress under (None: none); `on_batch`: also
-        called once per batch with its progress (e.g. to report it to Dagster Pipes); `run_record`: the run's record
-        of its queries and batches; `metrics`: the job version's metrics, fed each batch."""
+        """`kafka`: the client configuration of the Kafka to commit to (the job's principal on a secured
+        platform); `groups`: query name -> consumer group to record that query's progress under (None: none);
+        `on_batch`: also called once per batch with its progress (e.g. to report it to Dagster Pipes);
+        `run_record`: the run's record of its queries and batches; `metrics`: the job version's metrics, fed each
+        batch."""
         self._on_batch = on_batch
         self._run_record = run_record
         self._metrics = metrics
-        self._bootstrap = bootstrap
+        self._kafka = kafka
         self._committers: dict[str, Consumer] = {}
         self._last: dict[str, list[TopicPartition]] = {}  # per group: the offsets of its last commit
         self._groups = groups
@@ -258,7 +260,7 @@ class ProgressRecorder:
             if committer is None:
                 committer = self._committers[group] = Consumer(
                     {
-                        "bootstrap.servers": self._bootstrap,
+                        **self._kafka,
                         "group.id": group,
                         "enable.auto.commit": False,
                         "on_commit": lambda error, _: self._committed(group, error),

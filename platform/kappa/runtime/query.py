@@ -24,9 +24,10 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from kappa.contracts.dead_letter_format import DeadLetterKind
-from kappa.contracts.registry import Registry, RegistryError
+from kappa.contracts.registry import RegistryError, registry_of
 from kappa.contracts.topic_declarations import Topic
 from kappa.core.errors import KappaError
+from kappa.core.settings import KappaSettings
 from kappa.runtime.declaration import JobContext, JobPlan, RealTimePlan, TablePlan, TopicPlan
 from kappa.runtime.faults import FaultPoint, process_faults
 from kappa.runtime.outputs import DeltaTable, TableWrite, output_of
@@ -78,8 +79,8 @@ class QueryControl:
 class WriterWatch:
     """The registered versions of the inputs' value subjects when the query was planned, to notice new ones."""
 
-    def __init__(self, registry_url: str, inputs: tuple[Topic, ...]) -> None:
-        self._registry = Registry(registry_url, timeout_s=5.0)  # one connection for the query's life, not per batch
+    def __init__(self, settings: KappaSettings, inputs: tuple[Topic, ...]) -> None:
+        self._registry = registry_of(settings, timeout_s=5.0)  # one connection for the query's life, not per batch
         self._subjects = tuple(dict.fromkeys(t.value_subject for t in inputs))
         # Asked before the plan reads the schemas: a version registered in between costs one needless re-plan,
         # never a missed one.

@@ -32,9 +32,10 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from kappa.contracts.avro_serde import AvroDecoder
-from kappa.contracts.registry import Registry
+from kappa.contracts.registry import registry_of
 from kappa.contracts.topic_declarations import Topic
 from kappa.core.errors import KappaError
+from kappa.core.security import librdkafka_config
 from kappa.core.settings import KappaSettings
 from kappa.kafka.aliases import Alias, AliasRegistry, AliasWatch
 from kappa.runtime.outputs import table_dataset
@@ -133,7 +134,7 @@ class AliasConsumer:
         self._committed = 0.0
         self._consumer = Consumer(
             {
-                "bootstrap.servers": settings.bootstrap,
+                **librdkafka_config(settings),
                 "group.id": group,
                 "enable.auto.commit": False,
                 # Offsets are stored only once a change is handed over (the caller asked for the next one), so a
@@ -144,7 +145,7 @@ class AliasConsumer:
                 "log_level": 0,
             }
         )
-        self._registry = Registry(settings.registry)
+        self._registry = registry_of(settings)
         # Lazy: imports pyspark, only where a Spark session runs (this module is imported without one).
         from kappa.spark.topic_io import value_schema
 

@@ -18,9 +18,11 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from kappa.core.errors import KappaError
+from kappa.core.security import as_principal, librdkafka_config
 from kappa.core.settings import KappaSettings
 from kappa.kafka.clients import admin_client
 from kappa.runtime import start_point
+from kappa.runtime.access import as_job, denied, version_principal
 from kappa.runtime.binding import VersionBinding, dataset_of, deployment_topics, record_binding
 from kappa.runtime.declaration import JobContext, JobSpec, Starting, version_checkpoints, version_id
 from kappa.runtime.metrics import JobMetrics, publish_target, serve, version_url, withdraw_target
@@ -113,6 +115,7 @@ def _start_and_run(
     start_point.pin(version_checkpoints(settings, spec.name, number), spec.name, number, starting)
     record_binding(settings, spec.name, number, VersionBinding.of(spec, spec.version))  # once
     _refuse_missing_topics(spec, settings, number)  # before Spark's tens of seconds
+    settings = _as_job(settings, spec, number)  # its own principal from here on (secured)
     log.info("starting %s: Spark session", spec.name)
     if spec.real_time is not None and not available_now:
         settings = real_time_slots(spec, settings)
@@ -202,6 +205,19 @@ def _refuse_missing_topics(spec: JobSpec, settings: KappaSettings, version: int)
         raise _missing_topics_error(version_id(spec.name, version), missing)
 
 
+def _as_job(settings: KappaSettings, spec: JobSpec, version: int) -> KappaSettings:
+    """The job's own settings (`access.as_job`); while Kafka does not answer, the check is left to the query's
+    start, which waits it out (and meets a missing ACL as Kafka's refusal)."""
+    try:
+        return as_job(settings, spec, version)
+    except KappaError:
+        raise
+    except Exception as exc:
+        if unavailable_service(str(exc)) is None:
+            raise
+        return as_principal(settings, version_principal(spec.name, version))
+
+
 def _run_query(context: JobContext, recorder: ProgressRecorder, control: QueryControl) -> str | None:
     """Plan and start the job's query and watch it until a stop, the end of the input, or a failure.
 
@@ -211,7 +227,7 @@ def _run_query(context: JobContext, recorder: ProgressRecorder, control: QueryCo
         # deleted since the start, or a restart
         if missing := missing_topics(context.spec, context.settings, context.version):
             raise _missing_topics_error(context.id, missing)
-        watch = WriterWatch(context.settings.registry, (*context.spec.inputs, *context.spec.lookups))
+        watch = WriterWatch(context.settings, (*context.spec.inputs, *context.spec.lookups))
     except Exception as exc:  # a start needs Kafka and the registry: their absence is retried by the caller
         if unavailable_service(str(exc)) is None:
             raise
@@ -286,7 +302,8 @@ def _run_until_stopped(
         starting=starting or Starting(),
         max_offsets_per_trigger=max_offsets_per_trigger or live_batch_bound(spec, available_now),
     )
-    metrics = JobMetrics(spec.name, context.version, settings.bootstrap, context.available_now)
+    kafka = librdkafka_config(settings)
+    metrics = JobMetrics(spec.name, context.version, kafka, context.available_now)
     process_url = serve(settings)
     if process_url is not None:
         metrics.writes(settings, dataset_of(spec))
@@ -294,9 +311,7 @@ def _run_until_stopped(
         publish_target(settings, spec.name, context.version, metrics_url)
         if run_record is not None:
             run_record.serving(metrics_url)
-    recorder = ProgressRecorder(
-        settings.bootstrap, {context.query_name(): context.consumer_group}, on_batch, run_record, metrics
-    )
+    recorder = ProgressRecorder(kafka, {context.query_name(): context.consumer_group}, on_batch, run_record, metrics)
     # What the checkpoint says is done, before any new batch: a restart with nothing new to read reports none.
     recorder.commit(context.consumer_group, checkpoint_offsets(context.checkpoint()))
     started = time.monotonic()
@@ -320,7 +335,8 @@ def _run_until_stopped(
                     continue
                 cause = unavailable_service(failure)
                 if cause is None:
-                    raise KappaError(f"job {context.id}: {failure.splitlines()[0]}")
+                    refused = denied(failure, settings.kafka_user, context.id) if settings.secured else None
+                    raise KappaError(refused or f"job {context.id}: {failure.splitlines()[0]}")
                 if stop.is_set():
                     break
                 # A lost broker or registry is no reason to exit: start again from the checkpoints (nothing lost,

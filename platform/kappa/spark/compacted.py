@@ -10,7 +10,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from kappa.contracts.registry import Registry
+from kappa.contracts.registry import registry_of
 from kappa.contracts.topic_declarations import Topic
 from kappa.core.settings import KappaSettings
 from kappa.spark.changes import last_per_key
@@ -26,7 +26,7 @@ def latest_per_key(
     Raises nothing for undecodable records, but they are not in the result: count them with
     `decode_topic(...).dead_letters` when it matters.
     """
-    with Registry(settings.registry) as registry:
+    with registry_of(settings) as registry:
         writers = writer_schemas(registry, topic)
     raw = kafka_source(spark, settings, topic, streaming=False)
     decoded = decode_topic(

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kappa.core.errors import StackError
+from kappa.core.security import SPARK_REDACTION, SPARK_REDACTION_KEYS
 from kappa.core.settings import KappaSettings
 from kappa.spark.class_archive import java_options, usable_archive
 from kappa.spark.code_archive import code_archive
@@ -158,10 +159,24 @@ def spark_conf(settings: KappaSettings, app_name: str) -> dict[str, str]:
         "spark.hadoop.fs.file.impl": "io.kappa.fs.LocalFileSystem",
         "spark.hadoop.fs.AbstractFileSystem.file.impl": "io.kappa.fs.LocalFs",
         "spark.sql.warehouse.dir": str(settings.state_dir / "spark-warehouse"),
+        # A Kafka login's JAAS line carries its password: blanked by key in the UI, event logs and option maps,
+        # and as text in plans and descriptions (Spark's default key pattern has no `jaas`).
+        "spark.redaction.regex": SPARK_REDACTION_KEYS,
+        "spark.redaction.string.regex": SPARK_REDACTION,
+        **event_log_conf(settings),
         "spark.driver.extraJavaOptions": shlex.join(driver_options),
         # Executors of a cluster (local mode runs them in the driver): Spark's setting, not the cluster's defaults.
         "spark.executor.extraJavaOptions": shlex.join([*jit, *shlex.split(settings.spark_executor_java_options)]),
     }
+
+
+def event_log_conf(settings: KappaSettings) -> dict[str, str]:
+    """Spark's event log (what its history server shows), when KAPPA_SPARK_EVENT_LOG_DIR names a folder."""
+    if settings.spark_event_log_dir is None:
+        return {}
+    if "://" not in settings.spark_event_log_dir:
+        Path(settings.spark_event_log_dir).mkdir(parents=True, exist_ok=True)
+    return {"spark.eventLog.enabled": "true", "spark.eventLog.dir": settings.spark_event_log_dir}
 
 
 def on_loopback(settings: KappaSettings) -> bool:

@@ -25,7 +25,7 @@ from pyspark.sql import functions as F
 
 from kappa.contracts.dead_letter_format import DeadLetterKind
 from kappa.contracts.expectations import RowContract, row_contract, suite_for
-from kappa.contracts.registry import Registry
+from kappa.contracts.registry import Registry, registry_of
 from kappa.contracts.schema_files import topic_value_schema
 from kappa.contracts.topic_declarations import Topic
 from kappa.core.errors import KappaError
@@ -36,6 +36,7 @@ from kappa.core.observed import (
     RECORD_AGE_SUM_MS,
     record_age_column,
 )
+from kappa.core.security import spark_group_prefix, spark_kafka_options
 from kappa.core.settings import KappaSettings
 from kappa.kafka.partitioning import partition_column
 from kappa.spark.clock import wall_clock_ms
@@ -107,7 +108,7 @@ def writer_schemas(registry: Registry, topic: Topic) -> dict[int, dict[str, Any]
 
 
 def kafka_options(settings: KappaSettings) -> dict[str, str]:
-    return {"kafka.bootstrap.servers": settings.bootstrap}
+    return spark_kafka_options(settings)
 
 
 # Real-time mode reads each record as it arrives. With the consumer's defaults the broker answers a fetch as soon as
@@ -131,6 +132,8 @@ def kafka_source(
     `consumer_options`: more options of Spark's Kafka source (`kafka.`-prefixed ones go to the consumer)."""
     reader: Any = spark.readStream if streaming else spark.read
     reader = reader.format("kafka").options(**kafka_options(settings)).option("subscribe", topic.name)
+    if settings.secured:  # its consumers' group ids inside the principal's own, which its ACLs allow
+        reader = reader.option("groupIdPrefix", spark_group_prefix(settings.kafka_user))
     reader = reader.options(**(consumer_options or {}))
     if starting_offsets == "timestamp":
         if starting_timestamp_ms is None:
@@ -312,7 +315,7 @@ def read_topic(
     `consumer_options`: as `kafka_source` takes them (REAL_TIME_CONSUMER for a real-time query).
     `observe_age`: count the records' ages per batch, for the metrics' latency (`observe_record_age`).
     """
-    with Registry(settings.registry) as registry:
+    with registry_of(settings) as registry:
         writers = writer_schemas(registry, topic)
     raw = kafka_source(
         spark, settings, topic, streaming, starting_offsets, max_offsets_per_trigger, starting_timestamp_ms,
@@ -350,7 +353,7 @@ def topic_value(settings: KappaSettings, topic: Topic) -> Column:
     """The Kafka value of a row whose columns are the topic's schema fields: Confluent Avro under the schema id
     the registry has for it (resolved now, once)."""
     schema = value_schema(settings, topic)
-    with Registry(settings.registry) as registry:
+    with registry_of(settings) as registry:
         schema_id = registry.lookup(topic.value_subject, schema)
     if schema_id is None:
         raise KappaError(

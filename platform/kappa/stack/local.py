@@ -27,14 +27,27 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AclBinding, AdminClient
 
 from kappa.core.errors import StackError
-from kappa.core.settings import KappaSettings, project_root
+from kappa.core.security import Credential, librdkafka_config, registry_login
+from kappa.core.settings import KappaSettings, Security, project_root
 from kappa.stack import process, spark_standalone
 from kappa.stack.artifacts import ensure_jvm_artifacts
 from kappa.stack.java import spark_java, stack_java
 from kappa.stack.prometheus import prometheus_argv, prometheus_healthy
+from kappa.stack.secured_kafka import (
+    REGISTRY_PASSWORD_VARIABLE,
+    StackSecrets,
+    ensure_stack_secrets,
+    registry_acls,
+    registry_auth_file,
+    registry_kafka_options,
+    scram_format_arguments,
+    secured_properties,
+    write_argument_file,
+)
 from kappa.stack.spark_standalone import MASTER, is_spark, worker_name
 
 STATE_FILE = "stack.json"
@@ -70,6 +83,7 @@ class StackState:
     brokers: int
     components: dict[str, Component] = field(default_factory=dict)
     spark_workers: int = 0
+    security: str = Security.PLAINTEXT.value  # what its brokers were formatted for (KappaSettings.security)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -83,6 +97,7 @@ class StackState:
             brokers=int(raw["brokers"]),
             components=comps,
             spark_workers=int(raw.get("spark_workers", 0)),  # a state file of before the Spark cluster
+            security=str(raw.get("security", Security.PLAINTEXT.value)),
         )
 
 
@@ -145,10 +160,16 @@ class LocalStack:
                     f"the stack's state folder is corrupt: {self.dir} holds broker data but no {STATE_FILE}; "
                     "run `kappa down --purge` to start afresh"
                 )
-            state = StackState(cluster_id=_new_cluster_id(), brokers=brokers, spark_workers=spark_workers)
+            state = StackState(cluster_id=_new_cluster_id(), brokers=brokers, spark_workers=spark_workers,
+                               security=str(self.settings.security))  # fmt: skip
         elif state.brokers != brokers:
             raise StackError(
                 f"{self.dir} holds a {state.brokers}-node cluster, not {brokers}: "
+                "`kappa down --purge` first, or use another KAPPA_STACK_DIR"
+            )
+        elif state.security != self.settings.security:
+            raise StackError(
+                f"{self.dir} holds a {state.security} stack, not {self.settings.security}: "
                 "`kappa down --purge` first, or use another KAPPA_STACK_DIR"
             )
         timings: dict[str, float] = {}
@@ -157,6 +178,8 @@ class LocalStack:
             nodes = [self._start_kafka_node(state, i, java, started) for i in range(1, brokers + 1)]
             if any(n is not None for n in nodes):
                 timings["kafka"] = self._wait_kafka(state)
+                if self.settings.secured:
+                    self._grant(registry_acls())
             if with_registry and self._start_registry(state, java, started) is not None:
                 timings[REGISTRY] = self._wait_registry(state.components[REGISTRY])
             if monitoring and self._start_prometheus(state, started) is not None:
@@ -198,7 +221,11 @@ class LocalStack:
         data = node_dir / "data"
         props = node_dir / "server.properties"
         node_dir.mkdir(parents=True, exist_ok=True)
-        props.write_text(_server_properties(index, state.brokers, s.kafka_port, s.controller_port, data))
+        secrets = ensure_stack_secrets(s) if s.secured else None
+        properties = _server_properties(index, state.brokers, s.kafka_port, s.controller_port, data)
+        if secrets is not None:
+            properties.update(secured_properties(secrets, client, controller))
+        props.write_text("".join(f"{k}={v}\n" for k, v in properties.items()))
         classpath = f"{s.jars_path / 'kafka'}/*"
         meta = data / "meta.properties"
         if not meta.exists():
@@ -207,7 +234,7 @@ class LocalStack:
                     f"the stack's state folder is corrupt: {data} has data but no meta.properties; "
                     "run `kappa down --purge`"
                 )
-            _format_storage(java, classpath, props, state.cluster_id, node_dir / "format.log")
+            _format_storage(java, classpath, props, state.cluster_id, node_dir, secrets)
         elif f"cluster.id={state.cluster_id}" not in meta.read_text():
             raise StackError(
                 f"the stack's state folder is corrupt: {meta} belongs to another cluster than {STATE_FILE} "
@@ -241,16 +268,28 @@ class LocalStack:
         self._add(state, comp, started)
         return comp
 
+    def _admin_config(self, bootstrap: str) -> dict[str, Any]:
+        """The stack's health checks log in as the platform's admin (a secured broker refuses anybody else)."""
+        return {**librdkafka_config(self.settings), "bootstrap.servers": bootstrap}
+
+    def _grant(self, acls: list[AclBinding]) -> None:
+        admin = AdminClient({**librdkafka_config(self.settings), "log_level": 0})
+        for binding, future in admin.create_acls(acls, request_timeout=30).items():
+            try:
+                future.result(timeout=40)
+            except KafkaException as exc:
+                raise StackError(f"Kafka refused the ACL {binding}: {exc.args[0].str()}") from None
+
     def _wait_kafka(self, state: StackState) -> float:
         nodes = [state.components[_node_name(i)] for i in range(1, state.brokers + 1)]
-        bootstrap = ",".join(n.address for n in nodes)
+        config = self._admin_config(",".join(n.address for n in nodes))
         deadline_total = 0.0
         for node in nodes:
             deadline_total = max(
                 deadline_total,
                 process.wait_healthy(
                     f"Kafka broker {node.name}",
-                    lambda: _kafka_healthy(bootstrap, state.brokers),
+                    lambda: _kafka_healthy(config, state.brokers),
                     node.pid,
                     node.marker,
                     Path(node.log),
@@ -296,10 +335,17 @@ class LocalStack:
             # journal, which it keeps for ever).
             "-Dapicurio.kafkasql.consumer.poll.timeout=1000",
             "-Dquarkus.log.console.json=false",
+            *(registry_kafka_options(ensure_stack_secrets(s)) if s.secured else []),
+            *([f"-Dquarkus.config.locations={registry_auth_file(s)}"] if s.secured else []),
             "-jar",
             str(app),
         ]
-        pid = process.spawn(argv, marker, log, cwd=reg_dir)
+        env = (
+            {REGISTRY_PASSWORD_VARIABLE: ensure_stack_secrets(s).registry.password.get_secret_value()}
+            if s.secured
+            else None
+        )
+        pid = process.spawn(argv, marker, log, cwd=reg_dir, env=env)
         comp = Component(
             name=REGISTRY,
             pid=pid,
@@ -313,7 +359,7 @@ class LocalStack:
     def _wait_registry(self, comp: Component) -> float:
         return process.wait_healthy(
             "schema registry",
-            lambda: _registry_healthy(comp.address),
+            lambda: _registry_healthy(comp.address, registry_login(self.settings)),
             comp.pid,
             comp.marker,
             Path(comp.log),
@@ -498,10 +544,11 @@ class LocalStack:
         if state is None:
             return []
         bootstrap = ",".join(c.address for n, c in sorted(state.components.items()) if _is_kafka_node(n))
-        kafka_ok = bool(bootstrap) and _safe(lambda: _kafka_healthy(bootstrap, state.brokers))
+        kafka_ok = bool(bootstrap) and _safe(lambda: _kafka_healthy(self._admin_config(bootstrap), state.brokers))
         ui = spark_standalone.master_ui(self.settings)
         workers_alive = _safe_ports(lambda: spark_standalone.alive_workers(ui)) if MASTER in state.components else set()
-        checks = {REGISTRY: _registry_healthy, PROMETHEUS: prometheus_healthy}
+        login = registry_login(self.settings)
+        checks = {REGISTRY: lambda url: _registry_healthy(url, login), PROMETHEUS: prometheus_healthy}
         result = []
         for name, comp in sorted(state.components.items()):
             running = process.is_running(comp.pid, comp.marker)
@@ -550,13 +597,13 @@ def _log4j_option() -> list[str]:
     return [f"-Dlog4j2.configurationFile={config}"] if config and config.is_file() else []
 
 
-def _server_properties(index: int, nodes: int, kafka_port: int, controller_port: int, data: Path) -> str:
+def _server_properties(index: int, nodes: int, kafka_port: int, controller_port: int, data: Path) -> dict[str, object]:
     """A combined broker+controller of an n-node KRaft quorum on loopback, with static voters."""
     client, controller = kafka_port + index - 1, controller_port + index - 1
     voters = ",".join(f"{i}@127.0.0.1:{controller_port + i - 1}" for i in range(1, nodes + 1))
     replication = min(3, nodes)
     min_isr = min(2, nodes)
-    lines = {
+    return {
         "process.roles": "broker,controller",
         "node.id": index,
         "controller.quorum.voters": voters,
@@ -583,7 +630,6 @@ def _server_properties(index: int, nodes: int, kafka_port: int, controller_port:
         "log.cleaner.backoff.ms": 5000,
         "log.cleaner.dedupe.buffer.size": 16 * 1024 * 1024,
     }
-    return "".join(f"{k}={v}\n" for k, v in lines.items())
 
 
 def _format_command(java: str, classpath: str, props: Path, cluster_id: str) -> list[str]:
@@ -593,21 +639,36 @@ def _format_command(java: str, classpath: str, props: Path, cluster_id: str) -> 
             f"--cluster-id={cluster_id}", "-c", str(props)]  # fmt: skip
 
 
-def _format_storage(java: str, classpath: str, props: Path, cluster_id: str, log: Path) -> None:
+def _format_storage(
+    java: str, classpath: str, props: Path, cluster_id: str, node_dir: Path, secrets: StackSecrets | None
+) -> None:
     command = _format_command(java, classpath, props, cluster_id)
-    result = subprocess.run(command, capture_output=True, text=True, check=False, timeout=120)
+    log = node_dir / "format.log"
+    arguments = node_dir / "format.args"
+    if secrets is not None:  # the credentials in a file the tool reads (`@file`), never on a command line
+        tool = command.index("format")
+        command = [
+            *command[:tool],
+            f"@{write_argument_file(arguments, [*command[tool:], *scram_format_arguments(secrets)])}",
+        ]
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, check=False, timeout=120)
+    finally:
+        arguments.unlink(missing_ok=True)
     log.write_text(result.stdout + result.stderr)
     if result.returncode != 0:
         raise StackError(f"formatting KRaft storage failed (exit {result.returncode}); see {log}:\n"
                          f"{process.log_tail(log)}")  # fmt: skip
 
 
-def _kafka_healthy(bootstrap: str, brokers: int) -> bool:
+def _kafka_healthy(config: dict[str, Any], brokers: int) -> bool:
     # log_level 0: while the broker starts, refused connections are expected, not worth a line each.
-    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 2000, "log_level": 0})
+    admin = AdminClient({**config, "socket.timeout.ms": 2000, "log_level": 0})
     cluster = admin.describe_cluster(request_timeout=3).result(timeout=5)
     return len(cluster.nodes) >= brokers
 
 
-def _registry_healthy(url: str) -> bool:
-    return httpx.get(f"{url}/subjects", timeout=3).status_code == 200
+def _registry_healthy(url: str, login: Credential | None) -> bool:
+    """The registry answers a read (as the platform, on a secured stack): its storage is ready."""
+    auth = (login.user, login.password.get_secret_value()) if login is not None else None
+    return httpx.get(f"{url}/subjects", timeout=3, auth=auth).status_code == 200
