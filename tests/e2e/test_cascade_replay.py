@@ -1,5 +1,7 @@
 """A logic change of enrich_clicks replayed through the five datasets below it, cut over and rolled back as one
-set, on the session's stack, as an operator runs it: the cascade runbooks as written, with the CLI around them.
+set, as an operator runs it: the cascade runbooks as written, with the CLI around them. On a secured stack of
+the module's own (`kappa up --secure`: TLS, SCRAM logins, the authorizer, the registry behind logins), where every
+job version runs as its own principal, allowed only what its declaration reads and writes.
 
 A copy of the pipeline (its own topics and Delta tables) runs its live set continuously: enrich_clicks,
 sessionize and the three Delta views, v1. Then:
@@ -22,14 +24,23 @@ sessionize and the three Delta views, v1. Then:
 4. The defects the issue names: a cutover to a version that does not run is refused; a live downstream
    version whose input moved under it (enrich_clicks cut over alone) is refused a restart, with the command
    that replays it.
+5. Least privilege (issue 38): the replay's version cannot write the live version's topic, a job can neither
+   write the alias registry nor take the movers' transactional id, a job cannot read a topic it does not
+   declare, and a job whose declaration asks for more than its ACLs allow is refused at start in one line.
+   Kafka refuses a plaintext client, a wrong password, an unknown and a removed principal; the registry refuses
+   anonymous requests and a reader's writes. Last, no secret is in any file the stack, the jobs, Spark's event
+   logs or Dagster's storage wrote.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -39,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 import fastavro
+import httpx
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from deltalake import DeltaTable
@@ -51,18 +63,32 @@ from jobs.page_stats.declaration import JOB as PAGE_STATS
 from jobs.page_stats.declaration import Settings as PageStatsSettings
 from jobs.sessionize.declaration import JOB as SESSIONIZE
 from jobs.sessionize.declaration import Settings as SessionizeSettings
+from kappa.contracts.registry import Registry, RegistryError, registry_of
 from kappa.contracts.schema_files import load
 from kappa.contracts.topic_declarations import MINUTE_MS, Cleanup, Topic
-from kappa.core.settings import KappaSettings
-from kappa.kafka.aliases import AliasRegistry, AliasWatch
+from kappa.core.errors import KappaError
+from kappa.core.security import (
+    known_secrets,
+    librdkafka_config,
+    registry_password_file,
+    user_credential,
+    user_password_file,
+)
+from kappa.core.settings import KappaSettings, Security, load_settings
+from kappa.kafka.acls import remove_user, upsert_user
+from kappa.kafka.aliases import ALIASES, MOVER_ID, AliasRegistry, AliasWatch
+from kappa.kafka.clients import require_kafka
 from kappa.kafka.partitioning import partition_for
 from kappa.lifecycle import deployments, state_files
 from kappa.lifecycle.state_files import Health
 from kappa.runtime.readers import AliasConsumer, Change
 from kappa.spark.session import SHORT_RUN_JVM
 from tests import oracles
+from tests.conftest import PORT_OFFSET
+from tests.e2e.least_privilege import end_offsets, produce_as, read_as, secrets_in, take_transactional_id_as
 from tests.e2e.test_replay_lifecycle import run
-from tests.integration.replay_pipeline import CONFIG, Deployment, deploy_copy, produce
+from tests.environment import stack_env
+from tests.integration.replay_pipeline import CONFIG, REPO, Deployment, deploy_copy, produce
 from tests.waiting import wait_until
 
 JOBS = ("enrich_clicks", "page_stats", "sessionize", "sessions_table", "user_activity")  # pipeline order
@@ -74,6 +100,10 @@ ENV = {
     "KAPPA_SPARK_SHUFFLE_PARTITIONS": "1",  # one state store per stateful batch: the test's size
     "KAPPA_SPARK_DRIVER_JAVA_OPTIONS": SHORT_RUN_JVM,  # with the code cache a job host needs
 }
+# The module's secured stack: its own ports and folder (the session's stack is plaintext).
+SECURED_PORTS = {"kafka_port": 20092 + PORT_OFFSET, "controller_port": 20192 + PORT_OFFSET,
+                 "registry_port": 20081 + PORT_OFFSET}  # fmt: skip
+WRITTEN: list[Path] = []  # every folder a copy of the pipeline wrote to, scanned for secrets at the end
 
 
 def datasets(prefix: str) -> dict[str, str]:
@@ -153,9 +183,10 @@ def stop_all(stack: KappaSettings, d: Deployment) -> None:
 
 def topic_table(stack: KappaSettings, topic: str, schema_file: Path) -> dict[str, Any]:
     """The latest decoded value per key of a physical topic (tombstones remove the key), read independently
-    of the platform's readers: a plain consumer and fastavro on the schema file."""
+    of the platform's readers: a plain consumer (logged in as the platform's admin) and fastavro on the schema
+    file."""
     schema = fastavro.parse_schema(load(schema_file))
-    consumer = Consumer({"bootstrap.servers": stack.bootstrap, "group.id": f"t-{uuid.uuid4().hex}",
+    consumer = Consumer({**librdkafka_config(stack), "group.id": f"t-{uuid.uuid4().hex}",
                          "enable.partition.eof": True, "log_level": 0})  # fmt: skip
     try:
         partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
@@ -366,14 +397,42 @@ class Readers:
 # --- the test --------------------------------------------------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def stack(state_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KappaSettings]:
+    """The module's own secured stack (`kappa up --secure`), stopped and purged (secrets too) at the end."""
+    from kappa.stack import LocalStack
+
+    base = tmp_path_factory.mktemp("secured")
+    settings = load_settings(
+        **SECURED_PORTS,
+        stack_dir=state_dir / f"secured-stack-{PORT_OFFSET}",
+        security=Security.SASL_SSL,
+        delta_root=str(base / "delta"),
+        checkpoint_root=str(base / "checkpoints"),
+        spark_shuffle_partitions=2,
+        spark_driver_java_options=SHORT_RUN_JVM,
+    )
+    local = LocalStack(settings)
+    local.down(purge=True)  # whatever a killed earlier session left behind
+    local.up()
+    WRITTEN.append(settings.stack_path)
+    try:
+        yield settings
+    finally:
+        local.down(purge=True)
+
+
 @pytest.fixture
 def copies(stack: KappaSettings, tmp_path: Path) -> Iterator[Callable[[str], Deployment]]:
-    """Copies of the pipeline for the test; every deployment they start is stopped at the end."""
+    """Copies of the pipeline for the test; every deployment they start is stopped at the end. Their Spark
+    applications keep event logs (what Spark's UI and history server show), scanned for secrets at the end."""
     made: list[Deployment] = []
 
     def make(name: str) -> Deployment:
-        d = deploy_copy(stack, tmp_path / name, f"cr{uuid.uuid4().hex[:6]}_", env=ENV, tables=True)
+        env = {**ENV, "KAPPA_SPARK_EVENT_LOG_DIR": str(tmp_path / name / "spark-events")}
+        d = deploy_copy(stack, tmp_path / name, f"cr{uuid.uuid4().hex[:6]}_", env=env, tables=True)
         made.append(d)
+        WRITTEN.append(tmp_path / name)
         return d
 
     yield make
@@ -509,6 +568,35 @@ def test_a_change_replays_through_everything_below_it_and_the_set_moves_at_once(
     assert sessionize_v1 is not None
     assert deployments.state_of(sessionize_v1).health is Health.RUNNING
 
+    # 5. Least privilege, tried with plain clients as each principal. The replay's version writes its own side
+    # topic, never the version it replaced (nothing lands there); no job version writes the alias registry or
+    # takes the movers' transactional id (the registry is as it was); a job reads what it declares, nothing else.
+    live_topic = f"{names['enrich_clicks']}.v1"
+    before = end_offsets(stack, live_topic, 4)
+    assert produce_as(stack, "kappa.enrich_clicks.v2", live_topic) == "TOPIC_AUTHORIZATION_FAILED"
+    assert produce_as(stack, "kappa.enrich_clicks.v2", f"{names['enrich_clicks']}.v2.late") is None
+    assert end_offsets(stack, live_topic, 4) == before
+    aliases = registry.all()
+    for principal in ("kappa.enrich_clicks.v2", "kappa.sessionize.v1"):
+        assert produce_as(stack, principal, ALIASES.name) == "TOPIC_AUTHORIZATION_FAILED"
+        assert take_transactional_id_as(stack, principal, MOVER_ID) == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+    assert registry.all() == aliases
+    assert read_as(stack, "kappa.page_stats.v2", f"{v1.prefix}user_profiles") == "TOPIC_AUTHORIZATION_FAILED"
+    assert read_as(stack, "kappa.page_stats.v2", f"{names['enrich_clicks']}.v2") is None
+
+    # Dagster's health sensor, as its daemon ticks, measures the versions' lag on the secured stack.
+    home = tmp_path / "dagster"
+    WRITTEN.append(home)
+    ticked = subprocess.run(
+        [sys.executable, "-m", "tests.e2e.sensor_ticks", "--ticks", "1"],
+        cwd=v2.code, capture_output=True, text=True, timeout=300,
+        env={**v2.env, "DAGSTER_HOME": str(home), "PYTHONPATH": f"{v2.code}{os.pathsep}{REPO}"},
+    )  # fmt: skip
+    assert ticked.returncode == 0, ticked.stdout + ticked.stderr
+    observed = re.search(r"tick 0: (\d+) observations", ticked.stdout)
+    assert observed, ticked.stdout + ticked.stderr
+    assert int(observed.group(1)) > 0, ticked.stdout
+
 
 def test_a_first_versions_replay_goes_live_by_its_cutover(
     stack: KappaSettings, copies: Callable[[str], Deployment]
@@ -528,3 +616,109 @@ def test_a_first_versions_replay_goes_live_by_its_cutover(
     live = registry.live(dataset)
     assert live is not None
     assert (live.version, live.previous_version, live.reason) == (1, None, "cutover")
+
+
+def test_kafka_refuses_a_plaintext_client_a_wrong_password_and_an_unknown_or_removed_principal(
+    stack: KappaSettings,
+) -> None:
+    def cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "kappa.cli", *args], env={**stack_env(stack), **env},
+                              capture_output=True, text=True, timeout=180)  # fmt: skip
+
+    assert cli("topics", "list").returncode in (0, 1)  # the platform's own login: answered (1: drift)
+    plain = cli("topics", "list", KAPPA_SECURITY="plaintext")
+    assert plain.returncode == 2
+    assert "did not answer a plaintext client: it may require TLS and a login" in plain.stderr, plain.stderr
+    wrong = cli("topics", "list", KAPPA_KAFKA_PASSWORD="not-the-password")
+    assert wrong.returncode == 2
+    assert "refused the login of User:admin" in wrong.stderr, wrong.stderr
+    unknown = cli("topics", "list", KAPPA_KAFKA_USER="nobody", KAPPA_KAFKA_PASSWORD="any-password")
+    assert unknown.returncode == 2
+    assert "refused the login of User:nobody" in unknown.stderr, unknown.stderr
+
+    # A principal removed (a retired version's) can no longer log in with the password it had.
+    admin = require_kafka(stack)
+    upsert_user(admin, stack, "kappa.gone.v1")
+    password = user_credential(stack, "kappa.gone.v1").password
+    gone = stack.model_copy(update={"kafka_user": "kappa.gone.v1", "kafka_password": password})
+    require_kafka(gone)  # it could
+    remove_user(admin, stack, "kappa.gone.v1")
+    wait_until(lambda: not _answers(gone), 30, "the removed principal's login to be refused")
+    with pytest.raises(KappaError, match=r"refused the login of User:kappa.gone.v1"):
+        require_kafka(gone)
+    assert not user_password_file(stack, "kappa.gone.v1").exists()
+
+    status = cli("status")  # what an operator prints holds no secret
+    assert status.returncode == 0, status.stderr
+    assert not [s for s in known_secrets(stack) if s in status.stdout + status.stderr]
+
+
+def _answers(settings: KappaSettings) -> bool:
+    try:
+        require_kafka(settings, timeout_s=5)
+    except KappaError:
+        return False
+    return True
+
+
+def test_the_registry_takes_reads_and_writes_from_logins_only(stack: KappaSettings) -> None:
+    subject = f"probe-{uuid.uuid4().hex[:8]}-value"
+    schema = {"type": "record", "name": "Probe", "namespace": "kappa.test", "doc": "a probe",
+              "fields": [{"name": "x", "type": "int", "doc": "a field"}]}  # fmt: skip
+    body = {"schema": json.dumps(schema)}
+    url = stack.registry
+    reader = registry_password_file(stack, stack.registry_reader_user).read_text().strip()
+    as_reader = (stack.registry_reader_user, reader)
+
+    assert httpx.post(f"{url}/subjects/{subject}/versions", json=body, timeout=10).status_code == 401
+    assert httpx.get(f"{url}/subjects", timeout=10).status_code == 401  # anonymous reads too
+    assert httpx.post(f"{url}/subjects/{subject}/versions", json=body, auth=as_reader, timeout=10).status_code == 403
+    assert httpx.get(f"{url}/subjects", auth=as_reader, timeout=10).status_code == 200
+    with Registry(url) as anonymous, pytest.raises(RegistryError, match=r"without a login \(anonymous\)"):
+        anonymous.register(subject, schema)
+    with registry_of(stack) as platform:
+        assert subject not in platform.subjects()  # nothing was registered by the refused requests
+        platform.register(subject, schema)  # the platform's login (an administrator) may
+        assert subject in platform.subjects()
+
+    applied = subprocess.run([sys.executable, "-m", "kappa.cli", "schemas", "apply"], env=stack_env(stack),
+                             capture_output=True, text=True, timeout=180)  # fmt: skip
+    assert applied.returncode == 0, applied.stderr
+    assert "enriched_clicks-value" in applied.stdout
+
+
+def test_a_job_that_declares_more_than_its_acls_allow_is_refused_in_one_line(
+    stack: KappaSettings, copies: Callable[[str], Deployment]
+) -> None:
+    d = copies("acl")
+    d.edit("raw_clicks/declaration.py", "inputs=(CLICKS,),", "inputs=(CLICKS, USER_PROFILES),")
+    d.edit(
+        "raw_clicks/declaration.py",
+        "from jobs.catalog import CLICKS\n",
+        "from jobs.catalog import CLICKS, USER_PROFILES\n",
+    )
+    refused = d.kappa("jobs", "run", "raw_clicks", "--available-now", check=False, timeout=180)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    [line] = refused.stderr.strip().splitlines()
+    assert f"(User:kappa.raw_clicks.v1) may not READ topic {d.prefix}user_profiles" in line, line
+    assert f"WRITE topic {d.prefix}user_profiles.dlq" in line, line
+    assert "run `kappa acls apply`" in line, line
+
+    drift = d.kappa("acls", "plan", check=False)
+    assert drift.returncode == 1, drift.stdout + drift.stderr
+    assert f"+ User:kappa.raw_clicks.v1: READ topic {d.prefix}user_profiles" in drift.stdout
+    d.kappa("acls", "apply")
+    again = d.kappa("acls", "plan")
+    assert "their ACLs as declared" in again.stdout
+    assert f"+ User:kappa.raw_clicks.v1: READ topic {d.prefix}user_profiles" not in again.stdout
+
+
+def test_no_secret_is_in_any_file_written(stack: KappaSettings) -> None:
+    """Last in the module: every file the secured stack, the copies (state and run records, logs, checkpoints,
+    Delta logs, Spark's event logs) and Dagster's storage wrote, and the Spark drivers' shared log, against every
+    password of the stack's secrets folder."""
+    secrets = known_secrets(stack)
+    assert len(secrets) >= 8, "the stack's users, the cutover's, the registry's logins and the job versions'"
+    folders = [*WRITTEN, stack.state_dir / "logs"]
+    assert any(folder.rglob("*.inprogress") or folder.rglob("app-*") for folder in folders if folder.is_dir())
+    assert not secrets_in(folders, secrets, skip=stack.secrets_path)

@@ -28,7 +28,7 @@ def print_plan(acl_plan: acls.AclPlan) -> None:
     for binding in acl_plan.missing:
         print(f"+ {binding.principal}: {acls.describe_acl(binding)}")
     for binding in acl_plan.extra:
-        print(f"- {binding.principal}: {acls.describe_acl(binding)} (no declaration asks for it)")
+        print(f"- {binding.principal}: {acls.describe_acl(binding)} (no declaration here asks for it; --prune)")
     for user in acl_plan.stale:
         print(f"? {user}: no declaration here names it (a retired version's, or another checkout's; --prune)")
 
@@ -48,9 +48,9 @@ def cmd_acls_apply(settings: KappaSettings, args: argparse.Namespace) -> int:
     admin, acl_plan = _plan(settings)
     print_plan(acl_plan)
     acls.apply(admin, settings, acl_plan, prune=args.prune)
-    changed = len(acl_plan.users_missing) + len(acl_plan.missing) + len(acl_plan.extra)
-    pruned = f", {len(acl_plan.stale)} stale principals removed" if args.prune and acl_plan.stale else ""
-    print(f"{len(acl_plan.wanted)} principals as declared ({changed} changes{pruned})")
+    added = len(acl_plan.users_missing) + len(acl_plan.missing)
+    removed = len(acl_plan.extra) + len(acl_plan.stale) if args.prune else 0
+    print(f"{len(acl_plan.wanted)} principals as declared ({added} added, {removed} removed)")
     return 0
 
 
@@ -62,5 +62,7 @@ def add_acls_commands(sub: Any) -> None:
     apply_ = actions.add_parser("apply", help="create the principals and ACLs the declarations ask for")
     apply_.set_defaults(func=cmd_acls_apply)
     apply_.add_argument(
-        "--prune", action="store_true", help="also remove principals no declaration here names (and their ACLs)"
+        "--prune",
+        action="store_true",
+        help="also remove ACLs beyond the declarations and principals no declaration here names",
     )

@@ -3,9 +3,10 @@
 A principal is a SCRAM user (`User:<name>`). Its `Access` lists the topics it reads and writes, the consumer groups
 it commits under and the transactional ids it uses; `bindings` turns that into Kafka's ACLs, all ALLOW, from any
 host. `plan` compares the wanted principals with the cluster's ACLs and SCRAM users, `apply` makes the cluster
-match: it creates a missing user with a new password (written to the secrets folder, 0600, before Kafka knows it),
-adds missing ACLs and removes the ACLs a managed principal has beyond its declaration. A principal that no
-declaration names any more is reported, and removed with `prune` (another checkout may run it).
+match: it creates a missing user with a new password (written to the secrets folder, 0600, before Kafka knows it)
+and adds missing ACLs. What a principal may do beyond its declarations, and the principals no declaration names
+any more, are reported, and removed with `prune`: another checkout of the pipeline (a copy on the same cluster, a
+version made elsewhere) may have granted them, and removing them would stop its jobs.
 
 Kafka's implications keep the lists short: READ and WRITE imply DESCRIBE, and an idempotent producer needs only
 WRITE on its topics (KIP-679).
@@ -106,7 +107,8 @@ class AclPlan:
 
     @property
     def in_step(self) -> bool:
-        return not (self.users_missing or self.missing or self.extra)
+        """Everything declared is granted (what is granted beyond the declarations is `prune`'s to remove)."""
+        return not (self.users_missing or self.missing)
 
 
 def plan(admin: AdminClient, wanted: list[Access], managed: Callable[[str], bool] | None = None) -> AclPlan:
@@ -134,19 +136,18 @@ def plan(admin: AdminClient, wanted: list[Access], managed: Callable[[str], bool
 
 
 def apply(admin: AdminClient, settings: KappaSettings, acl_plan: AclPlan, prune: bool = False) -> None:
-    """Make the cluster match the plan: users first (with their password files), then ACLs; with `prune`, the
-    stale principals' ACLs, credentials and password files go too."""
+    """Grant what the plan finds missing: users first (with their password files), then ACLs. With `prune`, also
+    remove the ACLs beyond the declarations, and the stale principals with their credentials and password files."""
     for user in acl_plan.users_missing:
         upsert_user(admin, settings, user)
     if acl_plan.missing:
         _wait(admin.create_acls(acl_plan.missing, request_timeout=TIMEOUT_S), "adding the ACL")
-    filters = [_filter_of(b) for b in acl_plan.extra]
-    if prune:
-        filters += [_principal_filter(p) for p in acl_plan.stale]
-        for user in acl_plan.stale:
-            remove_user(admin, settings, user)
-    if filters:
-        _wait(admin.delete_acls(filters, request_timeout=TIMEOUT_S), "removing ACLs")
+    if not prune:
+        return
+    if acl_plan.extra:
+        _wait(admin.delete_acls([_filter_of(b) for b in acl_plan.extra], request_timeout=TIMEOUT_S), "removing ACLs")
+    for user in acl_plan.stale:
+        remove_user(admin, settings, user)
 
 
 def upsert_user(admin: AdminClient, settings: KappaSettings, user: str) -> None:

@@ -1,12 +1,12 @@
 """Who may do what on Kafka, from the declarations: one principal per job version.
 
-A job version runs as `kappa.<job>.v<N>` (its consumer group's name): it may READ the physical topics it is bound
-to (inputs and lookups), WRITE what it writes (its output topic, its `.late` topic and its inputs' `.dlq` topics:
-`deployment_topics`), and commit under its own group and its Spark sources' groups. Nothing else: a replay's
-version cannot write the live version's topic, and no job can move an alias (only `kappa-cutover` writes the
-alias registry). `kappa acls plan | apply` compare these with the cluster; a replay's prepare applies its
-version's; a run checks its own before its query starts (`refuse_missing_access`), so that a missing ACL is one
-line naming it, not a timeout.
+A job version runs as `kappa.<job>.v<N>` (its consumer group's name). It may READ the physical topics it is bound
+to (inputs and lookups) and the alias registry; WRITE what it writes (its output topic, its `.late` topic and its
+inputs' `.dlq` topics: `deployment_topics`); and commit under its own group and its Spark sources' groups. Nothing
+else: a replay's version cannot write the live version's topic, and no job can move an alias (only
+`kappa-cutover` writes the alias registry). `kappa acls plan | apply` compare these with the cluster; a replay's
+prepare applies its version's; a run checks its own before its query starts (`refuse_missing_access`), so that a
+missing ACL is one line naming it, not a timeout.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from kappa.core.security import Credential, as_principal, user_credential
 from kappa.core.settings import KappaSettings
 from kappa.kafka import acls
 from kappa.kafka.acls import Access
-from kappa.kafka.aliases import AliasRegistry, mover_access
+from kappa.kafka.aliases import ALIASES, AliasRegistry, mover_access
 from kappa.kafka.clients import admin_client
 from kappa.runtime.binding import bind, bind_inputs, dataset_of, deployment_topics, known_versions, recorded_binding
 from kappa.runtime.declaration import JobSpec, version_consumer_group, version_id
@@ -40,7 +40,8 @@ def version_access(bound: JobSpec, version: int) -> Access:
     principal = version_principal(bound.name, version)
     return Access(
         principal=principal,
-        reads=tuple(dict.fromkeys(t.name for t in (*bound.inputs, *bound.lookups))),
+        # and the alias registry, read only: its metrics say whether it is its dataset's live version
+        reads=tuple(dict.fromkeys([*(t.name for t in (*bound.inputs, *bound.lookups)), ALIASES.name])),
         writes=tuple(dict.fromkeys(t.name for t in deployment_topics(bound, version))),
         groups=(principal,),
         group_prefixes=(f"{principal}.",),  # its Spark sources' consumers' groups (spark_group_prefix)
@@ -125,6 +126,8 @@ def missing_access(settings: KappaSettings, access: Access, topics_only: bool = 
                                                            request_timeout=15)[group].result(timeout=20)  # fmt: skip
                 allowed = set(described.authorized_operations or ())
             except KafkaException as exc:
+                if exc.args[0].name() == "GROUP_ID_NOT_FOUND":  # a new group: asked after the authorization
+                    continue
                 if exc.args[0].name() != "GROUP_AUTHORIZATION_FAILED":
                     raise
                 allowed = set()

@@ -249,7 +249,9 @@ class _LiveLag(Collector):
         """Offsets of `topic` beyond the job's last batch, against Kafka's end offsets now (which the job's
         partitions then remember having seen)."""
         assert metrics.kafka is not None
-        place = metrics.kafka["bootstrap.servers"]
+        # One consumer per Kafka and login: on a secured cluster each job version asks as its own principal, which
+        # may describe only its own topics.
+        place = f"{metrics.kafka['bootstrap.servers']} {metrics.kafka.get('sasl.username', '')}"
         consumer = self._consumers.get(place)
         if consumer is None:
             consumer = self._consumers[place] = Consumer({**metrics.kafka, "group.id": "kappa-metrics", "log_level": 0})
