@@ -3,9 +3,11 @@ and a scan of written files for secrets. Helpers of tests/e2e/test_cascade_repla
 
 from __future__ import annotations
 
+import gzip
 from collections.abc import Iterable
 from pathlib import Path
 
+import zstandard
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from kappa.core.security import librdkafka_config, user_credential
@@ -67,15 +69,26 @@ def read_as(stack: KappaSettings, user: str, topic: str) -> str | None:
         consumer.close()
 
 
+def readable(path: Path) -> bytes:
+    """A file's bytes as a reader of it sees them: Spark's event logs (zstd) and rotated logs (gzip) unpacked."""
+    if path.suffix == ".zstd":
+        with path.open("rb") as packed:
+            return zstandard.ZstdDecompressor().stream_reader(packed).read()
+    if path.suffix == ".gz":
+        return gzip.decompress(path.read_bytes())
+    return path.read_bytes()
+
+
 def secrets_in(folders: Iterable[Path], secrets: list[str], skip: Path) -> list[str]:
     """`<file>: <which secret>` for every file under `folders` (but under `skip`, the secrets folder itself)
-    whose bytes hold one of `secrets`: logs, state and run records, Delta logs, checkpoints, event logs, sqlite."""
+    whose contents hold one of `secrets`: logs, state and run records, Delta logs, checkpoints, Spark's event logs,
+    Dagster's sqlite storage."""
     needles = {s.encode(): f"secret #{n}" for n, s in enumerate(secrets)}
     found = []
     for folder in folders:
         for path in sorted(folder.rglob("*")):
             if not path.is_file() or path.is_relative_to(skip):
                 continue
-            data = path.read_bytes()
+            data = readable(path)
             found += [f"{path}: {name}" for needle, name in needles.items() if needle in data]
     return found

@@ -132,7 +132,8 @@ def test_a_job_versions_access_is_what_its_declaration_reads_and_writes() -> Non
     assert access.group_prefixes == ("kappa.enrich_clicks.v3.",)  # ends with a dot: v3 is not v30's prefix
 
     view = version_access(bind_inputs(PAGE_STATS, 2, {"enriched_clicks": 7}), 2)
-    assert set(view.reads) == {"enriched_clicks.v7", "kappa.aliases"}  # the version of its input it is bound to, not the live one
+    # the version of its input it is bound to, not the live one
+    assert set(view.reads) == {"enriched_clicks.v7", "kappa.aliases"}
     assert set(view.writes) == {"enriched_clicks.v7.dlq", "delta.page_stats.v2.late"}  # a table: its side topics
 
 

@@ -91,7 +91,7 @@ def job_credential(settings: KappaSettings, job: str, version: int) -> Credentia
         ) from None
 
 
-def missing_access(settings: KappaSettings, access: Access, topics_only: bool = False) -> list[str]:
+def missing_access(settings: KappaSettings, access: Access) -> list[str]:
     """What `access` asks for that Kafka does not allow the logged-in principal (`settings` are the principal's),
     as `READ topic x` lines; an empty list when all is allowed. Raises KappaError when Kafka refuses the login."""
     admin = admin_client(settings)
@@ -119,20 +119,19 @@ def missing_access(settings: KappaSettings, access: Access, topics_only: bool = 
         missing += [
             f"{op.name} topic {topic}" for op in sorted(wanted[topic], key=lambda o: o.name) if op not in allowed
         ]
-    if not topics_only:
-        for group in access.groups:
-            try:
-                described = admin.describe_consumer_groups([group], include_authorized_operations=True,
-                                                           request_timeout=15)[group].result(timeout=20)  # fmt: skip
-                allowed = set(described.authorized_operations or ())
-            except KafkaException as exc:
-                if exc.args[0].name() == "GROUP_ID_NOT_FOUND":  # a new group: asked after the authorization
-                    continue
-                if exc.args[0].name() != "GROUP_AUTHORIZATION_FAILED":
-                    raise
-                allowed = set()
-            if AclOperation.READ not in allowed and AclOperation.ALL not in allowed:
-                missing.append(f"READ group {group}")
+    for group in access.groups:
+        try:
+            described = admin.describe_consumer_groups([group], include_authorized_operations=True,
+                                                       request_timeout=15)[group].result(timeout=20)  # fmt: skip
+            allowed = set(described.authorized_operations or ())
+        except KafkaException as exc:
+            if exc.args[0].name() == "GROUP_ID_NOT_FOUND":  # a new group: asked after the authorization
+                continue
+            if exc.args[0].name() != "GROUP_AUTHORIZATION_FAILED":
+                raise
+            allowed = set()
+        if AclOperation.READ not in allowed and AclOperation.ALL not in allowed:
+            missing.append(f"READ group {group}")
     return missing
 
 

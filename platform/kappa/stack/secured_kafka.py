@@ -203,7 +203,6 @@ def registry_auth_file(settings: KappaSettings) -> Path:
     file it reads at start (`quarkus.config.locations`)."""
     lines = {
         "apicurio.authn.enabled": "true",
-        "quarkus.http.auth.basic": "true",
         "apicurio.authn.mechanism.priority": "basic",
         "quarkus.security.users.embedded.enabled": "true",
         "quarkus.security.users.embedded.realm-name": REGISTRY_REALM,
