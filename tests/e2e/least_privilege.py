@@ -50,21 +50,19 @@ def take_transactional_id_as(stack: KappaSettings, user: str, transactional_id: 
 
 
 def read_as(stack: KappaSettings, user: str, topic: str) -> str | None:
-    """Read the first record of `topic` as `user` (under a group of its own): the error's name, None if read."""
-    consumer = Consumer({**login(stack, user), "group.id": f"{user}.probe", "enable.auto.commit": False})
+    """Subscribe to `topic` as `user` (in a group of its own) and read a record: the error's name, None if one was
+    read. (A consumer assigned a topic it may not read just never fetches; a subscription is told.)"""
+    consumer = Consumer({**login(stack, user), "group.id": f"{user}.probe", "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest"})  # fmt: skip
     try:
-        consumer.assign([TopicPartition(topic, 0, 0)])
+        consumer.subscribe([topic])
         for _ in range(30):
             message = consumer.poll(1.0)
             if message is None:
                 continue
             error = message.error()
-            if error is None:
-                return None
-            if error.code() == KafkaError._PARTITION_EOF:
-                continue
-            return str(error.name())
-        return None
+            return None if error is None else str(error.name())
+        raise AssertionError(f"{user} read nothing of {topic} and was told nothing within 30 s")
     finally:
         consumer.close()
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import socket
+import ssl
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -31,6 +33,7 @@ def require_kafka(settings: KappaSettings, timeout_s: float = 15.0) -> AdminClie
     try:
         admin.describe_cluster(request_timeout=timeout_s).result(timeout=timeout_s + 5)
     except KafkaException as exc:
+        admin.poll(0.5)  # serves the error callbacks: what librdkafka saw on the way
         raise KappaError(_unreachable(settings, [exc.args[0], *seen])) from None
     return admin
 
@@ -45,10 +48,10 @@ def _unreachable(settings: KappaSettings, errors: list[KafkaError]) -> str:
             )
         if error.code() == KafkaError._SSL:
             return f"{where}: TLS failed ({error.str()}): KAPPA_KAFKA_CA_FILE names the CA that signed its certificate"
-    if not settings.secured and any("security.protocol" in e.str() for e in errors):
+    if not settings.secured and _speaks_tls(settings.bootstrap.split(",")[0]):
         return (
-            f"{where} did not answer a plaintext client: it may require TLS and a login (KAPPA_SECURITY=sasl_ssl, "
-            f"README: Security) ({errors[0].str()})"
+            f"{where} did not answer a plaintext client: it speaks TLS, so it requires TLS and a login "
+            "(KAPPA_SECURITY=sasl_ssl and the login's settings, README: Security)"
         )
     return (
         f"Kafka is not reachable at {settings.bootstrap} (KAPPA_BOOTSTRAP_SERVERS, or KAPPA_KAFKA_PORT for the "
@@ -238,3 +241,17 @@ def produce_all(settings: KappaSettings, topic: str, records: Iterable[Outgoing]
     for rec in records:
         publisher.send(topic, rec)
     return publisher.close()
+
+
+def _speaks_tls(address: str) -> bool:
+    """Whether `host:port` completes a TLS handshake (a secured listener, which closes a plaintext client's
+    connection without a word). Used to explain a failure, never to connect."""
+    host, _, port = address.rpartition(":")
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE  # only whether it speaks TLS, not whom to trust
+    try:
+        with socket.create_connection((host, int(port)), timeout=3) as raw, context.wrap_socket(raw):
+            return True
+    except (OSError, ValueError):
+        return False

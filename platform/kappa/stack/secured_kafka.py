@@ -55,8 +55,8 @@ class StackSecrets:
 
 
 def ensure_stack_secrets(settings: KappaSettings) -> StackSecrets:
-    """The stack's certificates and its users' passwords, generated where missing (a password given in
-    KAPPA_KAFKA_PASSWORD is the admin's, and is not written)."""
+    """The stack's certificates, its Kafka users' passwords and its registry logins, generated where missing (a
+    password given in KAPPA_KAFKA_PASSWORD is the admin's, and is not written)."""
     settings.secrets_path.mkdir(parents=True, exist_ok=True, mode=0o700)
     certificates = ensure_certificates(settings.secrets_path)
 
@@ -77,6 +77,7 @@ def ensure_stack_secrets(settings: KappaSettings) -> StackSecrets:
         )
     broker, registry = credential(BROKER_USER), credential(REGISTRY_USER)
     credential(CONTROLLER_USER)
+    registry_logins(settings)  # made with the rest: every command logs in to the registry, started yet or not
     return StackSecrets(certificates, user_password_file(settings, BROKER_USER).parent, admin, broker, registry)
 
 
@@ -203,6 +204,9 @@ def registry_auth_file(settings: KappaSettings) -> Path:
     file it reads at start (`quarkus.config.locations`)."""
     lines = {
         "apicurio.authn.enabled": "true",
+        # Apicurio reads this one itself (its AuthConfig), though Quarkus warns that its own use is fixed at build
+        # time: without it the registry takes anonymous writes (the secured cascade test caught that).
+        "quarkus.http.auth.basic": "true",
         "apicurio.authn.mechanism.priority": "basic",
         "quarkus.security.users.embedded.enabled": "true",
         "quarkus.security.users.embedded.realm-name": REGISTRY_REALM,
