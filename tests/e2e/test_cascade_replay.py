@@ -593,6 +593,7 @@ def test_a_change_replays_through_everything_below_it_and_the_set_moves_at_once(
 
     # Dagster's health sensor, as its daemon ticks, measures the versions' lag on the secured stack.
     home = tmp_path / "dagster"
+    home.mkdir()
     WRITTEN.append(home)
     ticked = subprocess.run(
         [sys.executable, "-m", "tests.e2e.sensor_ticks", "--ticks", "1"],
