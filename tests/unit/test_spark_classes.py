@@ -61,7 +61,10 @@ def test_driver_options_map_the_archive_then_add_the_settings_options(tmp_path: 
     assert options[-2:] == ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
     # Spark's generated methods over HotSpot's 8,000 bytes are compiled, in the driver and on executors.
     assert "-XX:-DontCompileHugeMethods" in options
-    assert shlex.split(conf["spark.executor.extraJavaOptions"]) == ["-XX:-DontCompileHugeMethods"]
+    executor = ["-XX:-DontCompileHugeMethods", "-Dorg.apache.avro.fastread=false"]
+    assert shlex.split(conf["spark.executor.extraJavaOptions"]) == executor
+    # Avro's fast reader keeps every schema Spark parses for ever (AVRO-4253): off in every Spark JVM.
+    assert "-Dorg.apache.avro.fastread=false" in options
     tuned = settings.model_copy(update={"spark_executor_java_options": "-XX:+DontCompileHugeMethods -Xss4m"})
     assert shlex.split(spark_conf(tuned, "t")["spark.executor.extraJavaOptions"])[-2:] == [
         "-XX:+DontCompileHugeMethods",  # the last of two opposite flags wins: the setting turns it off

@@ -93,8 +93,15 @@ def spark_conf(settings: KappaSettings, app_name: str) -> dict[str, str]:
     # fused stage (a topic's decoding, data contract and the job's projection), which then ran interpreted:
     # replaying 5M clicks, raw_clicks 43.6 -> 30.7 s and enrich_clicks 51.1 -> 37.7 s with them compiled.
     jit = ["-XX:-DontCompileHugeMethods"]
+    # Avro 1.12 decodes through a JVM-wide cache of readers keyed weakly by the schema objects they hold, so no
+    # entry is ever freed (AVRO-4253, unfixed in any release). Spark's from_avro parses its schemas again in every
+    # task of every batch: a job host's heap after GC grew 3 to 5 MB a minute with parsed schemas (make soak-live).
+    # Without the fast reader Avro resolves through a per-thread cache whose entries do go (README, "Day two").
+    avro = ["-Dorg.apache.avro.fastread=false"]
+    executor_options = [*jit, *avro, *shlex.split(settings.spark_executor_java_options)]
     driver_options = [
         *jit,
+        *avro,
         # The heap is taken at start, as its maximum: a driver's footprint is then known when it starts, not
         # reached hours later as the collector commits more, and a growing RSS is what grows outside the heap.
         f"-Xms{settings.spark_driver_memory}",
@@ -166,7 +173,7 @@ def spark_conf(settings: KappaSettings, app_name: str) -> dict[str, str]:
         **event_log_conf(settings),
         "spark.driver.extraJavaOptions": shlex.join(driver_options),
         # Executors of a cluster (local mode runs them in the driver): Spark's setting, not the cluster's defaults.
-        "spark.executor.extraJavaOptions": shlex.join([*jit, *shlex.split(settings.spark_executor_java_options)]),
+        "spark.executor.extraJavaOptions": shlex.join(executor_options),
     }
 
 
