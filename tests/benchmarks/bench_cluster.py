@@ -80,31 +80,32 @@ def job_rows(result: Result) -> dict[str, dict[str, Any]]:
     return {row["what"]: row for row in result["rows"]}
 
 
-def replay_table(local: Result, cluster: Result) -> list[dict[str, Any]]:
+def replay_table(before: Result, after: Result, names: tuple[str, str] = ("local", "cluster")) -> list[dict[str, Any]]:
     """Each row both runs measured (Kafka's ceiling, each job's read+decode, pass-through and replay): events/s
-    and seconds, local and cluster; then every job's replay together."""
-    ours, theirs = job_rows(local), job_rows(cluster)
+    and seconds of each run, named by `names`, and after/before; then every job's replay together."""
+    a, b = names
+    ours, theirs = job_rows(before), job_rows(after)
     rows = []
-    for what, l_row in ours.items():
-        c_row = theirs.get(what)
-        if what == GENERATED or c_row is None:
+    for what, mine in ours.items():
+        other = theirs.get(what)
+        if what == GENERATED or other is None:
             continue
         rows.append({
             "what": what,
-            "local_events_per_s": l_row["events_per_s"],
-            "cluster_events_per_s": c_row["events_per_s"],
-            "cluster/local": ratio(c_row["events_per_s"], l_row["events_per_s"]),
-            "local_s": l_row["seconds"],
-            "cluster_s": c_row["seconds"],
+            f"{a}_events_per_s": mine["events_per_s"],
+            f"{b}_events_per_s": other["events_per_s"],
+            f"{b}/{a}": ratio(other["events_per_s"], mine["events_per_s"]),
+            f"{a}_s": mine["seconds"],
+            f"{b}_s": other["seconds"],
         })  # fmt: skip
     both = [w for w in ours if w.endswith(JOB_ROW) and w in theirs]
     if both:
-        local_s, cluster_s = (round(sum(rows_[w]["seconds"] for w in both), 2) for rows_ in (ours, theirs))
+        a_s, b_s = (round(sum(rows_[w]["seconds"] for w in both), 2) for rows_ in (ours, theirs))
         rows.append({
             "what": f"every job's replay ({len(both)} jobs; seconds summed, ratio of rates)",
-            "cluster/local": ratio(local_s, cluster_s),
-            "local_s": local_s,
-            "cluster_s": cluster_s,
+            f"{b}/{a}": ratio(a_s, b_s),
+            f"{a}_s": a_s,
+            f"{b}_s": b_s,
         })  # fmt: skip
     return rows
 
@@ -139,13 +140,14 @@ def live_figures(result: Result) -> dict[tuple[Any, str], Any]:
     return figures
 
 
-def live_table(local: Result, cluster: Result) -> list[dict[str, Any]]:
-    ours, theirs = live_figures(local), live_figures(cluster)
-    keys = list(dict.fromkeys([*ours, *theirs]))
+def live_table(before: Result, after: Result, names: tuple[str, str] = ("local", "cluster")) -> list[dict[str, Any]]:
+    """bench_live's figures of two runs, side by side, and after/before."""
+    a, b = names
+    ours, theirs = live_figures(before), live_figures(after)
     return [
-        {"rate": rate, "what": what, "local": ours.get((rate, what), ""), "cluster": theirs.get((rate, what), ""),
-         "cluster/local": ratio(theirs.get((rate, what)), ours.get((rate, what)))}
-        for rate, what in keys
+        {"rate": rate, "what": what, a: ours.get((rate, what), ""), b: theirs.get((rate, what), ""),
+         f"{b}/{a}": ratio(theirs.get((rate, what)), ours.get((rate, what)))}
+        for rate, what in dict.fromkeys([*ours, *theirs])
     ]  # fmt: skip
 
 

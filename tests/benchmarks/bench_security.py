@@ -24,45 +24,29 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kappa.core.settings import Security
+from kappa.core.settings import KappaSettings, Security
 from kappa.kafka.clients import admin_client
-from tests.benchmarks.bench_cluster import GENERATED, Result, job_rows, live_figures, ratio, run_child
+from tests.benchmarks.bench_cluster import Result, live_table, replay_table, run_child
 from tests.benchmarks.common import bench_stack, machine_speed, purge_bench_stack, report, run_main
 
 CONNECTIONS = 50
+SIDES = ("plaintext", "secured")  # the two runs' names in the tables, secured/plaintext their ratio
 
 
-def replay_table(plain: Result, secured: Result) -> list[dict[str, Any]]:
-    """Each row both runs measured: events/s and seconds, plaintext and secured, and secured/plaintext."""
-    ours, theirs = job_rows(plain), job_rows(secured)
-    rows = []
-    for what, p in ours.items():
-        s = theirs.get(what)
-        if s is None or what == GENERATED:
-            continue
-        rows.append({"what": what, "plaintext_events_per_s": p["events_per_s"],
-                     "secured_events_per_s": s["events_per_s"],
-                     "secured/plaintext": ratio(s["events_per_s"], p["events_per_s"]),
-                     "plaintext_s": p["seconds"], "secured_s": s["seconds"]})  # fmt: skip
-    return rows
-
-
-def live_table(plain: Result, secured: Result) -> list[dict[str, Any]]:
-    ours, theirs = live_figures(plain), live_figures(secured)
-    return [
-        {"rate": rate, "what": what, "plaintext": ours.get((rate, what), ""), "secured": theirs.get((rate, what), ""),
-         "secured/plaintext": ratio(theirs.get((rate, what)), ours.get((rate, what)))}
-        for rate, what in dict.fromkeys([*ours, *theirs])
-    ]  # fmt: skip
+def describe_cluster(settings: KappaSettings) -> None:
+    """A new admin client's first request. The client is held until its answer came: a client collected
+    before then destroys its handle and fails the request."""
+    client = admin_client(settings)
+    client.describe_cluster(request_timeout=30).result(timeout=35)
 
 
 def connections(secured: bool) -> dict[str, Any]:
     """Milliseconds per new admin connection that describes the cluster (the handshake, and SCRAM's login)."""
-    with bench_stack(**({"security": Security.SASL_SSL} if secured else {})) as settings:
-        admin_client(settings).describe_cluster(request_timeout=30).result(timeout=35)  # the broker warmed up
+    with bench_stack(security=Security.SASL_SSL if secured else Security.PLAINTEXT) as settings:
+        describe_cluster(settings)  # the broker warmed up
         started = time.monotonic()
         for _ in range(CONNECTIONS):
-            admin_client(settings).describe_cluster(request_timeout=30).result(timeout=35)
+            describe_cluster(settings)
         ms = (time.monotonic() - started) * 1000 / CONNECTIONS
     return {"what": f"a new admin connection ({CONNECTIONS}, one after the other)", "secured": secured,
             "ms_each": round(ms, 1)}  # fmt: skip
@@ -108,10 +92,10 @@ def main() -> None:
 
     sections: dict[str, list[dict[str, Any]]] = {"live": [], "connections": handshakes}
     plain, secured = results.get("replay plaintext"), results.get("replay secured")
-    replayed = replay_table(plain, secured) if plain and secured else []
+    replayed = replay_table(plain, secured, SIDES) if plain and secured else []
     live_plain, live_secured = results.get("live plaintext"), results.get("live secured")
     if live_plain and live_secured:
-        sections["live"] = live_table(live_plain, live_secured)
+        sections["live"] = live_table(live_plain, live_secured, SIDES)
     notes = [
         "secured/plaintext: a rate's ratio below 1, a time's or a latency's above 1, is what TLS, SCRAM and the "
         "authorizer cost; Kafka's ConsumerPerformance row reads over the same listener as the jobs",
